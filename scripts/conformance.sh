@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# Runs the official MCP conformance suite (@modelcontextprotocol/conformance, pinned in
+# package.json) against `cargo run --example conformance_server`: the ten Tasks-extension
+# scenarios and every core server scenario the suite lists for protocol 2026-07-28.
+#
+# Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
+# Results are read from each scenario's checks.json (never from the suite's stdout) and
+# written under conformance-results/ (git-ignored).
+#
+# A FAILURE check listed in scripts/conformance-expected-failures.txt
+# (`scenario:check-id  # reason`) is reported but does not fail the run; any other
+# FAILURE, or a scenario that produced no checks.json, makes the script exit 1.
+# WARNING, SKIPPED and INFO checks are reported and never fail the run.
+#
+# Usage: scripts/conformance.sh [options]
+#   --scenario NAME          run only this scenario (repeatable)
+#   --tasks-only             run only the ten tasks scenarios
+#   --core-only              run only the core 2026-07-28 scenarios
+#   --url URL                test a server that is already running at URL (nothing is built
+#                            or started)
+#   --expected-failures FILE baseline file (default: scripts/conformance-expected-failures.txt)
+#   --results DIR            where results go (default: conformance-results)
+#   --timeout SECONDS        per-scenario limit (default: 120)
+#   -h, --help               this text
+#
+# The closing line is `N passed, M failed`: N counts SUCCESS checks, M counts failures
+# that are not in the baseline (so M > 0 exactly when the script exits 1).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+SPEC_VERSION="2026-07-28"
+TASKS_SCENARIOS=(
+  tasks-lifecycle
+  tasks-capability-negotiation
+  tasks-wire-fields
+  tasks-request-state-removal
+  tasks-mrtr-input
+  tasks-request-headers
+  tasks-dispatch-and-envelope
+  tasks-status-notifications
+  tasks-required-task-error
+  tasks-mrtr-composition
+)
+
+scenarios=()
+run_tasks=1
+run_core=1
+url=""
+baseline="scripts/conformance-expected-failures.txt"
+results="conformance-results"
+scenario_timeout=120
+
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --scenario) scenarios+=("${2:?--scenario needs a name}"); shift 2 ;;
+    --scenario=*) scenarios+=("${1#*=}"); shift ;;
+    --tasks-only) run_core=0; shift ;;
+    --core-only) run_tasks=0; shift ;;
+    --url) url="${2:?--url needs a URL}"; shift 2 ;;
+    --url=*) url="${1#*=}"; shift ;;
+    --expected-failures) baseline="${2:?--expected-failures needs a file}"; shift 2 ;;
+    --results) results="${2:?--results needs a directory}"; shift 2 ;;
+    --timeout) scenario_timeout="${2:?--timeout needs seconds}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "conformance.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+log() { printf '[conformance] %s\n' "$*" >&2; }
+
+# --- Node 22 and the pinned suite -------------------------------------------------------
+NODE="$ROOT/node_modules/node/bin/node"
+CLI="$ROOT/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+stamp="$ROOT/node_modules/.package-lock.json"
+if [[ ! -x "$NODE" || ! -f "$CLI" || ! -f "$stamp" || "$ROOT/package-lock.json" -nt "$stamp" ]]; then
+  log "installing the pinned conformance suite and Node 22 (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error >&2
+fi
+if ! "$NODE" -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 22 ? 0 : 1)'; then
+  echo "conformance.sh: $NODE is not Node >= 22" >&2
+  exit 1
+fi
+
+# --- which scenarios ----------------------------------------------------------------------
+if [[ ${#scenarios[@]} -eq 0 ]]; then
+  if [[ $run_tasks -eq 1 ]]; then
+    scenarios+=("${TASKS_SCENARIOS[@]}")
+  fi
+  if [[ $run_core -eq 1 ]]; then
+    # The suite's own list of server scenarios that apply at 2026-07-28.
+    mapfile -t core < <("$NODE" "$CLI" list --server --spec-version "$SPEC_VERSION" \
+      | sed -n "s/^  - \([^ ]*\) \[\(.*\)\]\$/\1 \2/p" \
+      | awk -v v="$SPEC_VERSION" '$2 ~ v { print $1 }')
+    if [[ ${#core[@]} -eq 0 ]]; then
+      echo "conformance.sh: the suite listed no $SPEC_VERSION server scenarios" >&2
+      exit 1
+    fi
+    scenarios+=("${core[@]}")
+  fi
+fi
+
+# --- the server ---------------------------------------------------------------------------
+mkdir -p "$results"
+results="$(cd "$results" && pwd)"
+server_pid=""
+
+stop_server() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  server_pid=""
+}
+trap stop_server EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if [[ -z "$url" ]]; then
+  log "building examples/conformance_server"
+  cargo build --quiet --example conformance_server >&2
+  port="$("$NODE" -e '
+    const s = require("net").createServer();
+    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
+  url="http://127.0.0.1:${port}/mcp"
+  log "starting the server on 127.0.0.1:${port} (log: $results/server.log)"
+  # `cargo run` replaces itself with the example on Unix, so $! is the server.
+  MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example conformance_server \
+    >"$results/server.log" 2>&1 &
+  server_pid=$!
+  ready=0
+  for _ in $(seq 1 300); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      echo "conformance.sh: the server exited during startup; its log:" >&2
+      tail -n 50 "$results/server.log" >&2 || true
+      exit 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then
+      ready=1
+      break
+    fi
+    sleep 0.2
+  done
+  if [[ $ready -ne 1 ]]; then
+    echo "conformance.sh: the server did not accept connections on port ${port} within 60 s" >&2
+    exit 1
+  fi
+fi
+
+# --- the expected-failures baseline ----------------------------------------------------------
+declare -A expected=()
+if [[ -f "$baseline" ]]; then
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    line="${line%%#*}"
+    line="$(echo "$line" | tr -d '[:space:]')"
+    [[ -z "$line" ]] && continue
+    if [[ "$line" != *:* ]]; then
+      echo "conformance.sh: $baseline: '$line' is not 'scenario:check-id'" >&2
+      exit 2
+    fi
+    expected["$line"]=1
+  done <"$baseline"
+fi
+
+# Prints "passed failed warnings skipped" on the first line, then one failing check id per line.
+summarize_checks() {
+  "$NODE" -e '
+    const checks = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+    const count = (s) => checks.filter((c) => c.status === s).length;
+    console.log([count("SUCCESS"), count("FAILURE"), count("WARNING"), count("SKIPPED")].join(" "));
+    for (const c of checks) if (c.status === "FAILURE") console.log(c.id);
+  ' "$1"
+}
+
+# --- run ----------------------------------------------------------------------------------------
+total_passed=0
+total_unexpected=0
+total_expected=0
+rows=()
+unexpected_list=()
+expected_list=()
+seen_failures=()
+
+for scenario in "${scenarios[@]}"; do
+  dir="$results/$scenario"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  log "running $scenario"
+  set +e
+  timeout --kill-after=10 "$scenario_timeout" \
+    "$NODE" "$CLI" server --url "$url" --scenario "$scenario" \
+    --spec-version "$SPEC_VERSION" --force -o "$dir" \
+    >"$dir/suite.stdout.txt" 2>"$dir/suite.stderr.txt"
+  rc=$?
+  set -e
+  checks="$(find "$dir" -name checks.json -type f | sort | tail -n 1)"
+  if [[ -z "$checks" ]]; then
+    rows+=("$(printf '%-48s %6s %6s %8s %7s  %s' "$scenario" 0 1 0 0 "no checks.json (suite exit $rc)")")
+    unexpected_list+=("$scenario:(no checks.json, suite exit $rc)")
+    total_unexpected=$((total_unexpected + 1))
+    continue
+  fi
+  mapfile -t summary < <(summarize_checks "$checks")
+  read -r passed failed warnings skipped <<<"${summary[0]}"
+  note=""
+  for id in "${summary[@]:1}"; do
+    key="$scenario:$id"
+    seen_failures+=("$key")
+    if [[ -n "${expected[$key]:-}" ]]; then
+      expected_list+=("$key")
+      total_expected=$((total_expected + 1))
+    else
+      unexpected_list+=("$key")
+      total_unexpected=$((total_unexpected + 1))
+      note="UNEXPECTED FAILURE"
+    fi
+  done
+  if [[ -z "$note" && $failed -gt 0 ]]; then
+    note="expected failures only"
+  fi
+  total_passed=$((total_passed + passed))
+  rows+=("$(printf '%-48s %6s %6s %8s %7s  %s' "$scenario" "$passed" "$failed" "$warnings" "$skipped" "$note")")
+done
+
+# --- report -------------------------------------------------------------------------------------
+echo
+printf '%-48s %6s %6s %8s %7s\n' scenario passed failed warnings skipped
+printf '%s\n' "$(printf '%.0s-' $(seq 1 80))"
+printf '%s\n' "${rows[@]}"
+echo
+
+if [[ ${#expected_list[@]} -gt 0 ]]; then
+  echo "Expected failures (listed in $baseline):"
+  printf '  ~ %s\n' "${expected_list[@]}"
+fi
+stale=()
+for key in "${!expected[@]}"; do
+  scenario="${key%%:*}"
+  ran=0
+  for s in "${scenarios[@]}"; do [[ "$s" == "$scenario" ]] && ran=1; done
+  [[ $ran -eq 1 ]] || continue
+  found=0
+  for f in "${seen_failures[@]:-}"; do [[ "$f" == "$key" ]] && found=1; done
+  [[ $found -eq 1 ]] || stale+=("$key")
+done
+if [[ ${#stale[@]} -gt 0 ]]; then
+  echo "Baseline entries that no longer fail (remove them from $baseline):"
+  printf '  + %s\n' "${stale[@]}"
+fi
+if [[ ${#unexpected_list[@]} -gt 0 ]]; then
+  echo "Unexpected failures:"
+  printf '  x %s\n' "${unexpected_list[@]}"
+fi
+echo "Results: $results"
+echo "$total_expected expected failure(s) in the baseline"
+echo "$total_passed passed, $total_unexpected failed"
+
+if [[ $total_unexpected -gt 0 ]]; then
+  exit 1
+fi
+exit 0
