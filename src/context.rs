@@ -1,0 +1,284 @@
+//! How a tool handler turns its call into a task: [`TaskSpec`], handed over through
+//! the [`TaskContext`] in the request's extensions or inserted into the response's
+//! extensions; and the per-tool [`TaskMode`] configured on the layer.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::task::TaskId;
+
+type StartFn = Box<dyn FnOnce(TaskId) + Send + 'static>;
+
+/// What a tool asks for when it answers with a task instead of a result.
+///
+/// Every setting is optional; `start` is where the work begins, called once the task
+/// is stored (so a `tasks/get` for its id already resolves). Spawn the work there
+/// and return quickly: the client's request waits on it. If `start` panics, the
+/// client still gets its task handle and the task becomes `failed` with -32603.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::TaskSpec;
+///
+/// let spec = TaskSpec::new()
+///     .ttl(Duration::from_secs(1800))
+///     .poll_interval(Duration::from_secs(2))
+///     .status_message("Queued")
+///     .start(|id| {
+///         tokio::spawn(async move { let _ = id; /* drive the task with `Tasks` */ });
+///     });
+/// # drop(spec);
+/// ```
+#[derive(Clone, Default)]
+#[must_use]
+pub struct TaskSpec {
+    pub(crate) ttl: Option<Option<Duration>>,
+    pub(crate) poll_interval: Option<Duration>,
+    pub(crate) status_message: Option<String>,
+    pub(crate) start: Option<Arc<Mutex<Option<StartFn>>>>,
+}
+
+impl TaskSpec {
+    /// A task with the layer's defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lifetime counted from creation (must be longer than zero).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(Some(ttl));
+        self
+    }
+
+    /// No lifetime limit: the task is evicted only once terminal and older than the
+    /// janitor's retention.
+    pub fn unlimited_ttl(mut self) -> Self {
+        self.ttl = Some(None);
+        self
+    }
+
+    /// The polling interval suggested to clients (must be longer than zero).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = Some(interval);
+        self
+    }
+
+    /// The initial status message.
+    pub fn status_message(mut self, message: impl Into<String>) -> Self {
+        self.status_message = Some(message.into());
+        self
+    }
+
+    /// The function that starts the work, called with the new task's id once the
+    /// task is stored.
+    pub fn start(mut self, start: impl FnOnce(TaskId) + Send + 'static) -> Self {
+        self.start = Some(Arc::new(Mutex::new(Some(Box::new(start)))));
+        self
+    }
+
+    pub(crate) fn take_start(&self) -> Option<StartFn> {
+        self.start
+            .as_ref()
+            .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take())
+    }
+}
+
+impl fmt::Debug for TaskSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskSpec")
+            .field("ttl", &self.ttl)
+            .field("poll_interval", &self.poll_interval)
+            .field("status_message", &self.status_message)
+            .field("start", &self.start.is_some())
+            .finish()
+    }
+}
+
+/// Why no task may be made for this request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TaskRefused {
+    /// The client did not declare `io.modelcontextprotocol/tasks` on this request.
+    NotDeclared,
+    /// A legacy-era (2025-11-25 or earlier) request: the extension does not exist there.
+    LegacyEra,
+    /// Only `tools/call` may become a task.
+    NotToolCall,
+    /// The layer is configured with [`TaskMode::Never`] for this tool.
+    ToolNeverTask,
+    /// The extension is switched off on the layer.
+    Disabled,
+    /// `create` was already called for this request.
+    AlreadyCreated,
+}
+
+impl fmt::Display for TaskRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TaskRefused::NotDeclared => "the client did not declare the tasks extension",
+            TaskRefused::LegacyEra => "tasks do not exist on the legacy protocol era",
+            TaskRefused::NotToolCall => "only tools/call may become a task",
+            TaskRefused::ToolNeverTask => "this tool is configured never to become a task",
+            TaskRefused::Disabled => "the tasks extension is disabled",
+            TaskRefused::AlreadyCreated => "a task was already requested for this call",
+        })
+    }
+}
+
+impl std::error::Error for TaskRefused {}
+
+/// A handle in the request's extensions through which a handler turns its
+/// `tools/call` into a task.
+///
+/// The layer inserts it; a handler that can see request extensions calls
+/// [`create`](TaskContext::create). The layer then answers the client with a
+/// `CreateTaskResult` instead of whatever the handler returned. `create` refuses at
+/// once, with a reason, when no task may be made, so the handler can run the work
+/// synchronously instead.
+///
+/// With rmcp, take `Extension<http::request::Parts>` in the tool and call
+/// [`TaskContext::from_parts`]:
+///
+/// ```
+/// use mcp_tasks::{TaskContext, TaskSpec};
+///
+/// fn maybe_task(parts: &http::request::Parts) -> bool {
+///     TaskContext::from_parts(parts)
+///         .is_some_and(|ctx| ctx.create(TaskSpec::new().start(|_id| {})).is_ok())
+/// }
+/// # let (parts, _) = http::Request::new(()).into_parts();
+/// # assert!(!maybe_task(&parts));
+/// ```
+#[derive(Clone)]
+pub struct TaskContext {
+    state: ContextState,
+}
+
+#[derive(Clone)]
+enum ContextState {
+    Open(Arc<Mutex<Option<TaskSpec>>>),
+    Refused(TaskRefused),
+}
+
+impl TaskContext {
+    pub(crate) fn open() -> Self {
+        TaskContext {
+            state: ContextState::Open(Arc::new(Mutex::new(None))),
+        }
+    }
+
+    pub(crate) fn refused(reason: TaskRefused) -> Self {
+        TaskContext {
+            state: ContextState::Refused(reason),
+        }
+    }
+
+    /// The context the layer put into these request parts, if any.
+    pub fn from_parts(parts: &http::request::Parts) -> Option<&TaskContext> {
+        parts.extensions.get::<TaskContext>()
+    }
+
+    /// The context in a set of request extensions, if any.
+    pub fn from_extensions(extensions: &http::Extensions) -> Option<&TaskContext> {
+        extensions.get::<TaskContext>()
+    }
+
+    /// `Ok` when a task may be made for this request, otherwise the reason.
+    pub fn check(&self) -> Result<(), TaskRefused> {
+        match &self.state {
+            ContextState::Refused(reason) => Err(*reason),
+            ContextState::Open(slot) => match lock(slot).is_some() {
+                true => Err(TaskRefused::AlreadyCreated),
+                false => Ok(()),
+            },
+        }
+    }
+
+    /// Asks the layer to answer this call with a task made from `spec`.
+    pub fn create(&self, spec: TaskSpec) -> Result<(), TaskRefused> {
+        match &self.state {
+            ContextState::Refused(reason) => Err(*reason),
+            ContextState::Open(slot) => {
+                let mut slot = lock(slot);
+                if slot.is_some() {
+                    return Err(TaskRefused::AlreadyCreated);
+                }
+                *slot = Some(spec);
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(self.state, ContextState::Open(_))
+    }
+
+    pub(crate) fn take(&self) -> Option<TaskSpec> {
+        match &self.state {
+            ContextState::Open(slot) => lock(slot).take(),
+            ContextState::Refused(_) => None,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            ContextState::Open(_) => f.write_str("TaskContext::Open"),
+            ContextState::Refused(reason) => write!(f, "TaskContext::Refused({reason:?})"),
+        }
+    }
+}
+
+/// Whether and how a tool's calls become tasks, configured per tool on the layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TaskMode {
+    /// Always synchronous: the handler cannot make a task.
+    Never,
+    /// The handler decides, through [`TaskContext`] or a [`TaskSpec`] on the response.
+    #[default]
+    Optional,
+    /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
+    /// before the inner service is called.
+    Required,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_context_takes_one_spec() {
+        let ctx = TaskContext::open();
+        assert_eq!(ctx.check(), Ok(()));
+        ctx.create(TaskSpec::new()).unwrap();
+        assert_eq!(
+            ctx.clone().create(TaskSpec::new()),
+            Err(TaskRefused::AlreadyCreated)
+        );
+        assert!(ctx.take().is_some());
+        assert!(ctx.take().is_none());
+    }
+
+    #[test]
+    fn refused_context_names_the_reason() {
+        let ctx = TaskContext::refused(TaskRefused::NotDeclared);
+        assert_eq!(ctx.create(TaskSpec::new()), Err(TaskRefused::NotDeclared));
+        assert!(ctx.take().is_none());
+        assert!(TaskRefused::LegacyEra.to_string().contains("legacy"));
+    }
+
+    #[test]
+    fn start_runs_at_most_once() {
+        let spec = TaskSpec::new().start(|_| {});
+        let copy = spec.clone();
+        assert!(spec.take_start().is_some());
+        assert!(copy.take_start().is_none());
+    }
+}

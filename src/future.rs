@@ -1,0 +1,83 @@
+//! The response future of [`TasksService`](crate::TasksService).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use http::Response;
+use pin_project_lite::pin_project;
+
+use crate::body::ResponseBody;
+use crate::context::TaskSpec;
+use crate::error::RpcError;
+use crate::store::BoxFuture;
+
+pin_project! {
+    /// Either the inner service's own future (traffic the layer does not touch,
+    /// unboxed) or the layer's boxed work for the routes it owns.
+    pub struct ResponseFuture<F, B, E> {
+        #[pin]
+        kind: Kind<F, B, E>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F, B, E> {
+        Passthrough { #[pin] future: F },
+        Owned { future: BoxFuture<'static, Result<Response<ResponseBody<B>>, E>> },
+    }
+}
+
+impl<F, B, E> ResponseFuture<F, B, E> {
+    pub(crate) fn passthrough(future: F) -> Self {
+        ResponseFuture {
+            kind: Kind::Passthrough { future },
+        }
+    }
+
+    pub(crate) fn owned(future: BoxFuture<'static, Result<Response<ResponseBody<B>>, E>>) -> Self {
+        ResponseFuture {
+            kind: Kind::Owned { future },
+        }
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F, B, E>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<ResponseBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Passthrough { future } => {
+                let response = ready!(future.poll(cx))?;
+                Poll::Ready(Ok(refuse_stray_task(response)))
+            }
+            KindProj::Owned { future } => future.as_mut().poll(cx),
+        }
+    }
+}
+
+/// A task outcome outside a `tools/call` the layer inspected (another method, the
+/// legacy era, the extension switched off) is logged and answered -32603.
+pub(crate) fn refuse_stray_task<B>(mut response: Response<B>) -> Response<ResponseBody<B>> {
+    if response.extensions_mut().remove::<TaskSpec>().is_none() {
+        return response.map(ResponseBody::inner);
+    }
+    tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
+    RpcError::internal("Internal error")
+        .to_response(None)
+        .map(ResponseBody::full)
+}
+
+impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Passthrough { .. } => f.write_str("ResponseFuture::Passthrough"),
+            Kind::Owned { .. } => f.write_str("ResponseFuture::Owned"),
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The janitor: evicts expired tasks on a timer.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::StoreError;
+use crate::store::TaskStore;
+use crate::task::Timestamp;
+
+/// How often the janitor sweeps by default.
+pub const DEFAULT_JANITOR_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a terminal task without a TTL is kept by default.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3600);
+
+/// Sweeps a store for expired tasks every `interval`.
+///
+/// A record expires `ttl` after creation; a record without a TTL is evicted once it
+/// has been terminal for longer than `retention`. Expired records already read as
+/// absent; the janitor frees their space. Between sweeps it sleeps (no idle CPU). A
+/// failed sweep is logged and retried at the next tick. Each sweep emits a `tracing`
+/// event with the number of records removed.
+///
+/// [`TasksLayer`](crate::TasksLayer) starts one by default; build your own with
+/// [`Janitor::new`] to run it under your own supervision.
+#[derive(Debug, Clone)]
+pub struct Janitor {
+    store: Arc<dyn TaskStore>,
+    interval: Duration,
+    retention: Duration,
+}
+
+impl Janitor {
+    /// A janitor for `store`.
+    pub fn new(store: Arc<dyn TaskStore>, interval: Duration, retention: Duration) -> Self {
+        Janitor {
+            store,
+            interval,
+            retention,
+        }
+    }
+
+    /// One sweep now; returns how many records were removed.
+    pub async fn sweep(&self) -> Result<usize, StoreError> {
+        let removed = self.store.cleanup(Timestamp::now(), self.retention).await?;
+        tracing::debug!(removed, "mcp-tasks janitor sweep");
+        Ok(removed)
+    }
+
+    /// Sweeps every `interval` until `shutdown` resolves.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = ticker.tick() => {
+                    if let Err(e) = self.sweep().await {
+                        tracing::warn!(error = %e, "mcp-tasks janitor sweep failed; retrying at the next tick");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs on the current tokio runtime until the returned handle is aborted.
+    pub fn spawn(self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.run(std::future::pending()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{CreateLimits, MemoryStore};
+    use crate::task::{TaskId, TaskRecord};
+
+    #[derive(Debug)]
+    struct Failing;
+
+    impl TaskStore for Failing {
+        fn create<'a>(
+            &'a self,
+            _: TaskRecord,
+            _: CreateLimits,
+        ) -> crate::BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn get<'a>(
+            &'a self,
+            _: &'a TaskId,
+            _: crate::Scope<'a>,
+            _: Timestamp,
+        ) -> crate::BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn update<'a>(
+            &'a self,
+            _: &'a TaskId,
+            _: crate::Scope<'a>,
+            _: &'a crate::Transition,
+            _: Timestamp,
+        ) -> crate::BoxFuture<'a, Result<Option<crate::Updated>, StoreError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn cleanup<'a>(
+            &'a self,
+            _: Timestamp,
+            _: Duration,
+        ) -> crate::BoxFuture<'a, Result<usize, StoreError>> {
+            Box::pin(async { Err(StoreError::Backend("down".into())) })
+        }
+    }
+
+    #[tokio::test]
+    async fn sweep_removes_expired_records() {
+        let store = Arc::new(MemoryStore::new());
+        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp(1));
+        record.ttl_ms = Some(1);
+        store.create(record, CreateLimits::default()).await.unwrap();
+        let janitor = Janitor::new(store.clone(), Duration::from_secs(1), DEFAULT_RETENTION);
+        assert_eq!(janitor.sweep().await.unwrap(), 1);
+        assert!(store.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_sweep_does_not_stop_the_janitor() {
+        let janitor = Janitor::new(Arc::new(Failing), Duration::from_secs(1), DEFAULT_RETENTION);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(janitor.run(async {
+            let _ = stopped.await;
+        }));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!handle.is_finished());
+        stop.send(()).unwrap();
+        handle.await.unwrap();
+    }
+}

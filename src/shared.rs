@@ -1,0 +1,220 @@
+//! State shared by the layer, every service clone and every worker handle.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use crate::context::{TaskMode, TaskSpec};
+use crate::error::{RpcError, StoreError};
+use crate::notify::TaskNotifier;
+use crate::store::{CreateLimits, TaskStore, Updated};
+use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+
+pub(crate) type PrincipalFn =
+    Arc<dyn Fn(&http::request::Parts) -> Option<Principal> + Send + Sync + 'static>;
+
+/// Settings, validated when the layer is built.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) enabled: bool,
+    pub(crate) max_rows: Option<usize>,
+    pub(crate) max_per_owner: Option<usize>,
+    pub(crate) default_ttl: Option<Duration>,
+    pub(crate) default_poll_interval: Option<Duration>,
+    pub(crate) max_request_bytes: usize,
+    pub(crate) max_response_bytes: usize,
+    pub(crate) server_info: Option<Value>,
+    pub(crate) tool_modes: HashMap<String, TaskMode>,
+    pub(crate) default_mode: TaskMode,
+    pub(crate) janitor: Option<(Duration, Duration)>,
+    pub(crate) max_listen_task_ids: usize,
+    pub(crate) keep_alive: Duration,
+}
+
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) config: Config,
+    pub(crate) notifier: Option<Arc<dyn TaskNotifier>>,
+    pub(crate) principal: Option<PrincipalFn>,
+    waiters: Mutex<HashMap<TaskId, Arc<Notify>>>,
+    pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        store: Arc<dyn TaskStore>,
+        config: Config,
+        notifier: Option<Arc<dyn TaskNotifier>>,
+        principal: Option<PrincipalFn>,
+    ) -> Self {
+        Shared {
+            store,
+            config,
+            notifier,
+            principal,
+            waiters: Mutex::new(HashMap::new()),
+            _janitor_stop: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {
+        match &self.principal {
+            Some(f) => f(parts),
+            None => parts.extensions.get::<Principal>().cloned(),
+        }
+    }
+
+    pub(crate) fn mode_for(&self, tool: &str) -> TaskMode {
+        self.config
+            .tool_modes
+            .get(tool)
+            .copied()
+            .unwrap_or(self.config.default_mode)
+    }
+
+    pub(crate) fn limits(&self) -> CreateLimits {
+        CreateLimits::new(self.config.max_rows, self.config.max_per_owner)
+    }
+
+    /// `serverInfo` for the `_meta` of results the layer writes.
+    pub(crate) fn result_meta(&self, result: &mut Map<String, Value>) {
+        if let Some(info) = &self.config.server_info {
+            let mut meta = Map::new();
+            meta.insert(crate::jsonrpc::META_SERVER_INFO.into(), info.clone());
+            result.insert("_meta".into(), Value::Object(meta));
+        }
+    }
+
+    /// Runs after every store write that changed a task, in this process.
+    pub(crate) fn changed(&self, record: &TaskRecord) {
+        if let Some(notifier) = &self.notifier
+            && catch_unwind(AssertUnwindSafe(|| notifier.task_changed(record))).is_err()
+        {
+            tracing::error!(status = %record.status, "task notifier panicked; the change is stored");
+        }
+        let waiter = self
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&record.id)
+            .cloned();
+        if let Some(notify) = waiter {
+            notify.notify_waiters();
+        }
+    }
+
+    /// A store update that tells the notifier and any waiting worker when it changed
+    /// the task.
+    pub(crate) async fn update(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        transition: &Transition,
+    ) -> Result<Option<Updated>, StoreError> {
+        let updated = self
+            .store
+            .update(id, scope, transition, Timestamp::now())
+            .await?;
+        if let Some(u) = &updated
+            && u.changed()
+        {
+            self.changed(&u.record);
+        }
+        Ok(updated)
+    }
+
+    /// The wake-up handle for a worker waiting on `id`; dropped with [`Self::unwatch`].
+    pub(crate) fn watch(&self, id: &TaskId) -> Arc<Notify> {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(*id)
+            .or_default()
+            .clone()
+    }
+
+    pub(crate) fn unwatch(&self, id: &TaskId, notify: Arc<Notify>) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        drop(notify);
+        if waiters.get(id).is_some_and(|n| Arc::strong_count(n) == 1) {
+            waiters.remove(id);
+        }
+    }
+
+    /// Validates a spec, stores the task, runs `start`, and returns the stored record.
+    pub(crate) async fn create_task(
+        &self,
+        owner: Option<Principal>,
+        spec: TaskSpec,
+    ) -> Result<TaskRecord, RpcError> {
+        let ttl = match spec.ttl {
+            Some(ttl) => ttl,
+            None => self.config.default_ttl,
+        };
+        let ttl_ms = match ttl.map(duration_ms) {
+            Some(Some(0)) | Some(None) => {
+                tracing::warn!(
+                    "task spec rejected: the ttl must be longer than zero and fit in milliseconds"
+                );
+                return Err(RpcError::internal("Internal error"));
+            }
+            Some(Some(ms)) => Some(ms),
+            None => None,
+        };
+        let poll_ms = match spec.poll_interval.map(duration_ms) {
+            Some(Some(0)) | Some(None) => {
+                tracing::warn!("task spec rejected: the poll interval must be longer than zero");
+                return Err(RpcError::internal("Internal error"));
+            }
+            Some(Some(ms)) => Some(ms),
+            None => self.config.default_poll_interval.and_then(duration_ms),
+        };
+        let mut record = TaskRecord::new(TaskId::random(), owner, Timestamp::now());
+        record.ttl_ms = ttl_ms;
+        record.poll_interval_ms = poll_ms;
+        record.status_message = spec.status_message.clone();
+        match self.store.create(record.clone(), self.limits()).await {
+            Ok(()) => {}
+            Err(StoreError::LimitReached) => {
+                tracing::warn!("task refused: task limit reached");
+                return Err(RpcError::internal("Task limit reached"));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "task store failed to create a task");
+                return Err(RpcError::internal("Internal error"));
+            }
+        }
+        self.changed(&record);
+        if let Some(start) = spec.take_start() {
+            let id = record.id;
+            if catch_unwind(AssertUnwindSafe(move || start(id))).is_err() {
+                tracing::error!("task start function panicked; the task is marked failed");
+                let fail = Transition::Fail {
+                    error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed to start"),
+                    message: Some("Task failed to start".into()),
+                };
+                if let Err(e) = self.update(&record.id, Scope::Any, &fail).await {
+                    tracing::error!(error = %e, "could not mark a task failed after its start panicked");
+                }
+            }
+        }
+        Ok(record)
+    }
+}
+
+fn duration_ms(d: Duration) -> Option<u64> {
+    u64::try_from(d.as_millis()).ok()
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,317 @@
+//! The in-memory store: one process, sharded locks, a time-ordered expiry index.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::{BoxFuture, CreateLimits, TaskStore, Updated};
+use crate::error::StoreError;
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+
+const SHARDS: usize = 64;
+
+/// The default store: records in memory, for a single process.
+///
+/// Records are spread over 64 independently locked shards, so writers on different
+/// tasks rarely meet. Each shard keeps its records ordered by expiry time, so a
+/// cleanup costs O(expired), not O(rows). Locks are never held across an `.await`.
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    rows: AtomicUsize,
+    per_owner: Mutex<HashMap<Option<Principal>, usize>>,
+}
+
+#[derive(Default)]
+struct Shard {
+    tasks: HashMap<TaskId, TaskRecord>,
+    /// Records with a TTL, by expiry time.
+    expiry: BTreeSet<(Timestamp, TaskId)>,
+    /// Terminal records without a TTL, by the time they became terminal.
+    retired: BTreeSet<(Timestamp, TaskId)>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            rows: AtomicUsize::new(0),
+            per_owner: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How many records the store holds, expired ones not yet swept included.
+    pub fn len(&self) -> usize {
+        self.rows.load(Ordering::Acquire)
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn shard(&self, id: &TaskId) -> &Mutex<Shard> {
+        let bytes = id.as_bytes();
+        let index = usize::from(bytes[0]) | (usize::from(bytes[1]) << 8);
+        &self.shards[index % SHARDS]
+    }
+
+    fn lock<'a>(shard: &'a Mutex<Shard>) -> std::sync::MutexGuard<'a, Shard> {
+        // A panic while holding a shard lock cannot leave a record half-written:
+        // records are replaced whole. Keep serving.
+        shard
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn reserve(&self, owner: &Option<Principal>, limits: CreateLimits) -> Result<(), StoreError> {
+        let max_rows = limits.max_rows.unwrap_or(usize::MAX);
+        self.rows
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max_rows).then_some(n + 1)
+            })
+            .map_err(|_| StoreError::LimitReached)?;
+        let mut owners = self
+            .per_owner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = owners.entry(owner.clone()).or_insert(0);
+        if limits.max_per_owner.is_some_and(|max| *count >= max) {
+            drop(owners);
+            self.rows.fetch_sub(1, Ordering::AcqRel);
+            return Err(StoreError::LimitReached);
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    fn release(&self, owner: &Option<Principal>, removed: usize) {
+        if removed == 0 {
+            return;
+        }
+        self.rows.fetch_sub(removed, Ordering::AcqRel);
+        let mut owners = self
+            .per_owner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = owners.get_mut(owner) {
+            *count = count.saturating_sub(removed);
+            if *count == 0 {
+                owners.remove(owner);
+            }
+        }
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("rows", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shard {
+    fn index(&mut self, record: &TaskRecord) {
+        if let Some(at) = record.expires_at() {
+            self.expiry.insert((at, record.id));
+        } else if record.status.is_terminal() {
+            self.retired.insert((record.updated_at, record.id));
+        }
+    }
+}
+
+impl TaskStore for MemoryStore {
+    fn create<'a>(
+        &'a self,
+        record: TaskRecord,
+        limits: CreateLimits,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.reserve(&record.owner, limits)?;
+            let mut shard = Self::lock(self.shard(&record.id));
+            if shard.tasks.contains_key(&record.id) {
+                drop(shard);
+                self.release(&record.owner, 1);
+                return Err(StoreError::Duplicate);
+            }
+            shard.index(&record);
+            shard.tasks.insert(record.id, record);
+            Ok(())
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let shard = Self::lock(self.shard(id));
+            Ok(shard
+                .tasks
+                .get(id)
+                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now))
+                .cloned())
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        transition: &'a Transition,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+        Box::pin(async move {
+            let mut guard = Self::lock(self.shard(id));
+            let shard = &mut *guard;
+            let Some(record) = shard
+                .tasks
+                .get_mut(id)
+                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now))
+            else {
+                return Ok(None);
+            };
+            let was_terminal = record.status.is_terminal();
+            let outcome = record.apply(transition, now);
+            let snapshot = record.clone();
+            if !was_terminal && snapshot.status.is_terminal() && snapshot.ttl_ms.is_none() {
+                shard.retired.insert((snapshot.updated_at, snapshot.id));
+            }
+            Ok(Some(Updated::new(snapshot, outcome)))
+        })
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: Timestamp,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+            let retired_before = Timestamp(now.0.saturating_sub(retention_ms));
+            let mut removed_total = 0;
+            for shard in self.shards.iter() {
+                let mut removed_owners = Vec::new();
+                {
+                    let mut guard = Self::lock(shard);
+                    let shard = &mut *guard;
+                    while let Some(&(at, id)) = shard.expiry.first() {
+                        if at > now {
+                            break;
+                        }
+                        shard.expiry.pop_first();
+                        if let Some(record) = shard.tasks.remove(&id) {
+                            removed_owners.push(record.owner);
+                        }
+                    }
+                    while let Some(&(at, id)) = shard.retired.first() {
+                        if at > retired_before {
+                            break;
+                        }
+                        shard.retired.pop_first();
+                        if let Some(record) = shard.tasks.remove(&id) {
+                            removed_owners.push(record.owner);
+                        }
+                    }
+                }
+                removed_total += removed_owners.len();
+                for owner in removed_owners {
+                    self.release(&owner, 1);
+                }
+            }
+            Ok(removed_total)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::TaskStatus;
+    use serde_json::json;
+
+    fn task(ttl: Option<u64>, at: u64) -> TaskRecord {
+        let mut r = TaskRecord::new(TaskId::random(), None, Timestamp(at));
+        r.ttl_ms = ttl;
+        r
+    }
+
+    #[tokio::test]
+    async fn cleanup_removes_only_what_expired() {
+        let store = MemoryStore::new();
+        let short = task(Some(10), 0);
+        let long = task(Some(10_000_000_000), 0);
+        let forever = task(None, 0);
+        for r in [&short, &long, &forever] {
+            store
+                .create(r.clone(), CreateLimits::default())
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            store.cleanup(Timestamp(5), Duration::ZERO).await.unwrap(),
+            0
+        );
+        assert_eq!(
+            store.cleanup(Timestamp(10), Duration::ZERO).await.unwrap(),
+            1
+        );
+        assert_eq!(store.len(), 2);
+        let done = Transition::Complete {
+            result: json!({}),
+            message: None,
+        };
+        let updated = store
+            .update(&forever.id, Scope::Any, &done, Timestamp(20))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(updated.record.status, TaskStatus::Completed);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(store.cleanup(Timestamp(30), hour).await.unwrap(), 0);
+        assert_eq!(
+            store
+                .cleanup(Timestamp(20 + 3_600_000), hour)
+                .await
+                .unwrap(),
+            1
+        );
+        assert!(
+            store
+                .get(&long.id, Scope::Any, Timestamp(30))
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(store.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn per_owner_cap_counts_each_owner_separately() {
+        let store = MemoryStore::new();
+        let limits = CreateLimits::new(Some(10), Some(1));
+        let mut a = task(None, 0);
+        a.owner = Some(Principal::from("a"));
+        let mut a2 = task(None, 0);
+        a2.owner = Some(Principal::from("a"));
+        let b = task(None, 0);
+        store.create(a, limits).await.unwrap();
+        assert!(matches!(
+            store.create(a2, limits).await,
+            Err(StoreError::LimitReached)
+        ));
+        store.create(b, limits).await.unwrap();
+        assert_eq!(store.len(), 2);
+    }
+}

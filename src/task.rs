@@ -1,0 +1,899 @@
+//! The task record, its identifier and its state machine.
+//!
+//! Every store keeps [`TaskRecord`]s and changes them only through
+//! [`TaskRecord::apply`], a pure function of the record, a [`Transition`] and the
+//! current time. Stores differ only in how they make that read-modify-write atomic,
+//! so all of them behave the same by construction.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::RpcError;
+
+/// Number of random bytes behind a [`TaskId`].
+pub const TASK_ID_BYTES: usize = 32;
+/// Length of a [`TaskId`] in its text form (base64url, no padding).
+pub const TASK_ID_LEN: usize = 43;
+
+/// An unguessable task identifier: 32 bytes from the operating system's CSPRNG.
+///
+/// The id is the only thing standing between a task and anyone who learns it, so it
+/// behaves like a secret: its `Debug` output is redacted and the crate never logs it.
+/// Its text form (`Display`, `FromStr`, serde) is 43 characters of base64url, safe to
+/// carry in an `Mcp-Name` header as is.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId([u8; TASK_ID_BYTES]);
+
+impl TaskId {
+    /// Draws a fresh id from the operating system's random source.
+    ///
+    /// # Panics
+    ///
+    /// Panics only if the operating system cannot provide randomness at all, in which
+    /// case no id could be safe.
+    pub fn random() -> Self {
+        use rand::TryRng as _;
+        let mut bytes = [0u8; TASK_ID_BYTES];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut bytes)
+            .expect("the operating system's random source is unavailable");
+        TaskId(bytes)
+    }
+
+    /// The raw random bytes, for stores that key on binary values.
+    pub fn as_bytes(&self) -> &[u8; TASK_ID_BYTES] {
+        &self.0
+    }
+
+    /// Rebuilds an id from the bytes returned by [`TaskId::as_bytes`].
+    pub fn from_bytes(bytes: [u8; TASK_ID_BYTES]) -> Self {
+        TaskId(bytes)
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TaskId(<redacted>)")
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut buf = [0u8; TASK_ID_LEN];
+        let n = URL_SAFE_NO_PAD
+            .encode_slice(self.0, &mut buf)
+            .map_err(|_| fmt::Error)?;
+        f.write_str(std::str::from_utf8(&buf[..n]).map_err(|_| fmt::Error)?)
+    }
+}
+
+/// The text was not a task id this crate could have issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidTaskId;
+
+impl fmt::Display for InvalidTaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a valid task id")
+    }
+}
+
+impl std::error::Error for InvalidTaskId {}
+
+impl FromStr for TaskId {
+    type Err = InvalidTaskId;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() != TASK_ID_LEN {
+            return Err(InvalidTaskId);
+        }
+        let mut bytes = [0u8; TASK_ID_BYTES + 2];
+        match URL_SAFE_NO_PAD.decode_slice(s, &mut bytes) {
+            Ok(TASK_ID_BYTES) => {
+                let mut id = [0u8; TASK_ID_BYTES];
+                id.copy_from_slice(&bytes[..TASK_ID_BYTES]);
+                Ok(TaskId(id))
+            }
+            _ => Err(InvalidTaskId),
+        }
+    }
+}
+
+impl Serialize for TaskId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The authenticated identity a task belongs to.
+///
+/// An authentication layer in front of [`TasksLayer`](crate::TasksLayer) inserts it
+/// into the request's extensions; the layer reads it from there unless configured
+/// otherwise with [`TasksLayerBuilder::with_principal`](crate::TasksLayerBuilder::with_principal).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Principal(Arc<str>);
+
+impl Principal {
+    /// Wraps an identity (a user id, a client id, a tenant-qualified name, …).
+    pub fn new(id: impl Into<Arc<str>>) -> Self {
+        Principal(id.into())
+    }
+
+    /// The identity as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Principal").field(&&*self.0).finish()
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Principal {
+    fn from(value: &str) -> Self {
+        Principal::new(value)
+    }
+}
+
+impl From<String> for Principal {
+    fn from(value: String) -> Self {
+        Principal::new(value)
+    }
+}
+
+/// Who may see a task in a store call: its owner, or anyone (server-side callers).
+///
+/// `Owner(None)` is an unauthenticated caller; it sees only tasks created without a
+/// principal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Only a task whose owner equals this one.
+    Owner(Option<&'a Principal>),
+    /// Any task: for workers and the layer's own bookkeeping, never for clients.
+    Any,
+}
+
+impl Scope<'_> {
+    /// Whether a task owned by `owner` is visible in this scope.
+    pub fn permits(&self, owner: Option<&Principal>) -> bool {
+        match self {
+            Scope::Any => true,
+            Scope::Owner(me) => *me == owner,
+        }
+    }
+}
+
+/// A point in time, in milliseconds since the Unix epoch.
+///
+/// Stores receive the current time as an argument so that tests control it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Timestamp(ms)
+    }
+
+    /// This time plus `ms` milliseconds, saturating.
+    pub fn plus_ms(self, ms: u64) -> Self {
+        Timestamp(self.0.saturating_add(ms))
+    }
+
+    /// ISO 8601 / RFC 3339 in UTC with millisecond precision, e.g.
+    /// `2026-08-01T10:00:00.000Z`.
+    pub fn to_rfc3339(self) -> String {
+        let secs = (self.0 / 1000) as i64;
+        let millis = self.0 % 1000;
+        match time::OffsetDateTime::from_unix_timestamp(secs) {
+            Ok(t) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                millis
+            ),
+            Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
+        }
+    }
+}
+
+/// Where a task stands. The last three are terminal: once reached, never left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The work is running.
+    Working,
+    /// The work waits for the client to answer `inputRequests` with `tasks/update`.
+    InputRequired,
+    /// The work finished with a result (a tool result, `isError: true` included).
+    Completed,
+    /// The work ended with a JSON-RPC error.
+    Failed,
+    /// The client cancelled the task.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Whether the status is final.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+
+    /// The wire name (`"working"`, `"input_required"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A JSON-RPC error object as carried by a `failed` task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// A short description.
+    pub message: String,
+    /// Optional structured detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl ErrorObject {
+    /// An error with a code and a message.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        ErrorObject {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// Adds structured detail.
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+}
+
+impl From<RpcError> for ErrorObject {
+    fn from(error: RpcError) -> Self {
+        ErrorObject {
+            code: error.code(),
+            message: error.message().to_owned(),
+            data: error.data().cloned(),
+        }
+    }
+}
+
+/// One stored task: everything `tasks/get` reports plus the private bookkeeping.
+///
+/// Stores persist records (they are `serde` types) and change them only through
+/// [`TaskRecord::apply`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TaskRecord {
+    /// The task's id.
+    pub id: TaskId,
+    /// The principal that created it; `None` for an unauthenticated caller.
+    pub owner: Option<Principal>,
+    /// Where the task stands.
+    pub status: TaskStatus,
+    /// Human-readable status text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// When the task was created.
+    pub created_at: Timestamp,
+    /// When the task last changed.
+    pub updated_at: Timestamp,
+    /// Lifetime from creation in milliseconds; `None` is unlimited.
+    pub ttl_ms: Option<u64>,
+    /// Suggested polling interval in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_ms: Option<u64>,
+    /// The tool result of a `completed` task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// The error of a `failed` task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorObject>,
+    /// The input requests still waiting for an answer, by key.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub input_requests: Map<String, Value>,
+    /// Every input key ever issued for this task (keys are single-use).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub issued_keys: BTreeSet<String>,
+    /// Answers collected so far, by key.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub input_responses: Map<String, Value>,
+    /// Set once the client asked for cancellation.
+    #[serde(default)]
+    pub cancel_requested: bool,
+    /// Bumped on every change; durable stores compare-and-swap on it.
+    pub revision: u64,
+}
+
+impl TaskRecord {
+    /// A new `working` task.
+    pub fn new(id: TaskId, owner: Option<Principal>, now: Timestamp) -> Self {
+        TaskRecord {
+            id,
+            owner,
+            status: TaskStatus::Working,
+            status_message: None,
+            created_at: now,
+            updated_at: now,
+            ttl_ms: None,
+            poll_interval_ms: None,
+            result: None,
+            error: None,
+            input_requests: Map::new(),
+            issued_keys: BTreeSet::new(),
+            input_responses: Map::new(),
+            cancel_requested: false,
+            revision: 0,
+        }
+    }
+
+    /// When the task stops existing, if its lifetime is bounded.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        self.ttl_ms.map(|ttl| self.created_at.plus_ms(ttl))
+    }
+
+    /// Whether the task has outlived its TTL at `now`; expired tasks read as absent.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.expires_at().is_some_and(|at| at <= now)
+    }
+
+    /// Applies a transition under the state machine's rules.
+    ///
+    /// Returns whether the record changed. A rejected transition leaves the record as
+    /// it was. On a change, `updated_at` becomes `now` and `revision` goes up by one.
+    pub fn apply(
+        &mut self,
+        transition: &Transition,
+        now: Timestamp,
+    ) -> Result<Applied, TransitionError> {
+        let terminal = self.status.is_terminal();
+        match transition {
+            Transition::Progress { message } => {
+                if terminal {
+                    return Err(TransitionError::Terminal);
+                }
+                self.status_message = Some(message.clone());
+            }
+            Transition::RequireInput { requests, message } => {
+                if terminal {
+                    return Err(TransitionError::Terminal);
+                }
+                validate_input_requests(requests)?;
+                let reused: Vec<String> = requests
+                    .keys()
+                    .filter(|k| self.issued_keys.contains(*k))
+                    .cloned()
+                    .collect();
+                if !reused.is_empty() {
+                    return Err(TransitionError::DuplicateKeys(reused));
+                }
+                for (key, request) in requests {
+                    self.issued_keys.insert(key.clone());
+                    self.input_requests.insert(key.clone(), request.clone());
+                }
+                self.status = TaskStatus::InputRequired;
+                if message.is_some() {
+                    self.status_message = message.clone();
+                }
+            }
+            Transition::Complete { result, message } => {
+                if terminal {
+                    return Err(TransitionError::Terminal);
+                }
+                if !result.is_object() {
+                    return Err(TransitionError::Invalid(
+                        "a task result must be a JSON object",
+                    ));
+                }
+                self.status = TaskStatus::Completed;
+                self.result = Some(result.clone());
+                self.input_requests.clear();
+                if message.is_some() {
+                    self.status_message = message.clone();
+                }
+            }
+            Transition::Fail { error, message } => {
+                if terminal {
+                    return Err(TransitionError::Terminal);
+                }
+                self.status = TaskStatus::Failed;
+                self.error = Some(error.clone());
+                self.input_requests.clear();
+                self.status_message = Some(
+                    message
+                        .clone()
+                        .or_else(|| self.status_message.clone())
+                        .unwrap_or_else(|| "Task failed".to_owned()),
+                );
+            }
+            Transition::Answer { responses } => {
+                if self.status != TaskStatus::InputRequired {
+                    return Ok(Applied::Unchanged);
+                }
+                let mut answered = false;
+                for (key, response) in responses {
+                    if !self.input_requests.contains_key(key) {
+                        continue;
+                    }
+                    if !response.is_object() {
+                        return Err(TransitionError::Invalid(
+                            "each input response must be a JSON object",
+                        ));
+                    }
+                    self.input_requests.remove(key);
+                    self.input_responses.insert(key.clone(), response.clone());
+                    answered = true;
+                }
+                if !answered {
+                    return Ok(Applied::Unchanged);
+                }
+                if self.input_requests.is_empty() {
+                    self.status = TaskStatus::Working;
+                }
+            }
+            Transition::Cancel => {
+                if terminal {
+                    return Ok(Applied::Unchanged);
+                }
+                self.status = TaskStatus::Cancelled;
+                self.cancel_requested = true;
+                self.input_requests.clear();
+                self.status_message = Some("Cancelled by the client".to_owned());
+            }
+        }
+        self.updated_at = now.max(self.updated_at);
+        self.revision += 1;
+        Ok(Applied::Changed)
+    }
+
+    /// The DetailedTask JSON of this record: what `tasks/get` returns (without
+    /// `resultType`) and what `notifications/tasks` carries.
+    ///
+    /// `ttlMs` is always present (`null` when unlimited); every other absent field is
+    /// left out, never `null`.
+    pub fn to_detailed_json(&self) -> Map<String, Value> {
+        let mut map = self.to_summary_json();
+        match self.status {
+            TaskStatus::InputRequired => {
+                map.insert(
+                    "inputRequests".into(),
+                    Value::Object(self.input_requests.clone()),
+                );
+            }
+            TaskStatus::Completed => {
+                if let Some(result) = &self.result {
+                    map.insert("result".into(), result.clone());
+                }
+            }
+            TaskStatus::Failed => {
+                let error = self
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed"));
+                map.insert(
+                    "error".into(),
+                    serde_json::to_value(error).unwrap_or(Value::Null),
+                );
+            }
+            TaskStatus::Working | TaskStatus::Cancelled => {}
+        }
+        map
+    }
+
+    /// The task fields common to every status: the body of a `CreateTaskResult`
+    /// (without `resultType`).
+    pub fn to_summary_json(&self) -> Map<String, Value> {
+        let mut map = Map::with_capacity(10);
+        map.insert("taskId".into(), Value::String(self.id.to_string()));
+        map.insert("status".into(), Value::String(self.status.as_str().into()));
+        if let Some(message) = &self.status_message {
+            map.insert("statusMessage".into(), Value::String(message.clone()));
+        }
+        map.insert(
+            "createdAt".into(),
+            Value::String(self.created_at.to_rfc3339()),
+        );
+        map.insert(
+            "lastUpdatedAt".into(),
+            Value::String(self.updated_at.to_rfc3339()),
+        );
+        map.insert(
+            "ttlMs".into(),
+            self.ttl_ms.map_or(Value::Null, |ttl| Value::from(ttl)),
+        );
+        if let Some(poll) = self.poll_interval_ms {
+            map.insert("pollIntervalMs".into(), Value::from(poll));
+        }
+        map
+    }
+}
+
+/// A change to a task, applied atomically by the store through [`TaskRecord::apply`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Transition {
+    /// New status text; the status stays.
+    Progress {
+        /// The new status text.
+        message: String,
+    },
+    /// Asks the client for input; the task becomes `input_required`.
+    RequireInput {
+        /// New input requests by key; keys must never have been issued before.
+        requests: Map<String, Value>,
+        /// Optional status text.
+        message: Option<String>,
+    },
+    /// Finishes with a result.
+    Complete {
+        /// The tool result (a JSON object).
+        result: Value,
+        /// Optional status text.
+        message: Option<String>,
+    },
+    /// Finishes with a JSON-RPC error.
+    Fail {
+        /// The error.
+        error: ErrorObject,
+        /// Optional status text (defaults to the current one, or "Task failed").
+        message: Option<String>,
+    },
+    /// A client's `tasks/update`: answers for outstanding keys; others are ignored.
+    Answer {
+        /// Answers by key.
+        responses: Map<String, Value>,
+    },
+    /// A client's `tasks/cancel`; a terminal task stays as it is.
+    Cancel,
+}
+
+/// Whether a transition changed the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The record changed and was written.
+    Changed,
+    /// Nothing to do (an ignored answer, a cancel of a terminal task).
+    Unchanged,
+}
+
+/// Why the state machine refused a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransitionError {
+    /// The task is already `completed`, `failed` or `cancelled`.
+    Terminal,
+    /// Input keys that were issued before in this task's life.
+    DuplicateKeys(Vec<String>),
+    /// A malformed value, with the reason.
+    Invalid(&'static str),
+}
+
+impl fmt::Display for TransitionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransitionError::Terminal => f.write_str("the task is already in a terminal state"),
+            TransitionError::DuplicateKeys(keys) => {
+                write!(
+                    f,
+                    "input keys already used by this task: {}",
+                    keys.join(", ")
+                )
+            }
+            TransitionError::Invalid(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl std::error::Error for TransitionError {}
+
+const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
+
+fn validate_input_requests(requests: &Map<String, Value>) -> Result<(), TransitionError> {
+    if requests.is_empty() {
+        return Err(TransitionError::Invalid(
+            "input requests must name at least one key",
+        ));
+    }
+    for (key, request) in requests {
+        if key.is_empty() {
+            return Err(TransitionError::Invalid("input keys must not be empty"));
+        }
+        let Some(object) = request.as_object() else {
+            return Err(TransitionError::Invalid(
+                "an input request must be an object",
+            ));
+        };
+        let method = object.get("method").and_then(Value::as_str);
+        if !method.is_some_and(|m| INPUT_METHODS.contains(&m)) {
+            return Err(TransitionError::Invalid(
+                "an input request's method must be elicitation/create, sampling/createMessage or roots/list",
+            ));
+        }
+        if object.keys().any(|k| k != "method" && k != "params") {
+            return Err(TransitionError::Invalid(
+                "an input request carries only method and params",
+            ));
+        }
+        if object.get("params").is_some_and(|p| !p.is_object()) {
+            return Err(TransitionError::Invalid(
+                "an input request's params must be an object",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record() -> TaskRecord {
+        TaskRecord::new(TaskId::random(), None, Timestamp(1_000))
+    }
+
+    fn form(message: &str) -> Value {
+        json!({"method":"elicitation/create","params":{"mode":"form","message":message,
+            "requestedSchema":{"type":"object","properties":{"ok":{"type":"boolean"}}}}})
+    }
+
+    fn requests(keys: &[&str]) -> Map<String, Value> {
+        keys.iter().map(|k| (k.to_string(), form(k))).collect()
+    }
+
+    #[test]
+    fn ids_are_43_url_safe_chars_and_round_trip() {
+        let id = TaskId::random();
+        let text = id.to_string();
+        assert_eq!(text.len(), TASK_ID_LEN);
+        assert!(
+            text.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        );
+        assert_eq!(text.parse::<TaskId>().unwrap(), id);
+        assert_ne!(TaskId::random(), id);
+    }
+
+    #[test]
+    fn id_debug_is_redacted() {
+        let id = TaskId::random();
+        let debug = format!("{id:?} {:?}", Some(id));
+        assert!(!debug.contains(&id.to_string()));
+        assert!(debug.contains("redacted"));
+    }
+
+    #[test]
+    fn malformed_ids_are_rejected() {
+        for bad in ["", "abc", &"a".repeat(44), &"!".repeat(43), &"A".repeat(42)] {
+            assert!(bad.parse::<TaskId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn timestamps_format_as_rfc3339_millis() {
+        assert_eq!(
+            Timestamp(1_785_578_400_123).to_rfc3339(),
+            "2026-08-01T10:00:00.123Z"
+        );
+        assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn detailed_json_always_has_ttl_and_omits_absent_fields() {
+        let mut task = record();
+        let json = Value::Object(task.to_detailed_json());
+        assert_eq!(json["ttlMs"], Value::Null);
+        assert!(json.as_object().unwrap().contains_key("ttlMs"));
+        for absent in [
+            "statusMessage",
+            "pollIntervalMs",
+            "result",
+            "error",
+            "inputRequests",
+        ] {
+            assert!(json.get(absent).is_none(), "{absent}");
+        }
+        task.ttl_ms = Some(60_000);
+        task.poll_interval_ms = Some(500);
+        let json = Value::Object(task.to_detailed_json());
+        assert_eq!(json["ttlMs"], 60_000);
+        assert_eq!(json["pollIntervalMs"], 500);
+        assert_eq!(json["status"], "working");
+    }
+
+    #[test]
+    fn terminal_states_are_final() {
+        let mut task = record();
+        let done = Transition::Complete {
+            result: json!({"content": []}),
+            message: None,
+        };
+        assert_eq!(task.apply(&done, Timestamp(2_000)), Ok(Applied::Changed));
+        let revision = task.revision;
+        for t in [
+            done.clone(),
+            Transition::Fail {
+                error: ErrorObject::new(-32603, "x"),
+                message: None,
+            },
+            Transition::Progress {
+                message: "x".into(),
+            },
+            Transition::RequireInput {
+                requests: requests(&["a"]),
+                message: None,
+            },
+        ] {
+            assert_eq!(
+                task.apply(&t, Timestamp(3_000)),
+                Err(TransitionError::Terminal)
+            );
+        }
+        assert_eq!(
+            task.apply(&Transition::Cancel, Timestamp(3_000)),
+            Ok(Applied::Unchanged)
+        );
+        assert_eq!(task.status, TaskStatus::Completed);
+        assert_eq!(task.revision, revision);
+    }
+
+    #[test]
+    fn partial_answers_keep_input_required_until_all_keys_are_answered() {
+        let mut task = record();
+        task.apply(
+            &Transition::RequireInput {
+                requests: requests(&["a", "b"]),
+                message: None,
+            },
+            Timestamp(2_000),
+        )
+        .unwrap();
+        let answer = |key: &str| Transition::Answer {
+            responses: [(key.to_string(), json!({"action":"accept"}))]
+                .into_iter()
+                .collect(),
+        };
+        assert_eq!(
+            task.apply(&answer("zzz"), Timestamp(2_100)),
+            Ok(Applied::Unchanged)
+        );
+        assert_eq!(
+            task.apply(&answer("a"), Timestamp(2_200)),
+            Ok(Applied::Changed)
+        );
+        assert_eq!(task.status, TaskStatus::InputRequired);
+        assert!(task.input_requests.contains_key("b"));
+        assert!(!task.input_requests.contains_key("a"));
+        assert_eq!(
+            task.apply(&answer("a"), Timestamp(2_300)),
+            Ok(Applied::Unchanged)
+        );
+        task.apply(&answer("b"), Timestamp(2_400)).unwrap();
+        assert_eq!(task.status, TaskStatus::Working);
+        assert_eq!(task.input_responses.len(), 2);
+        assert_eq!(task.updated_at, Timestamp(2_400));
+    }
+
+    #[test]
+    fn input_keys_are_single_use_for_the_whole_life() {
+        let mut task = record();
+        let ask = |keys: &[&str]| Transition::RequireInput {
+            requests: requests(keys),
+            message: None,
+        };
+        task.apply(&ask(&["a"]), Timestamp(2)).unwrap();
+        assert_eq!(
+            task.apply(&ask(&["a", "b"]), Timestamp(3)),
+            Err(TransitionError::DuplicateKeys(vec!["a".into()]))
+        );
+        assert!(!task.input_requests.contains_key("b"));
+    }
+
+    #[test]
+    fn malformed_input_requests_are_rejected() {
+        let mut task = record();
+        for bad in [
+            Map::new(),
+            [("k".to_string(), json!("text"))].into_iter().collect(),
+            [("k".to_string(), json!({"method":"tools/call"}))]
+                .into_iter()
+                .collect(),
+            [("k".to_string(), json!({"method":"roots/list","id":1}))]
+                .into_iter()
+                .collect(),
+        ] {
+            let t = Transition::RequireInput {
+                requests: bad,
+                message: None,
+            };
+            assert!(matches!(
+                task.apply(&t, Timestamp(2)),
+                Err(TransitionError::Invalid(_))
+            ));
+        }
+        assert_eq!(task.status, TaskStatus::Working);
+        assert_eq!(task.revision, 0);
+    }
+
+    #[test]
+    fn failed_tasks_carry_error_and_never_result() {
+        let mut task = record();
+        task.apply(
+            &Transition::Fail {
+                error: ErrorObject::new(-32603, "backend crashed"),
+                message: None,
+            },
+            Timestamp(5),
+        )
+        .unwrap();
+        let json = Value::Object(task.to_detailed_json());
+        assert_eq!(json["error"]["code"], -32603);
+        assert_eq!(json["statusMessage"], "Task failed");
+        assert!(json.get("result").is_none());
+    }
+
+    #[test]
+    fn scopes_separate_owners() {
+        let alice = Principal::from("alice");
+        let bob = Principal::from("bob");
+        assert!(Scope::Owner(Some(&alice)).permits(Some(&alice)));
+        assert!(!Scope::Owner(Some(&bob)).permits(Some(&alice)));
+        assert!(!Scope::Owner(None).permits(Some(&alice)));
+        assert!(!Scope::Owner(Some(&alice)).permits(None));
+        assert!(Scope::Owner(None).permits(None));
+        assert!(Scope::Any.permits(Some(&alice)));
+    }
+}
