@@ -1,0 +1,105 @@
+//! Pieces the example servers share: a demo bearer-token auth layer and a small
+//! hyper server that mounts one service at `/mcp`.
+//!
+//! Not part of the library: a real deployment puts its own authentication in front
+//! of `TasksLayer` and serves with its framework of choice.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt as _, Full, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use mcp_tasks::{BoxError, Principal};
+use tokio::net::TcpListener;
+use tower::{Service, ServiceExt as _};
+
+/// Reads `Authorization: Bearer <name>` and makes `<name>` the request's
+/// principal. No header (or another scheme) leaves the request anonymous.
+///
+/// A demo only: it trusts whatever name the client sends.
+pub(crate) fn bearer_principal<B>(mut req: Request<B>) -> Request<B> {
+    let name = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(Principal::from);
+    if let Some(principal) = name {
+        req.extensions_mut().insert(principal);
+    }
+    req
+}
+
+/// The address to listen on: `MCP_ADDR`, or `default`.
+pub(crate) fn listen_addr(default: &str) -> SocketAddr {
+    std::env::var("MCP_ADDR")
+        .unwrap_or_else(|_| default.to_owned())
+        .parse()
+        .expect("MCP_ADDR must be an address such as 127.0.0.1:3000")
+}
+
+type ExampleBody = UnsyncBoxBody<Bytes, BoxError>;
+
+fn not_found() -> Response<ExampleBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from_static(b"not found"))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = StatusCode::NOT_FOUND;
+    response
+}
+
+/// Serves `service` at `/mcp` on `listener` until `shutdown` resolves, one task per
+/// connection, with `TCP_NODELAY` on every accepted socket (SSE replies go out in
+/// small writes).
+pub(crate) async fn serve<S, B>(listener: TcpListener, service: S, shutdown: impl Future<Output = ()>)
+where
+    S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let app = tower::service_fn(move |req: Request<Incoming>| {
+        let service = service.clone();
+        async move {
+            if req.uri().path() != "/mcp" {
+                return Ok::<_, Infallible>(not_found());
+            }
+            let response = service.oneshot(req).await?;
+            Ok(response.map(|b| b.map_err(Into::into).boxed_unsync()))
+        }
+    });
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    eprintln!("accept failed: {e}");
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app));
+            let _ = connection.await;
+        });
+    }
+}
