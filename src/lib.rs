@@ -62,6 +62,10 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod body;
 mod context;
 mod error;
