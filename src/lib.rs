@@ -80,6 +80,9 @@ mod shared;
 mod sse;
 mod store;
 mod task;
+#[cfg(feature = "test-util")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+pub mod test_suite;
 mod worker;
 
 pub use body::{RequestBody, ResponseBody};
