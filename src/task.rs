@@ -463,15 +463,18 @@ impl TaskRecord {
                 if self.status != TaskStatus::InputRequired {
                     return Ok(Applied::Unchanged);
                 }
+                // Check every answer before taking any: a refused batch changes nothing.
+                if responses.iter().any(|(key, response)| {
+                    self.input_requests.contains_key(key) && !response.is_object()
+                }) {
+                    return Err(TransitionError::Invalid(
+                        "each input response must be a JSON object",
+                    ));
+                }
                 let mut answered = false;
                 for (key, response) in responses {
                     if !self.input_requests.contains_key(key) {
                         continue;
-                    }
-                    if !response.is_object() {
-                        return Err(TransitionError::Invalid(
-                            "each input response must be a JSON object",
-                        ));
                     }
                     self.input_requests.remove(key);
                     self.input_responses.insert(key.clone(), response.clone());
