@@ -3,7 +3,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -24,10 +24,11 @@ pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key carrying the subscription id on listen-stream notifications.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
-pub(crate) const HEADER_PROTOCOL_VERSION: &str = "mcp-protocol-version";
-pub(crate) const HEADER_METHOD: &str = "mcp-method";
-pub(crate) const HEADER_NAME: &str = "mcp-name";
-pub(crate) const HEADER_SESSION_ID: &str = "mcp-session-id";
+pub(crate) const HEADER_PROTOCOL_VERSION: HeaderName =
+    HeaderName::from_static("mcp-protocol-version");
+pub(crate) const HEADER_METHOD: HeaderName = HeaderName::from_static("mcp-method");
+pub(crate) const HEADER_NAME: HeaderName = HeaderName::from_static("mcp-name");
+pub(crate) const HEADER_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// The methods the layer itself handles or inspects; everything else passes through.
 pub(crate) fn is_owned_method(method: &str) -> bool {
@@ -197,7 +198,7 @@ pub(crate) struct Declared(pub(crate) bool);
 
 /// A standard header's value: trimmed, with `=?base64?…?=` decoded. `Err` when it
 /// is malformed.
-pub(crate) fn header_value(headers: &HeaderMap, name: &str) -> Option<Result<String, ()>> {
+pub(crate) fn header_value(headers: &HeaderMap, name: HeaderName) -> Option<Result<String, ()>> {
     let raw = headers.get(name)?;
     let text = match std::str::from_utf8(raw.as_bytes()) {
         Ok(t) => t.trim(),
