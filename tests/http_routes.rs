@@ -1,0 +1,906 @@
+//! The routes of the layer over real HTTP: the error map of the tasks surface, the
+//! validation order, pass-through of traffic the layer does not own, the request
+//! body cap, and `server/discover`.
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use common::{
+    Frames, Inner, Server, Tool, inner_discover_result, layer_builder, modern_meta, standard_inner,
+    sync_fallback, text_result, tools_list_bytes,
+};
+use http::{Request, StatusCode};
+use mcp_tasks::{
+    BoxFuture, CreateLimits, EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    RpcError, Scope, StoreError, TaskId, TaskRecord, TaskStore, Timestamp, Transition, Updated,
+};
+use serde_json::{Value, json};
+
+const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
+
+fn task_params(method: &str, id: &str) -> Value {
+    if method == "tasks/update" {
+        json!({"taskId": id, "inputResponses": {"k": {"action": "accept"}}})
+    } else {
+        json!({"taskId": id})
+    }
+}
+
+// ---------------------------------------------------------------------------
+// WIRE §4.10: the error map
+
+#[tokio::test]
+async fn tasks_methods_without_the_extension_get_32021_before_any_lookup() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let existing = client.create_task_id("work", json!({}), None).await;
+    let unknown = TaskId::random().to_string();
+    for method in TASK_METHODS {
+        for id in [unknown.as_str(), "not-a-task-id", existing.as_str()] {
+            let reply = client
+                .request(method)
+                .params(task_params(method, id))
+                .declare(false)
+                .id(json!(41))
+                .send()
+                .await;
+            reply.assert_capability_error();
+            assert_eq!(reply.json["id"], 41, "errors echo the request id");
+        }
+    }
+    // The refused cancel did nothing.
+    let task = client.get(&existing, None).await;
+    assert_eq!(task.ok()["status"], "working");
+    assert!(!server.tasks.is_cancelled(&existing.parse().unwrap()).await);
+}
+
+#[tokio::test]
+async fn tasks_get_of_an_unknown_or_malformed_id_is_invalid_params() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for id in [
+        TaskId::random().to_string(),
+        "abc".to_owned(),
+        String::new(),
+    ] {
+        let reply = client.get(&id, None).await;
+        reply.assert_error(RpcError::INVALID_PARAMS, 200);
+    }
+}
+
+#[tokio::test]
+async fn tasks_get_of_an_expired_task_is_invalid_params() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let created = client
+        .create_task("work", json!({"ttl_ms": 1500}), None)
+        .await;
+    assert_eq!(created["ttlMs"], 1500);
+    let id = created["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(client.get(&id, None).await.ok()["taskId"], id.as_str());
+    let deadline = tokio::time::Instant::now() + common::POLL_DEADLINE;
+    loop {
+        let reply = client.get(&id, None).await;
+        if reply.code().is_some() {
+            reply.assert_error(RpcError::INVALID_PARAMS, 200);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Expired is absent for every route, not only tasks/get.
+    client
+        .cancel(&id, None)
+        .await
+        .assert_error(RpcError::INVALID_PARAMS, 200);
+}
+
+#[tokio::test]
+async fn update_and_cancel_of_an_unknown_id_are_invalid_params() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let unknown = TaskId::random().to_string();
+    client
+        .update(&unknown, json!({"k": {"action": "accept"}}), None)
+        .await
+        .assert_error(RpcError::INVALID_PARAMS, 200);
+    client
+        .cancel(&unknown, None)
+        .await
+        .assert_error(RpcError::INVALID_PARAMS, 200);
+    client
+        .cancel("garbage", None)
+        .await
+        .assert_error(RpcError::INVALID_PARAMS, 200);
+}
+
+#[tokio::test]
+async fn update_without_input_responses_or_task_id_is_invalid_params() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let id = client.create_task_id("work", json!({}), None).await;
+    let cases = [
+        json!({"taskId": id}),
+        json!({"taskId": id, "inputResponses": "yes"}),
+        json!({"taskId": id, "inputResponses": null}),
+        json!({"inputResponses": {"k": {}}}),
+    ];
+    for params in cases {
+        let reply = client
+            .request("tasks/update")
+            .params(params.clone())
+            .send()
+            .await;
+        reply.assert_error(RpcError::INVALID_PARAMS, 200);
+        assert!(!reply.text().contains(&id), "{params}: {}", reply.text());
+    }
+    for method in ["tasks/get", "tasks/cancel"] {
+        let reply = client.request(method).params(json!({})).send().await;
+        reply.assert_error(RpcError::INVALID_PARAMS, 200);
+        let reply = client
+            .request(method)
+            .params(json!({"taskId": 12}))
+            .send()
+            .await;
+        reply.assert_error(RpcError::INVALID_PARAMS, 200);
+    }
+    // None of that touched the task.
+    assert_eq!(client.get(&id, None).await.ok()["status"], "working");
+}
+
+#[tokio::test]
+async fn update_of_a_task_not_waiting_for_input_is_acknowledged_and_ignored() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let working = client.create_task_id("work", json!({}), None).await;
+    let done = client
+        .create_task_id("work", json!({"then": "complete"}), None)
+        .await;
+    client.wait_for_status(&done, None, "completed").await;
+    for id in [&working, &done] {
+        let before = client.get(id, None).await.ok().clone();
+        let answer = json!({"k": {"action": "accept"}, "bad": "not an object"});
+        assert_ack(&client.update(id, answer, None).await);
+        assert_eq!(client.get(id, None).await.ok(), &before);
+        let record = server.tasks.status(&id.parse().unwrap()).await.unwrap();
+        assert!(record.input_responses.is_empty());
+    }
+}
+
+fn assert_ack(reply: &common::Reply) {
+    let result = reply.ok();
+    let keys: Vec<&String> = result.as_object().unwrap().keys().collect();
+    assert!(
+        keys.iter().all(|k| *k == "resultType" || *k == "_meta"),
+        "an acknowledgment carries nothing else: {result}"
+    );
+    assert_eq!(result["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn cancel_of_a_terminal_task_acks_and_keeps_its_status() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for (then, status) in [("complete", "completed"), ("fail", "failed")] {
+        let id = client
+            .create_task_id("work", json!({"then": then}), None)
+            .await;
+        let before = client.wait_for_status(&id, None, status).await;
+        let reply = client.cancel(&id, None).await;
+        assert_ack(&reply);
+        let after = client.get(&id, None).await;
+        assert_eq!(after.ok(), &before, "a terminal task never changes");
+    }
+    // Cancelling twice: the second one acknowledges the terminal `cancelled` task.
+    let id = client.create_task_id("work", json!({}), None).await;
+    assert_ack(&client.cancel(&id, None).await);
+    let cancelled = client.get(&id, None).await.ok().clone();
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_ack(&client.cancel(&id, None).await);
+    assert_eq!(client.get(&id, None).await.ok(), &cancelled);
+}
+
+#[tokio::test]
+async fn mcp_name_missing_or_different_is_header_mismatch() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let id = client.create_task_id("work", json!({}), None).await;
+    let other = TaskId::random().to_string();
+    for method in TASK_METHODS {
+        let missing = client
+            .request(method)
+            .params(task_params(method, &id))
+            .without_header("mcp-name")
+            .send()
+            .await;
+        missing.assert_error(RpcError::HEADER_MISMATCH, 400);
+        let different = client
+            .request(method)
+            .params(task_params(method, &id))
+            .header("mcp-name", &other)
+            .send()
+            .await;
+        different.assert_error(RpcError::HEADER_MISMATCH, 400);
+        // Header checks come before the capability gate.
+        let undeclared = client
+            .request(method)
+            .params(task_params(method, &id))
+            .declare(false)
+            .header("mcp-name", &other)
+            .send()
+            .await;
+        undeclared.assert_error(RpcError::HEADER_MISMATCH, 400);
+    }
+    assert_eq!(client.get(&id, None).await.ok()["status"], "working");
+    let tool = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {}}))
+        .header("mcp-name", "grEEt")
+        .send()
+        .await;
+    tool.assert_error(RpcError::HEADER_MISMATCH, 400);
+    assert_eq!(server.inner.calls("greet"), 0);
+}
+
+#[tokio::test]
+async fn removed_methods_are_not_found_whatever_the_capabilities() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let id = client.create_task_id("work", json!({}), None).await;
+    let before = server.inner.request_count();
+    for method in ["tasks/result", "tasks/list"] {
+        for declare in [true, false] {
+            for params in [json!({}), json!({"taskId": id}), json!({"cursor": "x"})] {
+                let reply = client
+                    .request(method)
+                    .params(params)
+                    .declare(declare)
+                    .send()
+                    .await;
+                reply.assert_error(RpcError::METHOD_NOT_FOUND, 404);
+            }
+        }
+    }
+    assert_eq!(
+        server.inner.request_count(),
+        before,
+        "answered by the layer"
+    );
+}
+
+#[tokio::test]
+async fn task_only_tool_without_the_extension_is_refused_before_the_inner_call() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "task_only", "arguments": {}}))
+        .declare(false)
+        .send()
+        .await;
+    reply.assert_capability_error();
+    assert_eq!(server.inner.calls("task_only"), 0, "the tool must not run");
+    let created = client.create_task("task_only", json!({}), None).await;
+    assert_eq!(created["status"], "working");
+    assert_eq!(server.inner.calls("task_only"), 1);
+}
+
+#[tokio::test]
+async fn listen_with_task_ids_without_the_extension_is_refused() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let before = server.inner.request_count();
+    let reply = client
+        .request("subscriptions/listen")
+        .params(json!({"notifications": {"toolsListChanged": true, "taskIds": ["abc"]}}))
+        .declare(false)
+        .send()
+        .await;
+    reply.assert_capability_error();
+    assert_eq!(server.inner.request_count(), before);
+}
+
+/// A store whose backend always fails, with a detail that must not reach clients.
+#[derive(Debug)]
+struct BrokenStore;
+
+const BACKEND_DETAIL: &str = "connection to db-7.internal refused";
+
+fn broken<T: Send + 'static>() -> BoxFuture<'static, Result<T, StoreError>> {
+    Box::pin(async { Err(StoreError::Backend(BACKEND_DETAIL.into())) })
+}
+
+impl TaskStore for BrokenStore {
+    fn create<'a>(
+        &'a self,
+        _record: TaskRecord,
+        _limits: CreateLimits,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        broken()
+    }
+
+    fn get<'a>(
+        &'a self,
+        _id: &'a TaskId,
+        _scope: Scope<'a>,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        broken()
+    }
+
+    fn update<'a>(
+        &'a self,
+        _id: &'a TaskId,
+        _scope: Scope<'a>,
+        _transition: &'a Transition,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+        broken()
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        _now: Timestamp,
+        _retention: Duration,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
+        broken()
+    }
+}
+
+#[tokio::test]
+async fn a_store_failure_is_internal_error_with_a_generic_message() {
+    let server =
+        Server::with_layer(mcp_tasks::TasksLayer::builder(BrokenStore).without_janitor()).await;
+    let client = server.client();
+    let id = TaskId::random().to_string();
+    for method in TASK_METHODS {
+        let reply = client
+            .request(method)
+            .params(task_params(method, &id))
+            .send()
+            .await;
+        reply.assert_error(RpcError::INTERNAL_ERROR, 200);
+        assert!(!reply.text().contains("db-7"), "{}", reply.text());
+    }
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "work", "arguments": {}}))
+        .send()
+        .await;
+    reply.assert_error(RpcError::INTERNAL_ERROR, 200);
+    assert!(!reply.text().contains("db-7"), "{}", reply.text());
+}
+
+// ---------------------------------------------------------------------------
+// WIRE §1.6: validation order
+
+#[tokio::test]
+async fn a_missing_protocol_version_header_is_header_mismatch() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let id = client.create_task_id("work", json!({}), None).await;
+    let reply = client
+        .request("tasks/get")
+        .params(json!({"taskId": id}))
+        .without_header("mcp-protocol-version")
+        .send()
+        .await;
+    reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    // Step 1 comes before step 2: `_meta` is incomplete too, yet -32020 wins.
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet"}))
+        .meta(json!({META_PROTOCOL_VERSION: "2026-07-28"}))
+        .without_header("mcp-protocol-version")
+        .send()
+        .await;
+    reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    assert_eq!(server.inner.calls("greet"), 0);
+}
+
+#[tokio::test]
+async fn missing_meta_fields_are_invalid_params_with_400() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let metas = [
+        None,
+        Some(json!({})),
+        Some(json!({META_CLIENT_CAPABILITIES: {}})),
+        Some(json!({META_PROTOCOL_VERSION: "2026-07-28"})),
+        Some(json!({META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: "all"})),
+    ];
+    for method in ["tools/call", "tasks/get", "server/discover"] {
+        for meta in &metas {
+            let params = match method {
+                "tools/call" => json!({"name": "greet"}),
+                "tasks/get" => json!({"taskId": TaskId::random().to_string()}),
+                _ => json!({}),
+            };
+            let call = client.request(method).params(params);
+            let call = match meta {
+                Some(meta) => call.meta(meta.clone()),
+                None => call.without_meta(),
+            };
+            let reply = call.send().await;
+            reply.assert_error(RpcError::INVALID_PARAMS, 400);
+        }
+    }
+    // Step 2 before step 3: a header naming an unknown version, no `_meta`.
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet"}))
+        .without_meta()
+        .header("mcp-protocol-version", "v999.0.0")
+        .send()
+        .await;
+    reply.assert_error(RpcError::INVALID_PARAMS, 400);
+    assert_eq!(server.inner.request_count(), 0);
+}
+
+#[tokio::test]
+async fn a_header_differing_from_meta_is_header_mismatch_before_the_version_check() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let mut meta = modern_meta(true);
+    meta[META_PROTOCOL_VERSION] = json!("v999.0.0");
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet"}))
+        .meta(meta)
+        .send()
+        .await;
+    reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    assert_eq!(server.inner.calls("greet"), 0);
+}
+
+#[tokio::test]
+async fn an_unsupported_version_is_32022_with_supported_and_requested() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let discover = client.request("server/discover").send().await;
+    let advertised = discover.ok()["supportedVersions"].clone();
+    let mut meta = modern_meta(false);
+    meta[META_PROTOCOL_VERSION] = json!("v999.0.0");
+    for method in ["tools/call", "tasks/get", "server/discover"] {
+        let params = match method {
+            "tools/call" => json!({"name": "greet"}),
+            "tasks/get" => json!({"taskId": "x"}),
+            _ => json!({}),
+        };
+        let reply = client
+            .request(method)
+            .params(params)
+            .meta(meta.clone())
+            .header("mcp-protocol-version", "v999.0.0")
+            // Step 4 before step 5: the name header is wrong as well.
+            .header("mcp-name", "someone-else")
+            .send()
+            .await;
+        reply.assert_error(RpcError::UNSUPPORTED_PROTOCOL_VERSION, 400);
+        let data = &reply.json["error"]["data"];
+        assert_eq!(data["requested"], "v999.0.0");
+        let supported = data["supported"].as_array().unwrap();
+        assert!(supported.contains(&json!("2026-07-28")));
+        for v in supported {
+            assert!(
+                advertised.as_array().unwrap().contains(v),
+                "{v} is not in discover's supportedVersions {advertised}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_method_header_must_match_the_body() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for method_header in [
+        Some("tasks/get"),
+        Some("tasks/cancel"),
+        Some("server/discover"),
+        None,
+    ] {
+        let call = client
+            .request("tools/call")
+            .params(json!({"name": "greet", "arguments": {}}));
+        let call = match method_header {
+            Some(h) => call.header("mcp-method", h),
+            None => call.without_header("mcp-method"),
+        };
+        let reply = call.send().await;
+        reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    }
+    let reply = client
+        .request("tasks/get")
+        .params(json!({"taskId": TaskId::random().to_string()}))
+        .header("mcp-method", "tasks/cancel")
+        .send()
+        .await;
+    reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    assert_eq!(server.inner.request_count(), 0);
+}
+
+/// A method header the layer does not own sends the request to the inner service
+/// unread (the fast path): checking it is the inner server's job. Such a request
+/// gets no task context, so it can never become a task.
+#[tokio::test]
+async fn a_foreign_method_header_bypasses_the_layer_without_making_tasks() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for method_header in ["tools/list", "TOOLS/CALL"] {
+        let call = client
+            .request("tools/call")
+            .params(json!({"name": "work", "arguments": {}}))
+            .header("mcp-method", method_header);
+        let sent = call.body_bytes();
+        let reply = call.send().await;
+        assert_eq!(reply.ok(), &sync_fallback("absent"));
+        assert_eq!(server.inner.last_received().body, sent);
+    }
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "respond_task", "arguments": {}}))
+        .header("mcp-method", "tools/list")
+        .send()
+        .await;
+    reply.assert_error(RpcError::INTERNAL_ERROR, 200);
+}
+
+#[tokio::test]
+async fn mcp_name_is_trimmed_and_base64_values_are_decoded() {
+    let layer = layer_builder().build().unwrap();
+    let inner = standard_inner(&layer.handle()).tool("grüße", Tool::Sync);
+    let server = Server::start(layer, inner).await;
+    let client = server.client();
+
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {"name": "Ada"}}))
+        .declare(false)
+        .header("mcp-name", "  greet  ")
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &text_result("Hello, Ada!"));
+
+    let encoded = format!("=?base64?{}?=", STANDARD.encode("grüße"));
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "grüße", "arguments": {"name": "Bo"}}))
+        .header("mcp-name", &encoded)
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &text_result("Hello, Bo!"));
+
+    let id = client.create_task_id("work", json!({}), None).await;
+    let reply = client
+        .request("tasks/get")
+        .params(json!({"taskId": id}))
+        .header("mcp-name", &format!("=?base64?{}?=", STANDARD.encode(&id)))
+        .send()
+        .await;
+    assert_eq!(reply.ok()["taskId"], id.as_str());
+    let reply = client
+        .request("tasks/get")
+        .params(json!({"taskId": id}))
+        .header("mcp-name", &format!(" \t{id} "))
+        .send()
+        .await;
+    assert_eq!(reply.ok()["taskId"], id.as_str());
+
+    for bad in ["=?base64?not base64!?=", "=?base64?Z3JlZXQ?="] {
+        let reply = client
+            .request("tools/call")
+            .params(json!({"name": "greet"}))
+            .header("mcp-name", bad)
+            .send()
+            .await;
+        reply.assert_error(RpcError::HEADER_MISMATCH, 400);
+    }
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet"}))
+        .header(
+            "mcp-name",
+            &format!("=?base64?{}?=", STANDARD.encode("greet")),
+        )
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &text_result("Hello, world!"));
+}
+
+// ---------------------------------------------------------------------------
+// Pass-through
+
+#[tokio::test]
+async fn a_modern_tools_list_passes_through_byte_for_byte() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let call = client.request("tools/list").id(json!("list-1"));
+    let sent = call.body_bytes();
+    let reply = call.send().await;
+    let received = server.inner.last_received();
+    assert_eq!(
+        received.body, sent,
+        "the request body reached the inner service unchanged"
+    );
+    assert_eq!(received.headers["mcp-method"], "tools/list");
+    assert_eq!(received.headers["mcp-protocol-version"], "2026-07-28");
+    assert_eq!(received.context, None, "no task context outside tools/call");
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, tools_list_bytes(&json!("list-1")));
+    assert_eq!(reply.body, server.inner.last_sent());
+    assert_eq!(reply.headers["x-inner"], "tools-list");
+}
+
+#[tokio::test]
+async fn legacy_requests_pass_through_untouched() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let legacy_call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "work", "arguments": {"then": "complete"}}});
+    let mut declared_call = legacy_call.clone();
+    declared_call["params"]["_meta"] = modern_meta(true);
+    let legacy_get = json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/get",
+        "params": {"taskId": TaskId::random().to_string()}});
+    let cases: [(Value, &[(&str, &str)]); 5] = [
+        (
+            legacy_call.clone(),
+            &[
+                ("mcp-session-id", "s-1"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+        ),
+        (
+            legacy_call.clone(),
+            &[("mcp-protocol-version", "2025-06-18")],
+        ),
+        (legacy_call, &[]),
+        (declared_call, &[("mcp-session-id", "s-2")]),
+        (legacy_get, &[("mcp-session-id", "s-3")]),
+    ];
+    for (body, headers) in cases {
+        // Pretty-printed, so that any re-serialisation would show.
+        let bytes = Bytes::from(serde_json::to_vec_pretty(&body).unwrap());
+        let mut request = Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let reply = client
+            .send(request.body(Frames::full(bytes.clone())).unwrap())
+            .await;
+        let received = server.inner.last_received();
+        assert_eq!(received.body, bytes, "{headers:?}");
+        for (name, value) in headers {
+            assert_eq!(received.headers[*name], *value);
+        }
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body, server.inner.last_sent(), "{headers:?}");
+        if body["method"] == "tools/call" {
+            assert_eq!(
+                received.context.as_deref(),
+                Some("TaskContext::Refused(LegacyEra)")
+            );
+            assert_eq!(reply.result(), &sync_fallback("LegacyEra"));
+        } else {
+            assert_eq!(reply.result()["echo"]["method"], "tasks/get");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_legacy_task_param_is_ignored() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "work", "arguments": {}, "task": {"ttl": 60000}}))
+        .declare(false)
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &sync_fallback("NotDeclared"));
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {}, "task": {"ttl": 60000}}))
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &text_result("Hello, world!"));
+}
+
+#[tokio::test]
+async fn a_never_tool_runs_synchronously_even_with_the_extension() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "never", "arguments": {}}))
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &sync_fallback("ToolNeverTask"));
+}
+
+// ---------------------------------------------------------------------------
+// Request bodies
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_and_never_hangs() {
+    let server = Server::with_layer(layer_builder().with_max_request_bytes(1024)).await;
+    let client = server.client();
+    let big = "x".repeat(4096);
+    let call = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {"name": big}}));
+    let reply = call.send().await;
+    assert_eq!(
+        reply.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        reply.text()
+    );
+    assert!(
+        reply.code().is_some(),
+        "a JSON-RPC error body: {}",
+        reply.text()
+    );
+
+    // The same without a Content-Length: the layer stops reading at the cap.
+    let call = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {"name": big}}));
+    let headers = call.headers();
+    let bytes = call.body_bytes();
+    let chunks: Vec<Bytes> = bytes.chunks(512).map(Bytes::copy_from_slice).collect();
+    let mut request = Request::post("/mcp").body(Frames::chunked(chunks)).unwrap();
+    *request.headers_mut() = headers;
+    let reply = client.send(request).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "{}",
+        reply.text()
+    );
+    assert!(reply.code().is_some());
+    assert_eq!(server.inner.calls("greet"), 0);
+
+    // Under the cap, it works.
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "greet", "arguments": {"name": "Ada"}}))
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &text_result("Hello, Ada!"));
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error_with_400() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for method_header in [Some("tools/call"), Some("tasks/get"), None] {
+        let call = client
+            .request("tools/call")
+            .raw_body("{\"jsonrpc\": \"2.0\", nope");
+        let call = match method_header {
+            Some(h) => call.header("mcp-method", h),
+            None => call.without_header("mcp-method"),
+        };
+        let reply = call.send().await;
+        reply.assert_error(RpcError::PARSE_ERROR, 400);
+        assert_eq!(reply.json["id"], Value::Null);
+    }
+    assert_eq!(server.inner.request_count(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// WIRE §2: server/discover
+
+fn expected_discover(mut inner: Value) -> Value {
+    let capabilities = inner["capabilities"].as_object_mut().unwrap();
+    capabilities.remove("tasks");
+    let extensions = capabilities
+        .entry("extensions")
+        .or_insert_with(|| json!({}));
+    extensions[EXTENSION_ID] = json!({});
+    inner
+}
+
+#[tokio::test]
+async fn discover_adds_the_extension_and_keeps_every_other_field() {
+    let server = Server::standard().await;
+    let client = server.client();
+    for declare in [true, false] {
+        let reply = client
+            .request("server/discover")
+            .id(json!("d1"))
+            .declare(declare)
+            .send()
+            .await;
+        assert_eq!(reply.json["id"], "d1");
+        let result = reply.ok();
+        assert_eq!(result, &expected_discover(inner_discover_result()));
+        assert!(result["capabilities"].get("tasks").is_none());
+        assert_eq!(
+            result["capabilities"]["extensions"]["com.example/other"],
+            json!({"level": 3})
+        );
+    }
+}
+
+#[tokio::test]
+async fn discover_without_an_extensions_map_gets_one() {
+    let mut discover = inner_discover_result();
+    discover["capabilities"] = json!({"tools": {}, "tasks": {"list": {}}});
+    let layer = layer_builder().build().unwrap();
+    let inner = standard_inner(&layer.handle()).discover(discover.clone());
+    let server = Server::start(layer, inner).await;
+    let reply = server.client().request("server/discover").send().await;
+    assert_eq!(
+        reply.ok()["capabilities"],
+        json!({"tools": {}, "extensions": {EXTENSION_ID: {}}})
+    );
+    assert_eq!(reply.ok(), &expected_discover(discover));
+}
+
+#[tokio::test]
+async fn a_disabled_layer_passes_everything_through() {
+    let server = Server::with_layer(layer_builder().with_enabled(false)).await;
+    let client = server.client();
+
+    let reply = client.request("server/discover").send().await;
+    assert_eq!(reply.body, server.inner.last_sent(), "discover untouched");
+    assert_eq!(reply.ok(), &inner_discover_result());
+
+    let id = TaskId::random().to_string();
+    let reply = client.get(&id, None).await;
+    assert_eq!(reply.ok()["echo"]["method"], "tasks/get");
+    assert_eq!(reply.headers["x-inner"], "echo");
+    let reply = client.request("tasks/list").send().await;
+    assert_eq!(reply.ok()["echo"]["method"], "tasks/list");
+
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "respond_task", "arguments": {}}))
+        .send()
+        .await;
+    reply.assert_error(RpcError::INTERNAL_ERROR, 200);
+    assert_eq!(server.inner.calls("respond_task"), 1);
+
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "work", "arguments": {}}))
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &sync_fallback("absent"));
+    assert_eq!(server.inner.last_received().context, None);
+
+    let reply = client
+        .request("tools/call")
+        .params(json!({"name": "task_only", "arguments": {}}))
+        .declare(false)
+        .send()
+        .await;
+    assert_eq!(reply.ok(), &sync_fallback("absent"));
+}
+
+#[tokio::test]
+async fn an_inner_error_on_tools_call_comes_back_unchanged() {
+    let layer = layer_builder().build().unwrap();
+    let inner = Inner::new();
+    let server = Server::start(layer, inner).await;
+    // An unknown tool: the inner service's own JSON-RPC error comes back as is.
+    let reply = server
+        .client()
+        .request("tools/call")
+        .params(json!({"name": "missing"}))
+        .send()
+        .await;
+    assert_eq!(reply.body, server.inner.last_sent());
+    assert_eq!(reply.code(), Some(-32602));
+}
