@@ -54,7 +54,7 @@ where
         match self.project().kind.project() {
             KindProj::Passthrough { future } => {
                 let response = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(refuse_stray_task(response)))
+                Poll::Ready(Ok(refuse_stray_task(response, None)))
             }
             KindProj::Owned { future } => future.as_mut().poll(cx),
         }
@@ -62,14 +62,18 @@ where
 }
 
 /// A task outcome outside a `tools/call` the layer inspected (another method, the
-/// legacy era, the extension switched off) is logged and answered -32603.
-pub(crate) fn refuse_stray_task<B>(mut response: Response<B>) -> Response<ResponseBody<B>> {
+/// legacy era, the extension switched off) is logged and answered -32603, echoing
+/// the request id when the layer read it (`null` on the header-only fast path).
+pub(crate) fn refuse_stray_task<B>(
+    mut response: Response<B>,
+    id: Option<&serde_json::Value>,
+) -> Response<ResponseBody<B>> {
     if response.extensions_mut().remove::<TaskSpec>().is_none() {
         return response.map(ResponseBody::inner);
     }
     tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
     RpcError::internal("Internal error")
-        .to_response(None)
+        .to_response(id)
         .map(ResponseBody::full)
 }
 

@@ -138,8 +138,9 @@ async fn inspect<S, B, ResBody>(
     req: Request<B>,
 ) -> Reply<ResBody, S::Error>
 where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send,
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
     ResBody: Body<Data = Bytes> + Send + 'static,
@@ -163,17 +164,17 @@ where
     };
     let envelope = match Envelope::parse(&bytes) {
         Ok(Some(envelope)) => envelope,
-        Ok(None) => return forward(inner, parts, bytes).await,
+        Ok(None) => return forward(inner, parts, bytes, None).await,
         Err(e) => return Ok(reply(e, None)),
     };
     if envelope.is_legacy(&parts.headers) {
         parts
             .extensions
             .insert(TaskContext::refused(TaskRefused::LegacyEra));
-        return forward(inner, parts, bytes).await;
+        return forward(inner, parts, bytes, envelope.id.as_ref()).await;
     }
     if !is_owned_method(&envelope.method) {
-        return forward(inner, parts, bytes).await;
+        return forward(inner, parts, bytes, envelope.id.as_ref()).await;
     }
     let span = tracing::debug_span!("mcp_tasks", method = %envelope.method);
     async move {
@@ -195,13 +196,14 @@ where
 async fn route<S, B, ResBody>(
     shared: Arc<Shared>,
     inner: S,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
     envelope: Envelope,
 ) -> Reply<ResBody, S::Error>
 where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
-    S::Future: Send,
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
     B: Body<Data = Bytes> + Send + 'static,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
@@ -227,7 +229,14 @@ where
         }
         "tools/call" => {
             let tool = envelope.param("name").and_then(Value::as_str).unwrap_or("");
-            let mode = shared.mode_for(tool);
+            let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
+            let mode = shared.mode_for_call(tool, arguments);
+            if let TaskMode::Auto { after } = mode
+                && declared
+            {
+                let id = id.cloned();
+                return crate::auto::call(shared, inner, parts, bytes, id, after).await;
+            }
             if mode == TaskMode::Required && !declared {
                 return Ok(reply(RpcError::tasks_extension_required(), id));
             }
@@ -240,39 +249,18 @@ where
         }
         "server/discover" => discover(&shared, inner, parts, bytes, id).await,
         "subscriptions/listen" => {
-            if let Some(task_ids) = envelope
-                .param("notifications")
-                .and_then(|n| n.get("taskIds"))
-            {
-                if !declared {
-                    return Ok(reply(RpcError::tasks_extension_required(), id));
-                }
-                let valid = task_ids.as_array().is_some_and(|ids| {
-                    ids.len() <= shared.config.max_listen_task_ids
-                        && ids.iter().all(Value::is_string)
-                });
-                if !valid {
-                    return Ok(reply(
-                        RpcError::invalid_params(
-                            "taskIds must be an array of at most 1000 strings",
-                        ),
-                        id,
-                    ));
-                }
-            }
-            parts
-                .extensions
-                .insert(TaskContext::refused(TaskRefused::NotToolCall));
-            forward(inner, parts, bytes).await
+            crate::listen::listen(&shared, inner, parts, bytes, &envelope, declared).await
         }
-        _ => forward(inner, parts, bytes).await,
+        _ => forward(inner, parts, bytes, id).await,
     }
 }
 
-async fn forward<S, B, ResBody>(
+/// Hands a request the layer has read to the inner service, unchanged.
+pub(crate) async fn forward<S, B, ResBody>(
     mut inner: S,
     parts: http::request::Parts,
     bytes: Bytes,
+    id: Option<&Value>,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -280,7 +268,7 @@ where
     let response = inner
         .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
         .await?;
-    Ok(refuse_stray_task(response))
+    Ok(refuse_stray_task(response, id))
 }
 
 /// `tasks/get`, `tasks/update` and `tasks/cancel`, owner-scoped. A foreign task

@@ -553,10 +553,7 @@ impl TaskRecord {
             "lastUpdatedAt".into(),
             Value::String(self.updated_at.to_rfc3339()),
         );
-        map.insert(
-            "ttlMs".into(),
-            self.ttl_ms.map_or(Value::Null, |ttl| Value::from(ttl)),
-        );
+        map.insert("ttlMs".into(), self.ttl_ms.map_or(Value::Null, Value::from));
         if let Some(poll) = self.poll_interval_ms {
             map.insert("pollIntervalMs".into(), Value::from(poll));
         }

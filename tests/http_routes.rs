@@ -904,3 +904,23 @@ async fn an_inner_error_on_tools_call_comes_back_unchanged() {
     assert_eq!(reply.body, server.inner.last_sent());
     assert_eq!(reply.code(), Some(-32602));
 }
+
+#[tokio::test]
+async fn a_legacy_task_outcome_is_refused_with_the_request_id() {
+    // Without a version header the layer reads the body to tell the era, so it knows
+    // the id. (With a legacy header it decides from headers alone and answers `null`.)
+    let server = Server::standard().await;
+    let client = server.client();
+    let body = json!({"jsonrpc": "2.0", "id": 77, "method": "tools/call",
+        "params": {"name": "respond_task", "arguments": {}}});
+    let request = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(Frames::full(Bytes::from(
+            serde_json::to_vec(&body).unwrap(),
+        )))
+        .unwrap();
+    let reply = client.send(request).await;
+    assert_eq!(reply.code(), Some(-32603));
+    assert_eq!(reply.json["id"], 77);
+}
