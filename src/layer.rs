@@ -10,7 +10,7 @@ use tower_layer::Layer;
 use crate::context::TaskMode;
 use crate::error::ConfigError;
 use crate::janitor::{DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION, Janitor};
-use crate::notify::TaskNotifier;
+use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
 use crate::shared::{Config, PrincipalFn, Shared};
 use crate::store::TaskStore;
@@ -95,6 +95,12 @@ impl TasksLayer {
         Janitor::new(self.shared.store.clone(), interval, retention)
     }
 
+    /// The notifier that feeds this layer's listen streams (see
+    /// [`TasksLayerBuilder::listen_notifier`]).
+    pub fn listen_notifier(&self) -> ListenNotifier {
+        self.shared.listen.clone()
+    }
+
     /// Whether the extension is switched on.
     pub fn is_enabled(&self) -> bool {
         self.shared.config.enabled
@@ -115,12 +121,14 @@ pub struct TasksLayerBuilder {
     store: Arc<dyn TaskStore>,
     config: Config,
     notifier: Option<Arc<dyn TaskNotifier>>,
+    listen: ListenNotifier,
     principal: Option<PrincipalFn>,
     server_name: Option<(String, String)>,
 }
 
 impl TasksLayerBuilder {
     fn new(store: Arc<dyn TaskStore>) -> Self {
+        let listen = ListenNotifier::default();
         TasksLayerBuilder {
             store,
             config: Config {
@@ -138,7 +146,8 @@ impl TasksLayerBuilder {
                 max_listen_task_ids: MAX_LISTEN_TASK_IDS,
                 keep_alive: DEFAULT_KEEP_ALIVE,
             },
-            notifier: None,
+            notifier: Some(Arc::new(listen.clone())),
+            listen,
             principal: None,
             server_name: None,
         }
@@ -225,10 +234,21 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// The hook told about every task change; `None` turns notifications off.
+    /// The hook told about every task change, in place of the default
+    /// [`ListenNotifier`] (which sends `notifications/tasks` to listen streams).
+    ///
+    /// A custom notifier that should keep listen delivery calls
+    /// [`listen_notifier`](Self::listen_notifier) from its `task_changed`. `None`
+    /// turns notifications off: a listen then agrees to no task ids.
     pub fn with_notifier(mut self, notifier: Option<Arc<dyn TaskNotifier>>) -> Self {
         self.notifier = notifier;
         self
+    }
+
+    /// The notifier that feeds this layer's listen streams: the default notifier,
+    /// for a custom one to call so that listen delivery keeps working.
+    pub fn listen_notifier(&self) -> ListenNotifier {
+        self.listen.clone()
     }
 
     /// Janitor timings: sweep every `interval`; keep terminal tasks without a TTL for
@@ -294,12 +314,10 @@ impl TasksLayerBuilder {
         }
         let janitor = self.config.janitor;
         let enabled = self.config.enabled;
-        let shared = Arc::new(Shared::new(
-            self.store,
-            self.config,
-            self.notifier,
-            self.principal,
-        ));
+        let shared = Arc::new(
+            Shared::new(self.store, self.config, self.notifier, self.principal)
+                .with_listen(self.listen),
+        );
         let layer = TasksLayer { shared };
         if let (Some(_), true) = (janitor, enabled) {
             match tokio::runtime::Handle::try_current() {

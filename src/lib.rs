@@ -74,6 +74,7 @@ mod input;
 mod janitor;
 mod jsonrpc;
 mod layer;
+mod listen;
 mod notify;
 mod service;
 mod shared;
@@ -99,6 +100,7 @@ pub use layer::{
     DEFAULT_KEEP_ALIVE, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_ROWS,
     DEFAULT_TTL, MAX_LISTEN_TASK_IDS, TasksLayer, TasksLayerBuilder,
 };
+pub use notify::ListenNotifier;
 pub use notify::TaskNotifier;
 pub use service::TasksService;
 pub use store::{BoxFuture, CreateLimits, MemoryStore, TaskStore, Updated};

@@ -1,5 +1,10 @@
-//! Change notifications: a hook that runs right after each store write.
+//! Change notifications: a hook that runs right after each store write, and the
+//! default one, which feeds `subscriptions/listen` streams.
 
+use std::fmt;
+use std::sync::Arc;
+
+use crate::listen::Registry;
 use crate::task::TaskRecord;
 
 /// Told about every change to a task, right after the store write, in the process
@@ -19,5 +24,73 @@ where
 {
     fn task_changed(&self, task: &TaskRecord) {
         self(task)
+    }
+}
+
+/// The default notifier: sends each change as `notifications/tasks` to the
+/// `subscriptions/listen` streams that named the task.
+///
+/// A stream receives a task only when its principal owns the task (a task made
+/// without a principal reaches only unauthenticated streams) and its
+/// acknowledgment listed the id. Delivery never waits: the change is left in the
+/// stream's slot for that task, replacing any older state the stream has not sent
+/// yet, so a slow or stalled client holds at most one pending state per task it
+/// named. Closing a stream removes it at once.
+///
+/// Every layer has one, over the registry of that layer's streams; get it from
+/// [`TasksLayerBuilder::listen_notifier`](crate::TasksLayerBuilder::listen_notifier).
+/// A custom notifier that should keep listen delivery calls it:
+///
+/// ```
+/// use std::sync::Arc;
+/// use mcp_tasks::{MemoryStore, TaskNotifier, TaskRecord, TasksLayer};
+///
+/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// let builder = TasksLayer::builder(MemoryStore::new()).without_janitor();
+/// let listen = builder.listen_notifier();
+/// let notifier = move |task: &TaskRecord| {
+///     listen.task_changed(task); // keep notifications/tasks on listen streams
+///     tracing::info!(status = %task.status, "task changed");
+/// };
+/// let layer = builder.with_notifier(Some(Arc::new(notifier))).build()?;
+/// # drop(layer);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct ListenNotifier {
+    registry: Arc<Registry>,
+}
+
+impl ListenNotifier {
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// How many listen streams are open on this layer (each one a client's
+    /// `subscriptions/listen` that named task ids).
+    pub fn stream_count(&self) -> usize {
+        self.registry.stream_count()
+    }
+
+    /// For each open stream, how many task states wait to be written to it. Never
+    /// more than the number of tasks the stream named.
+    #[doc(hidden)]
+    pub fn pending_counts(&self) -> Vec<usize> {
+        self.registry.pending_counts()
+    }
+}
+
+impl TaskNotifier for ListenNotifier {
+    fn task_changed(&self, task: &TaskRecord) {
+        self.registry.deliver(task);
+    }
+}
+
+impl fmt::Debug for ListenNotifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenNotifier")
+            .field("streams", &self.stream_count())
+            .finish()
     }
 }

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 
 use crate::context::{TaskMode, TaskSpec};
 use crate::error::{RpcError, StoreError};
-use crate::notify::TaskNotifier;
+use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::store::{CreateLimits, TaskStore, Updated};
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) notifier: Option<Arc<dyn TaskNotifier>>,
     pub(crate) principal: Option<PrincipalFn>,
+    /// The registry of this layer's listen streams (fed by the default notifier).
+    pub(crate) listen: ListenNotifier,
     waiters: Mutex<HashMap<TaskId, Arc<Notify>>>,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
@@ -56,9 +58,17 @@ impl Shared {
             config,
             notifier,
             principal,
+            listen: ListenNotifier::default(),
             waiters: Mutex::new(HashMap::new()),
             _janitor_stop: Mutex::new(None),
         }
+    }
+
+    /// Uses `listen` (the builder's, which its default notifier feeds) as the
+    /// registry of listen streams.
+    pub(crate) fn with_listen(mut self, listen: ListenNotifier) -> Self {
+        self.listen = listen;
+        self
     }
 
     pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {

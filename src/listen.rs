@@ -1,0 +1,906 @@
+//! `subscriptions/listen`: the `taskIds` filter, the registry of open listen
+//! streams, and the SSE body that merges `notifications/tasks` into the inner
+//! service's stream (or serves a tasks-only stream when the inner service has no
+//! listen support).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt as _;
+use serde_json::{Map, Value, json};
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use crate::body::{BoxBody, RequestBody, ResponseBody};
+use crate::context::{TaskContext, TaskRefused};
+use crate::error::{BoxError, RpcError};
+use crate::future::refuse_stray_task;
+use crate::jsonrpc::{Envelope, META_SUBSCRIPTION_ID};
+use crate::shared::Shared;
+use crate::sse;
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp};
+
+const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
+
+/// Handles a modern `subscriptions/listen` request that reached the layer.
+///
+/// Without `params.notifications.taskIds` the request is the inner service's
+/// business alone and passes through. With it: the ids are checked, kept only when
+/// the caller owns the task, registered, and removed from the forwarded request; the
+/// inner service's stream is then wrapped so that its acknowledgment lists the
+/// agreed ids and task notifications are merged in.
+pub(crate) async fn listen<S, B, ResBody>(
+    shared: &Shared,
+    mut inner: S,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    envelope: &Envelope,
+    declared: bool,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
+    S::Future: Send,
+    B: Body<Data = Bytes> + Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let id = envelope.id.as_ref();
+    parts
+        .extensions
+        .insert(TaskContext::refused(TaskRefused::NotToolCall));
+    let requested = envelope
+        .param("notifications")
+        .and_then(|n| n.get("taskIds"));
+    let (Some(requested), Some(subscription_id)) = (requested, id.filter(|v| !v.is_null())) else {
+        return forward(inner, parts, bytes).await;
+    };
+    if !declared {
+        return Ok(reply(RpcError::tasks_extension_required(), id));
+    }
+    let requested = match requested.as_array() {
+        Some(ids)
+            if ids.len() <= shared.config.max_listen_task_ids
+                && ids.iter().all(Value::is_string) =>
+        {
+            ids
+        }
+        _ => {
+            return Ok(reply(
+                RpcError::invalid_params("taskIds must be an array of at most 1000 strings"),
+                id,
+            ));
+        }
+    };
+
+    // Register before reading the tasks, so that no change made while they are
+    // read is missed; ids the caller does not own are dropped right after, and are
+    // never delivered in between (delivery checks the owner).
+    let owner = shared.principal(&parts);
+    let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
+    if shared.notifier.is_some() {
+        let mut seen = HashSet::with_capacity(requested.len());
+        for text in requested.iter().filter_map(Value::as_str) {
+            if let Ok(task) = text.parse::<TaskId>()
+                && seen.insert(task)
+            {
+                candidates.push(task);
+            }
+        }
+    }
+    let mut subscription = shared
+        .listen
+        .registry()
+        .register(owner.clone(), &candidates);
+    let now = Timestamp::now();
+    let mut agreed = Vec::with_capacity(candidates.len());
+    for task in candidates {
+        match shared
+            .store
+            .get(&task, Scope::Owner(owner.as_ref()), now)
+            .await
+        {
+            Ok(Some(_)) => agreed.push(task),
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "task store failed while checking listen ids"),
+        }
+    }
+    subscription.retain(&agreed);
+    let agreed_ids: Vec<Value> = agreed
+        .iter()
+        .map(|t| Value::String(t.to_string()))
+        .collect();
+
+    let stream = Stream {
+        subscription,
+        subscription_id: subscription_id.clone(),
+        keep_alive: shared.config.keep_alive,
+    };
+    let bytes = without_task_ids(&bytes).unwrap_or(bytes);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    let response = inner
+        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .await?;
+    let (mut head, body) = response.into_parts();
+    if !head.status.is_success() || !sse::is_event_stream(&head.headers) {
+        tracing::debug!(
+            status = head.status.as_u16(),
+            "the inner service has no listen stream; serving task notifications alone"
+        );
+        return Ok(tasks_only(stream, agreed_ids));
+    }
+    let body: BoxBody = Box::pin(body.map_err(Into::into));
+    let cap = shared.config.max_response_bytes;
+    match first_message(body, cap).await {
+        First::Acknowledged {
+            mut ack,
+            rest,
+            body,
+        } => {
+            let params = object_entry(&mut ack, "params");
+            let meta = object_entry_in(params, "_meta");
+            meta.insert(META_SUBSCRIPTION_ID.into(), stream.subscription_id.clone());
+            let notifications = object_entry_in(params, "notifications");
+            notifications.insert("taskIds".into(), Value::Array(agreed_ids));
+            let ack = sse::data_event(&serde_json::to_vec(&ack).unwrap_or_default());
+            head.headers.remove(header::CONTENT_LENGTH);
+            head.headers
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            let body = ListenBody::new(stream, ack, rest, Some(body));
+            Ok(Response::from_parts(
+                head,
+                ResponseBody::boxed(Box::pin(body)),
+            ))
+        }
+        First::Other { rest, body } => {
+            tracing::warn!(
+                "the inner listen stream did not start with an acknowledgment; sending one"
+            );
+            let ack = acknowledgment(&stream.subscription_id, agreed_ids);
+            head.headers.remove(header::CONTENT_LENGTH);
+            head.headers
+                .insert("x-accel-buffering", HeaderValue::from_static("no"));
+            let body = ListenBody::new(stream, ack, rest, Some(body));
+            Ok(Response::from_parts(
+                head,
+                ResponseBody::boxed(Box::pin(body)),
+            ))
+        }
+        First::Unsupported => {
+            tracing::debug!(
+                "the inner service refused the listen; serving task notifications alone"
+            );
+            Ok(tasks_only(stream, agreed_ids))
+        }
+    }
+}
+
+fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+    error.to_response(id).map(ResponseBody::full)
+}
+
+async fn forward<S, B, ResBody>(
+    mut inner: S,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+{
+    let response = inner
+        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .await?;
+    Ok(refuse_stray_task(response, None))
+}
+
+/// The request body with `params.notifications.taskIds` removed: the inner service
+/// never sees the extension's field.
+fn without_task_ids(bytes: &[u8]) -> Option<Bytes> {
+    let mut message: Value = serde_json::from_slice(bytes).ok()?;
+    message
+        .get_mut("params")?
+        .get_mut("notifications")?
+        .as_object_mut()?
+        .remove("taskIds")?;
+    serde_json::to_vec(&message).ok().map(Bytes::from)
+}
+
+fn object_entry<'a>(value: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
+    }
+    match value {
+        Value::Object(map) => object_entry_in(map, key),
+        _ => unreachable!("made an object above"),
+    }
+}
+
+fn object_entry_in<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let entry = map
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    match entry {
+        Value::Object(map) => map,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+/// The layer's own acknowledgment: only the task ids, for a stream the inner
+/// service does not serve.
+fn acknowledgment(subscription_id: &Value, task_ids: Vec<Value>) -> Bytes {
+    let message = json!({
+        "jsonrpc": "2.0",
+        "method": ACKNOWLEDGED,
+        "params": {
+            "_meta": {META_SUBSCRIPTION_ID: subscription_id},
+            "notifications": {"taskIds": task_ids},
+        },
+    });
+    sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
+}
+
+fn tasks_only<B>(stream: Stream, task_ids: Vec<Value>) -> Response<ResponseBody<B>> {
+    let ack = acknowledgment(&stream.subscription_id, task_ids);
+    let body = ListenBody::new(stream, ack, Bytes::new(), None);
+    let mut response = Response::new(ResponseBody::boxed(Box::pin(body)));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// `data: {"jsonrpc":"2.0","method":"notifications/tasks","params":{"_meta":{…},`
+/// for one subscription: a task's DetailedTask fields follow.
+fn notification_prefix(subscription_id: &Value) -> Bytes {
+    let mut meta = Map::with_capacity(1);
+    meta.insert(META_SUBSCRIPTION_ID.into(), subscription_id.clone());
+    let meta = serde_json::to_string(&meta).unwrap_or_else(|_| "{}".into());
+    Bytes::from(format!(
+        "data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tasks\",\"params\":{{\"_meta\":{meta},"
+    ))
+}
+
+/// How the inner service's listen stream began.
+enum First {
+    /// With its acknowledgment; `rest` is what followed it in the bytes read.
+    Acknowledged {
+        ack: Value,
+        rest: Bytes,
+        body: BoxBody,
+    },
+    /// With some other message (kept in `rest`, from that message on).
+    Other { rest: Bytes, body: BoxBody },
+    /// With an error, or nothing at all: no listen support.
+    Unsupported,
+}
+
+/// Reads the inner stream up to its first message. Comments before it are dropped.
+async fn first_message(mut body: BoxBody, cap: usize) -> First {
+    let mut buf = BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => return First::Unsupported,
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "the inner listen stream failed before its acknowledgment");
+                return First::Unsupported;
+            }
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                buf.extend_from_slice(&data);
+            }
+        }
+        for event in sse::events(&buf) {
+            let Some(data) = event.data else {
+                continue;
+            };
+            let message = serde_json::from_str::<Value>(&data).unwrap_or(Value::Null);
+            if message.get("error").is_some() && message.get("method").is_none() {
+                return First::Unsupported;
+            }
+            if message.get("method").and_then(Value::as_str) == Some(ACKNOWLEDGED) {
+                let rest = buf.split_off(event.range.end).freeze();
+                return First::Acknowledged {
+                    ack: message,
+                    rest,
+                    body,
+                };
+            }
+            let rest = buf.split_off(event.range.start).freeze();
+            return First::Other { rest, body };
+        }
+        if buf.len() > cap {
+            tracing::warn!("the inner listen stream sent too much before its first message");
+            return First::Unsupported;
+        }
+    }
+}
+
+/// What a listen body needs besides the inner stream.
+struct Stream {
+    subscription: Subscription,
+    subscription_id: Value,
+    keep_alive: Duration,
+}
+
+/// The response body of a listen request carrying task ids: the acknowledgment,
+/// then the inner service's events (whole events only) with the stream's task
+/// notifications between them, and keep-alive comments while idle.
+struct ListenBody {
+    stream: Stream,
+    /// Written first: the acknowledgment.
+    head: Option<Bytes>,
+    /// The inner service's stream; `None` for a tasks-only stream.
+    inner: Option<BoxBody>,
+    /// The unfinished inner event read so far.
+    partial: BytesMut,
+    /// How far `partial` has been scanned for event boundaries.
+    scanned: usize,
+    /// Where the line being scanned starts in `partial`.
+    line_start: usize,
+    idle: Option<Pin<Box<Sleep>>>,
+    /// The start of every task notification on this stream, up to the task's
+    /// own fields (made on first use).
+    prefix: Bytes,
+    /// The inner service ended the stream.
+    finished: bool,
+}
+
+impl ListenBody {
+    fn new(stream: Stream, ack: Bytes, rest: Bytes, inner: Option<BoxBody>) -> Self {
+        let mut body = ListenBody {
+            stream,
+            head: Some(ack),
+            inner,
+            partial: BytesMut::new(),
+            scanned: 0,
+            line_start: 0,
+            idle: None,
+            prefix: Bytes::new(),
+            finished: false,
+        };
+        body.partial.extend_from_slice(&rest);
+        body
+    }
+
+    /// Splits off the whole events at the front of `partial`, if any.
+    fn whole_events(&mut self) -> Option<Bytes> {
+        let mut boundary = None;
+        for i in self.scanned..self.partial.len() {
+            if self.partial[i] != b'\n' {
+                continue;
+            }
+            let line = &self.partial[self.line_start..i];
+            if line.is_empty() || line == b"\r" {
+                boundary = Some(i + 1);
+            }
+            self.line_start = i + 1;
+        }
+        self.scanned = self.partial.len();
+        let end = boundary?;
+        self.scanned -= end;
+        self.line_start -= end;
+        Some(self.partial.split_to(end).freeze())
+    }
+
+    fn sent(&mut self) {
+        if let Some(idle) = &mut self.idle {
+            idle.as_mut().reset(Instant::now() + self.stream.keep_alive);
+        }
+    }
+
+    /// The pending task notifications as SSE events, or `None` after arranging to
+    /// be woken by the next one.
+    fn notifications(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        let changes = self.stream.subscription.slot.take_or_wait(cx.waker())?;
+        if self.prefix.is_empty() {
+            self.prefix = notification_prefix(&self.stream.subscription_id);
+        }
+        let mut out = BytesMut::new();
+        for change in changes {
+            // `{"taskId":…}` becomes `<prefix>"taskId":…}}`: the task's JSON is
+            // written once per change, whatever the number of streams.
+            let Some(task) = change.detailed().and_then(|t| t.strip_prefix(b"{")) else {
+                continue;
+            };
+            out.reserve(self.prefix.len() + task.len() + 3);
+            out.extend_from_slice(&self.prefix);
+            out.extend_from_slice(task);
+            out.extend_from_slice(b"}\n\n");
+        }
+        (!out.is_empty()).then(|| out.freeze())
+    }
+}
+
+impl Body for ListenBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        if let Some(head) = this.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(head))));
+        }
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        loop {
+            // Task notifications go only between whole inner events.
+            if this.partial.is_empty()
+                && let Some(events) = this.notifications(cx)
+            {
+                this.sent();
+                return Poll::Ready(Some(Ok(Frame::data(events))));
+            }
+            if !this.partial.is_empty()
+                && let Some(events) = this.whole_events()
+            {
+                this.sent();
+                return Poll::Ready(Some(Ok(Frame::data(events))));
+            }
+            let Some(inner) = &mut this.inner else {
+                break;
+            };
+            match inner.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        this.partial.extend_from_slice(&data);
+                        continue;
+                    }
+                    Err(_trailers) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => {
+                    this.inner = None;
+                    return Poll::Ready(Some(Err(e)));
+                }
+                Poll::Ready(None) => {
+                    // The inner service ended the subscription (its result event
+                    // has passed through): so does this stream.
+                    this.inner = None;
+                    this.finished = true;
+                    this.stream.subscription.close();
+                    let rest = std::mem::take(&mut this.partial);
+                    return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest.freeze()))));
+                }
+                Poll::Pending => break,
+            }
+        }
+        if this.partial.is_empty() {
+            let keep_alive = this.stream.keep_alive;
+            let idle = this
+                .idle
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(keep_alive)));
+            if idle.as_mut().poll(cx).is_ready() {
+                this.sent();
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The registry of listen streams.
+
+/// Every open listen stream of one layer, indexed by the task ids it was agreed.
+#[derive(Default)]
+pub(crate) struct Registry {
+    state: Mutex<RegistryState>,
+}
+
+#[derive(Default)]
+struct RegistryState {
+    next_id: u64,
+    streams: HashMap<u64, Arc<Slot>>,
+    by_task: HashMap<TaskId, HashMap<u64, Arc<Slot>>>,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, RegistryState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a stream for `principal` naming `tasks`; it stays until the returned
+    /// guard is dropped.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        principal: Option<Principal>,
+        tasks: &[TaskId],
+    ) -> Subscription {
+        let slot = Arc::new(Slot {
+            principal,
+            state: Mutex::new(SlotState {
+                tasks: tasks.iter().map(|t| (*t, TaskSlot::default())).collect(),
+                order: VecDeque::new(),
+                waker: None,
+                closed: false,
+            }),
+        });
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state.streams.insert(id, slot.clone());
+        for task in tasks {
+            state
+                .by_task
+                .entry(*task)
+                .or_default()
+                .insert(id, slot.clone());
+        }
+        Subscription {
+            registry: self.clone(),
+            id,
+            tasks: tasks.to_vec(),
+            slot,
+        }
+    }
+
+    /// Hands a changed task to every stream that named it and whose principal owns
+    /// it. Never waits on a reader.
+    pub(crate) fn deliver(&self, record: &TaskRecord) {
+        let state = self.lock();
+        let Some(streams) = state.by_task.get(&record.id) else {
+            return;
+        };
+        let mut shared: Option<Arc<Change>> = None;
+        for slot in streams.values() {
+            if slot.principal.as_ref() != record.owner.as_ref() {
+                continue;
+            }
+            let change = shared.get_or_insert_with(|| Arc::new(Change::new(record.clone())));
+            slot.offer(change);
+        }
+    }
+
+    pub(crate) fn stream_count(&self) -> usize {
+        self.lock().streams.len()
+    }
+
+    pub(crate) fn pending_counts(&self) -> Vec<usize> {
+        let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
+        slots.iter().map(|s| s.lock().order.len()).collect()
+    }
+
+    /// Removes a stream and its index entries.
+    fn remove(&self, id: u64, tasks: &[TaskId]) {
+        let mut state = self.lock();
+        state.streams.remove(&id);
+        state.unindex(id, tasks);
+    }
+
+    /// Removes some tasks of a stream from the index.
+    fn remove_tasks(&self, id: u64, tasks: &[TaskId]) {
+        self.lock().unindex(id, tasks);
+    }
+}
+
+impl RegistryState {
+    fn unindex(&mut self, id: u64, tasks: &[TaskId]) {
+        for task in tasks {
+            if let Some(streams) = self.by_task.get_mut(task) {
+                streams.remove(&id);
+                if streams.is_empty() {
+                    self.by_task.remove(task);
+                }
+            }
+        }
+    }
+}
+
+/// One changed task, shared by every stream it goes to.
+struct Change {
+    record: TaskRecord,
+    /// The DetailedTask JSON, written by the first stream that needs it.
+    detailed: OnceLock<Option<Bytes>>,
+}
+
+impl Change {
+    fn new(record: TaskRecord) -> Self {
+        Change {
+            record,
+            detailed: OnceLock::new(),
+        }
+    }
+
+    fn detailed(&self) -> Option<&Bytes> {
+        self.detailed
+            .get_or_init(
+                || match serde_json::to_vec(&self.record.to_detailed_json()) {
+                    Ok(json) => Some(Bytes::from(json)),
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not serialize a task notification");
+                        None
+                    }
+                },
+            )
+            .as_ref()
+    }
+}
+
+/// One stream's mailbox: per named task, at most one state waiting to be written.
+struct Slot {
+    principal: Option<Principal>,
+    state: Mutex<SlotState>,
+}
+
+struct SlotState {
+    tasks: HashMap<TaskId, TaskSlot>,
+    /// Tasks with a pending state, oldest first.
+    order: VecDeque<TaskId>,
+    waker: Option<Waker>,
+    closed: bool,
+}
+
+#[derive(Default)]
+struct TaskSlot {
+    pending: Option<Arc<Change>>,
+    /// The newest revision queued or written, so that a late, older state is
+    /// never written after a newer one.
+    revision: Option<u64>,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn offer(&self, change: &Arc<Change>) {
+        let record = &change.record;
+        let waker = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            if state.closed {
+                return;
+            }
+            let Some(task) = state.tasks.get_mut(&record.id) else {
+                return;
+            };
+            if task.revision.is_some_and(|r| record.revision <= r) {
+                return;
+            }
+            task.revision = Some(record.revision);
+            if task.pending.replace(change.clone()).is_none() {
+                state.order.push_back(record.id);
+            }
+            state.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Takes every pending state, oldest first; with none, keeps `waker` to be woken
+    /// by the next one.
+    fn take_or_wait(&self, waker: &Waker) -> Option<Vec<Arc<Change>>> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        if state.order.is_empty() {
+            match &state.waker {
+                Some(w) if w.will_wake(waker) => {}
+                _ => state.waker = Some(waker.clone()),
+            }
+            return None;
+        }
+        let mut out = Vec::with_capacity(state.order.len());
+        while let Some(task) = state.order.pop_front() {
+            if let Some(record) = state.tasks.get_mut(&task).and_then(|t| t.pending.take()) {
+                out.push(record);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A registered stream; dropping it removes the stream from the registry.
+pub(crate) struct Subscription {
+    registry: Arc<Registry>,
+    id: u64,
+    tasks: Vec<TaskId>,
+    slot: Arc<Slot>,
+}
+
+impl Subscription {
+    /// Keeps only `tasks` (the agreed ids), dropping any other id and its pending
+    /// state.
+    pub(crate) fn retain(&mut self, tasks: &[TaskId]) {
+        let keep: HashSet<&TaskId> = tasks.iter().collect();
+        let dropped: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|t| !keep.contains(t))
+            .copied()
+            .collect();
+        if dropped.is_empty() {
+            return;
+        }
+        self.registry.remove_tasks(self.id, &dropped);
+        self.tasks.retain(|t| keep.contains(t));
+        let mut state = self.slot.lock();
+        for task in &dropped {
+            state.tasks.remove(task);
+        }
+        let state = &mut *state;
+        let tasks = &state.tasks;
+        state.order.retain(|t| tasks.contains_key(t));
+    }
+
+    fn close(&mut self) {
+        self.slot.lock().closed = true;
+        self.registry.remove(self.id, &self.tasks);
+        self.tasks.clear();
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.registry.remove(self.id, &self.tasks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::task::Wake;
+
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn record(id: TaskId, owner: Option<&str>, revision: u64, message: &str) -> TaskRecord {
+        let mut r = TaskRecord::new(id, owner.map(Principal::from), Timestamp(1));
+        r.revision = revision;
+        r.status_message = Some(message.into());
+        r
+    }
+
+    #[test]
+    fn a_stream_keeps_only_the_newest_state_per_task() {
+        let registry = Arc::new(Registry::default());
+        let (a, b) = (TaskId::random(), TaskId::random());
+        let sub = registry.register(None, &[a, b]);
+        for revision in 1..=10_000 {
+            registry.deliver(&record(a, None, revision, &revision.to_string()));
+            registry.deliver(&record(b, None, revision, "b"));
+            assert!(registry.pending_counts().iter().all(|&n| n <= 2));
+        }
+        // A late, older state never overtakes a newer one.
+        registry.deliver(&record(a, None, 3, "stale"));
+        let counter = Arc::new(Count(0.into()));
+        let waker = Waker::from(counter.clone());
+        let taken = sub.slot.take_or_wait(&waker).unwrap();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[0].record.id, a);
+        assert_eq!(taken[0].record.status_message.as_deref(), Some("10000"));
+        assert!(sub.slot.take_or_wait(&waker).is_none());
+        registry.deliver(&record(a, None, 10_000, "again"));
+        assert!(
+            sub.slot.take_or_wait(&waker).is_none(),
+            "same revision twice"
+        );
+        registry.deliver(&record(b, None, 10_001, "b"));
+        assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn delivery_follows_ownership() {
+        let registry = Arc::new(Registry::default());
+        let task = TaskId::random();
+        let alice = registry.register(Some(Principal::from("alice")), &[task]);
+        let bob = registry.register(Some(Principal::from("bob")), &[task]);
+        let anonymous = registry.register(None, &[task]);
+        let waker = Waker::noop();
+        registry.deliver(&record(task, Some("alice"), 1, "x"));
+        assert_eq!(alice.slot.take_or_wait(waker).map(|v| v.len()), Some(1));
+        assert!(bob.slot.take_or_wait(waker).is_none());
+        assert!(anonymous.slot.take_or_wait(waker).is_none());
+        registry.deliver(&record(task, None, 2, "x"));
+        assert!(alice.slot.take_or_wait(waker).is_none());
+        assert_eq!(anonymous.slot.take_or_wait(waker).map(|v| v.len()), Some(1));
+    }
+
+    #[test]
+    fn dropping_and_narrowing_deregister() {
+        let registry = Arc::new(Registry::default());
+        let (kept, dropped) = (TaskId::random(), TaskId::random());
+        let mut sub = registry.register(None, &[kept, dropped]);
+        registry.deliver(&record(dropped, None, 1, "x"));
+        sub.retain(&[kept]);
+        assert_eq!(registry.pending_counts(), vec![0]);
+        assert!(!registry.lock().by_task.contains_key(&dropped));
+        registry.deliver(&record(dropped, None, 2, "x"));
+        assert_eq!(registry.pending_counts(), vec![0]);
+        assert_eq!(registry.stream_count(), 1);
+        drop(sub);
+        assert_eq!(registry.stream_count(), 0);
+        assert!(registry.lock().by_task.is_empty());
+    }
+
+    fn body(rest: &[u8]) -> ListenBody {
+        let registry = Arc::new(Registry::default());
+        let stream = Stream {
+            subscription: registry.register(None, &[]),
+            subscription_id: json!(1),
+            keep_alive: Duration::from_secs(60),
+        };
+        ListenBody::new(stream, Bytes::new(), Bytes::copy_from_slice(rest), None)
+    }
+
+    #[test]
+    fn only_whole_events_are_split_off() {
+        let mut b = body(b"data: {\"a\":1}\n\ndata: {\"b\"");
+        assert_eq!(&b.whole_events().unwrap()[..], b"data: {\"a\":1}\n\n");
+        assert!(b.whole_events().is_none());
+        b.partial.extend_from_slice(b":2}\r\n");
+        assert!(b.whole_events().is_none());
+        b.partial.extend_from_slice(b"\r\n: c\n");
+        assert_eq!(&b.whole_events().unwrap()[..], b"data: {\"b\":2}\r\n\r\n");
+        b.partial.extend_from_slice(b"\n");
+        assert_eq!(&b.whole_events().unwrap()[..], b": c\n\n");
+        assert!(b.partial.is_empty());
+    }
+
+    #[test]
+    fn a_notification_is_one_data_line_of_the_detailed_task() {
+        let mut b = body(b"");
+        b.stream.subscription_id = json!("a \"quoted\"\nid");
+        let task = TaskId::random();
+        b.stream.subscription = b.stream.subscription.registry.register(None, &[task]);
+        let mut r = record(task, None, 1, "hi");
+        r.result = Some(json!({"content": []}));
+        b.stream.subscription.registry.deliver(&r);
+        let bytes = b
+            .notifications(&mut Context::from_waker(Waker::noop()))
+            .unwrap();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert_eq!(text.matches('\n').count(), 2);
+        let line = text.strip_prefix("data: ").unwrap().trim_end();
+        let message: Value = serde_json::from_str(line).unwrap();
+        let mut params = r.to_detailed_json();
+        params.insert(
+            "_meta".into(),
+            json!({META_SUBSCRIPTION_ID: "a \"quoted\"\nid"}),
+        );
+        assert_eq!(
+            message,
+            json!({"jsonrpc": "2.0", "method": "notifications/tasks", "params": params})
+        );
+    }
+
+    #[test]
+    fn task_ids_are_removed_from_the_forwarded_request() {
+        let request = br#"{"jsonrpc":"2.0","id":3,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"taskIds":["x"]}}}"#;
+        let forwarded: Value = serde_json::from_slice(&without_task_ids(request).unwrap()).unwrap();
+        assert_eq!(
+            forwarded["params"]["notifications"],
+            json!({"toolsListChanged": true})
+        );
+        assert!(without_task_ids(br#"{"params":{"notifications":{}}}"#).is_none());
+    }
+}

@@ -1,0 +1,606 @@
+//! `subscriptions/listen` and `notifications/tasks` through real HTTP SSE streams on
+//! loopback: the acknowledgment, ownership, every status change, merging with the
+//! inner service's stream, bounded memory, disconnects and notifier failures.
+
+mod listen_support;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use listen_support::{
+    CountingStore, ListenSupport, Server, builder, meta, sse_event, within, without_meta,
+};
+use mcp_tasks::{
+    InputRequest, InputRequests, MemoryStore, RpcError, TaskId, TaskNotifier, TaskRecord,
+};
+use serde_json::{Value, json};
+
+const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+fn id(text: &str) -> TaskId {
+    text.parse().unwrap()
+}
+
+/// The message is the acknowledgment, for `subscription`, agreeing to exactly
+/// `notifications`.
+fn assert_ack(message: &Value, subscription: Value, notifications: Value) {
+    assert_eq!(
+        message,
+        &json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+            "params": {"_meta": {SUB_ID: subscription}, "notifications": notifications}}),
+    );
+}
+
+#[tokio::test]
+async fn the_ack_comes_first_and_lists_only_the_callers_tasks() {
+    let server = Server::start(ListenSupport::NotFound).await;
+    let client = server.client();
+    let alice = client.create_task(Some("alice")).await;
+    let bob = client.create_task(Some("bob")).await;
+    let anonymous = client.create_task(None).await;
+    let unknown = TaskId::random().to_string();
+
+    let mut stream = client
+        .listen(
+            Some("alice"),
+            json!(7),
+            &[&bob, &alice, &anonymous, &unknown, "not-a-task-id", &alice],
+        )
+        .await;
+    assert_eq!(stream.status, 200);
+    assert_eq!(stream.headers["content-type"], "text/event-stream");
+    assert_eq!(stream.headers["x-accel-buffering"], "no");
+    let first = stream.next_event().await.unwrap();
+    assert_eq!(first.data_lines, 1);
+    assert!(first.comments.is_empty());
+    assert_ack(
+        first.data.as_ref().unwrap(),
+        json!(7),
+        json!({"taskIds": [alice]}),
+    );
+    assert_eq!(server.listen.stream_count(), 1);
+
+    // A caller that owns nothing it named gets an empty agreement.
+    let mut empty = client
+        .listen(Some("carol"), json!(8), &[&alice, &bob])
+        .await;
+    assert_ack(
+        &empty.next_message().await,
+        json!(8),
+        json!({"taskIds": []}),
+    );
+}
+
+#[tokio::test]
+async fn the_inner_ack_keeps_its_fields_and_gains_the_task_ids() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let task = client.create_task(Some("alice")).await;
+    let foreign = client.create_task(Some("bob")).await;
+    let mut stream = client
+        .listen_with(
+            Some("alice"),
+            json!("sub-1"),
+            json!({"toolsListChanged": true, "promptsListChanged": true, "taskIds": [task, foreign]}),
+            true,
+        )
+        .await;
+    assert_eq!(stream.headers["x-accel-buffering"], "no");
+    assert_ack(
+        &stream.next_message().await,
+        json!("sub-1"),
+        json!({"toolsListChanged": true, "taskIds": [task]}),
+    );
+    // The inner service never sees the extension's field.
+    let inner = server.inner_listen(0).await;
+    assert_eq!(
+        inner.request["params"]["notifications"],
+        json!({"toolsListChanged": true, "promptsListChanged": true})
+    );
+    assert_eq!(inner.request["params"]["_meta"], meta(true));
+    assert_eq!(inner.request["id"], "sub-1");
+}
+
+#[tokio::test]
+async fn the_subscription_id_keeps_its_json_type() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    for subscription in [json!(42), json!("42"), json!("listen-α")] {
+        let mut stream = client.listen(None, subscription.clone(), &[&task]).await;
+        let ack = stream.next_message().await;
+        assert_eq!(ack["params"]["_meta"][SUB_ID], subscription);
+        server
+            .tasks
+            .progress(&id(&task), format!("for {subscription}"))
+            .await
+            .unwrap();
+        let params = stream.next_task().await;
+        assert_eq!(params["_meta"], json!({SUB_ID: subscription}));
+        assert_eq!(params["statusMessage"], format!("for {subscription}"));
+    }
+}
+
+#[tokio::test]
+async fn a_stream_never_sees_another_principals_task() {
+    let server = Server::start(ListenSupport::NotFound).await;
+    let client = server.client();
+    let alice = client.create_task(Some("alice")).await;
+    let bob = client.create_task(Some("bob")).await;
+    let anonymous = client.create_task(None).await;
+    let all = [alice.as_str(), bob.as_str(), anonymous.as_str()];
+
+    let mut streams = Vec::new();
+    for (user, own) in [
+        (Some("alice"), &alice),
+        (Some("bob"), &bob),
+        (None, &anonymous),
+    ] {
+        let mut stream = client.listen(user, json!(1), &all).await;
+        assert_ack(
+            &stream.next_message().await,
+            json!(1),
+            json!({"taskIds": [own]}),
+        );
+        streams.push((stream, own.clone()));
+    }
+    for round in 0..20 {
+        for task in all {
+            server
+                .tasks
+                .progress(&id(task), format!("round {round}"))
+                .await
+                .unwrap();
+        }
+    }
+    // A last change per task: whatever a stream was handed before it arrives first.
+    for task in all {
+        server.tasks.progress(&id(task), "last").await.unwrap();
+    }
+    for (mut stream, own) in streams {
+        let seen = stream.tasks_until(|p| p["statusMessage"] == "last").await;
+        assert!(
+            seen.iter().all(|p| p["taskId"] == own.as_str()),
+            "a foreign task reached a stream: {seen:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_status_change_is_pushed_and_equals_tasks_get() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let user = Some("alice");
+    let first = client.create_task(user).await;
+    let second = client.create_task(user).await;
+    let third = client.create_task(user).await;
+    let mut stream = client
+        .listen(user, json!(5), &[&first, &second, &third])
+        .await;
+    stream.next_message().await;
+    let tasks = server.tasks.clone();
+
+    // Each change is read, then compared with tasks/get before the next one.
+    let mut check = async |task: &str, status: &str| {
+        let params = stream.next_task().await;
+        assert_eq!(params["_meta"], json!({SUB_ID: 5}));
+        assert_eq!(params["status"], status, "{params}");
+        assert!(params.get("resultType").is_none());
+        assert_eq!(without_meta(&params), client.get_detailed(user, task).await);
+        params
+    };
+
+    tasks.progress(&id(&first), "Step 1").await.unwrap();
+    let params = check(&first, "working").await;
+    assert_eq!(params["statusMessage"], "Step 1");
+
+    let requests = InputRequests::new()
+        .with("go", InputRequest::confirm("Go on?", "ok"))
+        .status_message("Waiting");
+    tasks.require_input(&id(&first), requests).await.unwrap();
+    let params = check(&first, "input_required").await;
+    assert_eq!(
+        params["inputRequests"]["go"]["method"],
+        "elicitation/create"
+    );
+
+    let waiter = tokio::spawn({
+        let tasks = tasks.clone();
+        let task = id(&first);
+        async move { tasks.wait_for_input(&task).await }
+    });
+    let answer = json!({"action": "accept", "content": {"ok": true}});
+    let ack = client
+        .task_method(
+            user,
+            "tasks/update",
+            &first,
+            json!({"inputResponses": {"go": answer}}),
+        )
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete");
+    let params = check(&first, "working").await;
+    assert!(params.get("inputRequests").is_none());
+    let answers = within("the worker's answers", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answers["go"], answer);
+
+    let result = json!({"content": [{"type": "text", "text": "done"}], "isError": false});
+    tasks.complete(&id(&first), result).await.unwrap();
+    let params = check(&first, "completed").await;
+    assert_eq!(params["result"]["content"][0]["text"], "done");
+
+    tasks
+        .fail(&id(&second), RpcError::internal("backend crashed"))
+        .await
+        .unwrap();
+    let params = check(&second, "failed").await;
+    assert_eq!(
+        params["error"],
+        json!({"code": -32603, "message": "backend crashed"})
+    );
+    assert!(params.get("result").is_none());
+
+    let ack = client
+        .task_method(user, "tasks/cancel", &third, json!({}))
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete");
+    check(&third, "cancelled").await;
+}
+
+#[tokio::test]
+async fn wait_for_input_wakes_on_the_answer_without_polling_the_store() {
+    let store = Arc::new(CountingStore::default());
+    let server = Server::with(ListenSupport::NotFound, builder(store.clone())).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let requests = InputRequests::new().with("name", InputRequest::confirm("Name?", "name"));
+    server
+        .tasks
+        .require_input(&id(&task), requests)
+        .await
+        .unwrap();
+
+    let before = store.gets.load(Ordering::SeqCst);
+    let mut waiter = tokio::spawn({
+        let tasks = server.tasks.clone();
+        let task = id(&task);
+        async move { tasks.wait_for_input(&task).await }
+    });
+    within("the worker's first read", async {
+        while store.gets.load(Ordering::SeqCst) == before {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let settled = store.gets.load(Ordering::SeqCst);
+    // Nothing is answered yet: the worker waits, and reads nothing meanwhile.
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut waiter).await;
+    assert!(early.is_err(), "wait_for_input resolved without an answer");
+    assert_eq!(
+        store.gets.load(Ordering::SeqCst),
+        settled,
+        "the worker polled"
+    );
+
+    let answer = json!({"action": "accept", "content": {"name": "Ada"}});
+    client
+        .task_method(
+            None,
+            "tasks/update",
+            &task,
+            json!({"inputResponses": {"name": answer}}),
+        )
+        .await
+        .result();
+    let answers = within("the worker's wake-up", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answers["name"], answer);
+}
+
+#[tokio::test]
+async fn an_unread_stream_keeps_at_most_one_state_per_task() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let a = client.create_task(None).await;
+    let b = client.create_task(None).await;
+    let mut stream = client.listen(None, json!(1), &[&a, &b]).await;
+    stream.next_message().await;
+
+    const UPDATES: usize = 5_000;
+    for n in 1..=UPDATES {
+        server.tasks.progress(&id(&a), n.to_string()).await.unwrap();
+        server.tasks.progress(&id(&b), n.to_string()).await.unwrap();
+        let pending = server.listen.pending_counts();
+        assert_eq!(pending.len(), 1);
+        assert!(pending[0] <= 2, "{pending:?} pending after {n} updates");
+    }
+    server
+        .tasks
+        .complete(&id(&a), json!({"content": []}))
+        .await
+        .unwrap();
+    server
+        .tasks
+        .complete(&id(&b), json!({"content": []}))
+        .await
+        .unwrap();
+
+    // Reading now: states arrive in order per task and end with the newest.
+    let mut last = [0usize; 2];
+    let mut done = [false; 2];
+    while done != [true, true] {
+        let params = stream.next_task().await;
+        let k = usize::from(params["taskId"] == b.as_str());
+        if params["status"] == "completed" {
+            done[k] = true;
+            continue;
+        }
+        assert!(!done[k], "a state arrived after the final one");
+        let n: usize = params["statusMessage"].as_str().unwrap().parse().unwrap();
+        assert!(n > last[k], "an older state after a newer one");
+        last[k] = n;
+    }
+}
+
+#[tokio::test]
+async fn closing_a_stream_deregisters_it_at_once() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let mut merged = client.listen(None, json!(1), &[&task]).await;
+    merged.next_message().await;
+    let mut other = client.listen(None, json!(2), &[&task]).await;
+    other.next_message().await;
+    assert_eq!(server.listen.stream_count(), 2);
+    let inner = server.inner_listen(0).await;
+    let inner_sender = inner.sender.clone().unwrap();
+
+    drop(merged);
+    server
+        .registry_until("one stream left", |l| l.stream_count() == 1)
+        .await;
+    // The inner service's stream is closed with it.
+    within("the inner stream to close", inner_sender.closed()).await;
+
+    drop(other);
+    server
+        .registry_until("no stream left", |l| l.stream_count() == 0)
+        .await;
+    assert!(server.listen.pending_counts().is_empty());
+    // Changes after the disconnect go nowhere and cost nothing.
+    server.tasks.progress(&id(&task), "after").await.unwrap();
+    assert_eq!(server.listen.stream_count(), 0);
+}
+
+#[tokio::test]
+async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let mut stream = client
+        .listen_with(
+            None,
+            json!(9),
+            json!({"toolsListChanged": true, "taskIds": [task]}),
+            true,
+        )
+        .await;
+    stream.next_message().await;
+    let mut inner = server.inner_listen(0).await;
+    let sender = inner.sender.take().unwrap();
+    within("the ack chunk taken", inner.taken.recv()).await;
+
+    let changed = sse_event(
+        &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+        "params": {"_meta": {SUB_ID: 9}}}),
+    );
+    let (head, tail) = changed.split_at(25);
+    sender.send(bytes::Bytes::copy_from_slice(head)).unwrap();
+    within("the half event taken", inner.taken.recv()).await;
+    // A task change while the inner event is half written waits for its end.
+    server.tasks.progress(&id(&task), "between").await.unwrap();
+    sender.send(bytes::Bytes::copy_from_slice(tail)).unwrap();
+    let message = stream.next_message().await;
+    assert_eq!(message["method"], "notifications/tools/list_changed");
+    let params = stream.next_task().await;
+    assert_eq!(params["statusMessage"], "between");
+
+    // A graceful end: the inner result goes through, then the stream ends.
+    let result = json!({"jsonrpc": "2.0", "id": 9, "result": {"resultType": "complete", "_meta": {SUB_ID: 9}}});
+    sender.send(sse_event(&result)).unwrap();
+    drop(sender);
+    assert_eq!(stream.next_message().await, result);
+    assert!(stream.next_event().await.is_none());
+    server
+        .registry_until("the ended stream is gone", |l| l.stream_count() == 0)
+        .await;
+}
+
+#[tokio::test]
+async fn an_inner_service_without_listen_support_gets_a_tasks_only_stream() {
+    for support in [ListenSupport::NotFound, ListenSupport::SseError] {
+        let server = Server::start(support).await;
+        let client = server.client();
+        let task = client.create_task(Some("alice")).await;
+        let mut stream = client
+            .listen_with(
+                Some("alice"),
+                json!(3),
+                json!({"toolsListChanged": true, "taskIds": [task]}),
+                true,
+            )
+            .await;
+        assert_eq!(stream.status, 200, "{support:?}");
+        assert_eq!(stream.headers["content-type"], "text/event-stream");
+        assert_eq!(stream.headers["x-accel-buffering"], "no");
+        assert_ack(
+            &stream.next_message().await,
+            json!(3),
+            json!({"taskIds": [task]}),
+        );
+        server
+            .tasks
+            .complete(&id(&task), json!({"content": []}))
+            .await
+            .unwrap();
+        let params = stream.next_task().await;
+        assert_eq!(params["status"], "completed");
+        assert_eq!(
+            without_meta(&params),
+            client.get_detailed(Some("alice"), &task).await
+        );
+    }
+}
+
+#[tokio::test]
+async fn idle_streams_get_keep_alive_comments() {
+    let layer = builder(Arc::new(MemoryStore::new())).with_keep_alive(Duration::from_millis(50));
+    let server = Server::with(ListenSupport::Stream, layer).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let mut stream = client.listen(None, json!(1), &[&task]).await;
+    stream.next_message().await;
+    for _ in 0..2 {
+        let event = stream.next_event().await.unwrap();
+        assert_eq!(event.data, None);
+        assert_eq!(event.comments, vec!["keep-alive".to_owned()]);
+    }
+}
+
+#[tokio::test]
+async fn listen_requests_are_checked_before_anything_is_forwarded() {
+    let server = Server::start(ListenSupport::Stream).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let listen = |notifications: Value, declare: bool| {
+        json!({"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen",
+            "params": {"notifications": notifications, "_meta": meta(declare)}})
+    };
+
+    let reply = client
+        .call(None, &listen(json!({"taskIds": [task]}), false), None)
+        .await;
+    assert_eq!((reply.status.as_u16(), reply.code()), (400, Some(-32021)));
+    assert_eq!(
+        reply.message["error"]["data"]["requiredCapabilities"]["extensions"],
+        json!({"io.modelcontextprotocol/tasks": {}})
+    );
+    assert_eq!(reply.message["id"], 4);
+
+    let too_many: Vec<String> = (0..1001).map(|_| TaskId::random().to_string()).collect();
+    for bad in [json!("x"), json!([1]), json!(too_many)] {
+        let reply = client
+            .call(None, &listen(json!({"taskIds": bad}), true), None)
+            .await;
+        assert_eq!(reply.code(), Some(-32602));
+    }
+    let at_most: Vec<String> = (0..1000).map(|_| TaskId::random().to_string()).collect();
+    let mut stream = client
+        .listen_with(None, json!(4), json!({"taskIds": at_most}), true)
+        .await;
+    assert_ack(
+        &stream.next_message().await,
+        json!(4),
+        json!({"taskIds": []}),
+    );
+    drop(stream);
+
+    // Without taskIds the listen is the inner service's alone.
+    let mut plain = client
+        .listen_with(None, json!(5), json!({"toolsListChanged": true}), false)
+        .await;
+    assert_ack(
+        &plain.next_message().await,
+        json!(5),
+        json!({"toolsListChanged": true}),
+    );
+    server
+        .registry_until("only the plain stream", |l| l.stream_count() == 0)
+        .await;
+}
+
+#[tokio::test]
+async fn a_disabled_layer_leaves_task_ids_to_the_inner_service() {
+    let layer = builder(Arc::new(MemoryStore::new())).with_enabled(false);
+    let server = Server::with(ListenSupport::Stream, layer).await;
+    let client = server.client();
+    let task = TaskId::random().to_string();
+    let mut stream = client
+        .listen_with(None, json!(1), json!({"taskIds": [task]}), true)
+        .await;
+    // An unknown field to the inner service, so absent from its acknowledgment.
+    assert_ack(&stream.next_message().await, json!(1), json!({}));
+    let inner = server.inner_listen(0).await;
+    assert_eq!(
+        inner.request["params"]["notifications"],
+        json!({"taskIds": [task]})
+    );
+    assert_eq!(server.listen.stream_count(), 0);
+}
+
+#[derive(Debug)]
+struct Panicking(mcp_tasks::ListenNotifier);
+
+impl TaskNotifier for Panicking {
+    fn task_changed(&self, task: &TaskRecord) {
+        self.0.task_changed(task);
+        panic!("notifier failure");
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_notifier_fails_neither_request_nor_worker() {
+    let layer = builder(Arc::new(MemoryStore::new()));
+    let notifier = Panicking(layer.listen_notifier());
+    let server = Server::with(
+        ListenSupport::NotFound,
+        layer.with_notifier(Some(Arc::new(notifier))),
+    )
+    .await;
+    let client = server.client();
+    let task = client.create_task(Some("alice")).await;
+    let mut stream = client.listen(Some("alice"), json!(1), &[&task]).await;
+    assert_ack(
+        &stream.next_message().await,
+        json!(1),
+        json!({"taskIds": [task]}),
+    );
+
+    // The worker's write stands and is delivered, though the notifier panicked.
+    server
+        .tasks
+        .progress(&id(&task), "still here")
+        .await
+        .unwrap();
+    assert_eq!(stream.next_task().await["statusMessage"], "still here");
+    // So does a client's.
+    let ack = client
+        .task_method(Some("alice"), "tasks/cancel", &task, json!({}))
+        .await;
+    assert_eq!(ack.result()["resultType"], "complete");
+    assert_eq!(stream.next_task().await["status"], "cancelled");
+    let got = client.get_detailed(Some("alice"), &task).await;
+    assert_eq!(got["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn without_a_notifier_a_listen_agrees_to_no_task() {
+    let layer = builder(Arc::new(MemoryStore::new())).with_notifier(None);
+    let server = Server::with(ListenSupport::Stream, layer).await;
+    let client = server.client();
+    let task = client.create_task(None).await;
+    let mut stream = client.listen(None, json!(1), &[&task]).await;
+    assert_ack(
+        &stream.next_message().await,
+        json!(1),
+        json!({"taskIds": []}),
+    );
+    server.tasks.progress(&id(&task), "unseen").await.unwrap();
+    assert!(server.listen.pending_counts().iter().all(|&n| n == 0));
+}
