@@ -145,7 +145,11 @@ impl ServerHandler for Demo {
         let args = request.arguments.unwrap_or_default();
         match request.name.as_ref() {
             "build" => {
-                let seconds = args.get("seconds").and_then(Value::as_u64).unwrap_or(3).min(600);
+                let seconds = args
+                    .get("seconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(3)
+                    .min(600);
                 let tasks = self.tasks.clone();
                 let spec = TaskSpec::new()
                     .poll_interval(Duration::from_secs(1))
@@ -176,7 +180,10 @@ impl ServerHandler for Demo {
                     None => Err(ErrorData::internal_error("tasks are not available", None)),
                 }
             }
-            other => Err(ErrorData::invalid_params(format!("unknown tool {other}"), None)),
+            other => Err(ErrorData::invalid_params(
+                format!("unknown tool {other}"),
+                None,
+            )),
         }
     }
 }

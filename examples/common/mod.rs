@@ -62,8 +62,11 @@ fn not_found() -> Response<ExampleBody> {
 /// Serves `service` at `/mcp` on `listener` until `shutdown` resolves, one task per
 /// connection, with `TCP_NODELAY` on every accepted socket (SSE replies go out in
 /// small writes).
-pub(crate) async fn serve<S, B>(listener: TcpListener, service: S, shutdown: impl Future<Output = ()>)
-where
+pub(crate) async fn serve<S, B>(
+    listener: TcpListener,
+    service: S,
+    shutdown: impl Future<Output = ()>,
+) where
     S: Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
         + Send
