@@ -247,6 +247,52 @@ pub enum TaskMode {
     /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
     /// before the inner service is called.
     Required,
+    /// Retrofit: the layer makes the task, so the inner server needs no change.
+    ///
+    /// For a client that declared the extension, the layer runs the inner call in
+    /// the background, detached from the client's connection. An answer within
+    /// `after` reaches the client unchanged; otherwise the client gets a
+    /// `CreateTaskResult` and the inner call's eventual JSON-RPC response finishes
+    /// the task (`result` → `completed`, `error` → `failed`). `tasks/cancel` drops
+    /// the inner call's future. An MRTR `input_required` answer is relayed as the
+    /// task's input requests and the call re-sent once they are answered. A client
+    /// that did not declare the extension gets the plain synchronous call.
+    ///
+    /// A task with a TTL stops its inner call shortly before the TTL runs out (in
+    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`] before) and becomes
+    /// `failed` with -32603, so that a poller learns why before the task expires.
+    ///
+    /// The inner handler sees a request without the tasks extension in its
+    /// `_meta` client capabilities, and a [`TaskContext`] that refuses to make a
+    /// task: it cannot nest one.
+    Auto {
+        /// How long the client waits for the inner answer before it gets a task.
+        after: Duration,
+    },
+}
+
+/// The longest margin before its TTL at which a running
+/// [`TaskMode::Auto`] task is stopped and marked `failed`.
+pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
+
+pub(crate) type PolicyFn =
+    dyn Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static;
+
+/// A per-call mode decision over the tool name and its arguments, set with
+/// [`TasksLayerBuilder::with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
+#[derive(Clone)]
+pub(crate) struct TaskPolicy(pub(crate) Arc<PolicyFn>);
+
+impl TaskPolicy {
+    pub(crate) fn decide(&self, tool: &str, arguments: &serde_json::Value) -> Option<TaskMode> {
+        (self.0)(tool, arguments)
+    }
+}
+
+impl fmt::Debug for TaskPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TaskPolicy")
+    }
 }
 
 #[cfg(test)]

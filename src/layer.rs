@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tower_layer::Layer;
 
-use crate::context::TaskMode;
+use crate::context::{TaskMode, TaskPolicy};
 use crate::error::ConfigError;
 use crate::janitor::{DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION, Janitor};
 use crate::notify::{ListenNotifier, TaskNotifier};
@@ -142,6 +142,7 @@ impl TasksLayerBuilder {
                 server_info: None,
                 tool_modes: HashMap::new(),
                 default_mode: TaskMode::Optional,
+                task_policy: None,
                 janitor: Some((DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION)),
                 max_listen_task_ids: MAX_LISTEN_TASK_IDS,
                 keep_alive: DEFAULT_KEEP_ALIVE,
@@ -221,6 +222,39 @@ impl TasksLayerBuilder {
     /// The mode of tools not configured with [`with_tool_mode`](Self::with_tool_mode).
     pub fn with_default_mode(mut self, mode: TaskMode) -> Self {
         self.config.default_mode = mode;
+        self
+    }
+
+    /// Decides the mode of each call from the tool name and its arguments
+    /// (`Value::Null` when the call has none). When the policy returns `Some`, that
+    /// mode wins over [`with_tool_mode`](Self::with_tool_mode) and
+    /// [`with_default_mode`](Self::with_default_mode); `None` falls back to them.
+    ///
+    /// Keep it cheap: it runs on every `tools/call` the layer sees.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// // Large exports run in the background; small ones keep the tool's own mode.
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_task_policy(|tool, arguments| {
+    ///         let rows = arguments.get("rows").and_then(|r| r.as_u64()).unwrap_or(0);
+    ///         (tool == "export" && rows > 10_000)
+    ///             .then_some(TaskMode::Auto { after: Duration::from_millis(500) })
+    ///     })
+    ///     .without_janitor()
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_task_policy<F>(mut self, policy: F) -> Self
+    where
+        F: Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static,
+    {
+        self.config.task_policy = Some(TaskPolicy(Arc::new(policy)));
         self
     }
 

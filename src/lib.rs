@@ -66,6 +66,7 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+mod auto;
 mod body;
 mod context;
 mod error;
@@ -87,7 +88,7 @@ pub mod test_suite;
 mod worker;
 
 pub use body::{RequestBody, ResponseBody};
-pub use context::{TaskContext, TaskMode, TaskRefused, TaskSpec};
+pub use context::{AUTO_EXPIRY_MARGIN, TaskContext, TaskMode, TaskRefused, TaskSpec};
 pub use error::{BoxError, ConfigError, EXTENSION_ID, RpcError, StoreError, TaskError};
 pub use future::ResponseFuture;
 pub use input::{InputRequest, InputRequests};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use crate::context::{TaskMode, TaskSpec};
+use crate::context::{TaskMode, TaskPolicy, TaskSpec};
 use crate::error::{RpcError, StoreError};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::store::{CreateLimits, TaskStore, Updated};
@@ -30,6 +30,7 @@ pub(crate) struct Config {
     pub(crate) server_info: Option<Value>,
     pub(crate) tool_modes: HashMap<String, TaskMode>,
     pub(crate) default_mode: TaskMode,
+    pub(crate) task_policy: Option<TaskPolicy>,
     pub(crate) janitor: Option<(Duration, Duration)>,
     pub(crate) max_listen_task_ids: usize,
     pub(crate) keep_alive: Duration,
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     /// The registry of this layer's listen streams (fed by the default notifier).
     pub(crate) listen: ListenNotifier,
     waiters: Mutex<HashMap<TaskId, Arc<Notify>>>,
+    /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
+    runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
@@ -60,6 +63,7 @@ impl Shared {
             principal,
             listen: ListenNotifier::default(),
             waiters: Mutex::new(HashMap::new()),
+            runners: Mutex::new(HashMap::new()),
             _janitor_stop: Mutex::new(None),
         }
     }
@@ -84,6 +88,50 @@ impl Shared {
             .get(tool)
             .copied()
             .unwrap_or(self.config.default_mode)
+    }
+
+    /// The mode of one call: the policy's decision when it makes one, otherwise the
+    /// tool's configured mode.
+    pub(crate) fn mode_for_call(&self, tool: &str, arguments: &Value) -> TaskMode {
+        self.config
+            .task_policy
+            .as_ref()
+            .and_then(|policy| policy.decide(tool, arguments))
+            .unwrap_or_else(|| self.mode_for(tool))
+    }
+
+    /// Registers the background runner of an auto task, so that cancelling the
+    /// task aborts it (and drops the inner call it is awaiting).
+    pub(crate) fn register_runner(&self, id: TaskId, runner: tokio::task::AbortHandle) {
+        self.runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, runner);
+    }
+
+    /// Forgets a runner that ended on its own.
+    pub(crate) fn forget_runner(&self, id: &TaskId) {
+        self.runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// A terminal task needs no runner: a cancelled one has its runner aborted.
+    fn stop_runner(&self, record: &TaskRecord) {
+        if !record.status.is_terminal() {
+            return;
+        }
+        let runner = self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&record.id);
+        if let Some(runner) = runner
+            && record.status == crate::task::TaskStatus::Cancelled
+        {
+            runner.abort();
+        }
     }
 
     pub(crate) fn limits(&self) -> CreateLimits {
@@ -115,6 +163,7 @@ impl Shared {
         if let Some(notify) = waiter {
             notify.notify_waiters();
         }
+        self.stop_runner(record);
     }
 
     /// A store update that tells the notifier and any waiting worker when it changed

@@ -1,0 +1,678 @@
+//! [`TaskMode::Auto`](crate::TaskMode::Auto): a `tools/call` run in the background
+//! that becomes a task when it outlasts its budget, with no change to the inner
+//! server.
+//!
+//! One runner, a spawned tokio task, owns the call from start to end. It makes the
+//! inner call; if the answer is in before the client stops waiting, it hands the
+//! answer over unchanged. Otherwise it stores a task, hands over the
+//! `CreateTaskResult`, and drives the task from the inner responses: a result
+//! completes it, a JSON-RPC error fails it, an MRTR `input_required` result is put
+//! to the client as the task's input requests and the call re-sent once they are
+//! answered. The client's request future only waits for the runner's first word,
+//! so hyper dropping it on a disconnect never touches work that became a task.
+//!
+//! Stopping is dropping: `tasks/cancel` aborts the runner through
+//! [`Shared::changed`](crate::shared::Shared), which drops the inner call's future,
+//! and the TTL margin drops it from inside the runner.
+
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, header};
+use http_body::Body;
+use http_body_util::BodyExt as _;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+use tower_service::Service;
+
+use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
+use crate::context::{AUTO_EXPIRY_MARGIN, TaskContext, TaskRefused, TaskSpec};
+use crate::error::{BoxError, EXTENSION_ID, RpcError};
+use crate::jsonrpc::{META_CLIENT_CAPABILITIES, result_response};
+use crate::shared::Shared;
+use crate::sse;
+use crate::task::{
+    ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
+    TransitionError,
+};
+
+/// Most MRTR rounds one auto task relays before it gives up with -32603.
+const MAX_INPUT_ROUNDS: u32 = 64;
+
+type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
+
+fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+    error.to_response(id).map(ResponseBody::full)
+}
+
+/// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
+/// declared the extension. `inner` must be ready (polled).
+pub(crate) async fn call<S, B, ResBody>(
+    shared: Arc<Shared>,
+    inner: S,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    id: Option<Value>,
+    after: Duration,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let owner = shared.principal(&parts);
+    let Some(call) = Call::new(parts, &bytes) else {
+        return Ok(reply(RpcError::parse_error(), id.as_ref()));
+    };
+    let (answer_tx, mut answer_rx) = oneshot::channel();
+    let (go_tx, go_rx) = oneshot::channel();
+    let (me_tx, me_rx) = oneshot::channel();
+    let runner = Runner {
+        shared,
+        spare: inner.clone(),
+        call,
+        id: id.clone(),
+        owner,
+    };
+    let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
+    let _ = me_tx.send(handle.abort_handle());
+    let answer = match tokio::time::timeout(after, &mut answer_rx).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            // Past the budget: ask the runner for a task. It may still answer with
+            // the inner response if that won the race.
+            let _ = go_tx.send(());
+            answer_rx.await
+        }
+    };
+    answer.unwrap_or_else(|_| {
+        tracing::error!("an auto task runner ended without an answer; answering -32603");
+        Ok(reply(RpcError::internal("Internal error"), id.as_ref()))
+    })
+}
+
+/// What it takes to send the original call again: the request head (its
+/// extensions included, the `Principal` with them) and the JSON-RPC message with
+/// the tasks extension removed from its client capabilities.
+struct Call {
+    method: http::Method,
+    uri: http::Uri,
+    version: http::Version,
+    headers: http::HeaderMap,
+    extensions: http::Extensions,
+    message: Map<String, Value>,
+}
+
+impl Call {
+    fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Call> {
+        let mut message: Map<String, Value> = serde_json::from_slice(bytes).ok()?;
+        strip_extension(&mut message);
+        let mut extensions = parts.extensions;
+        // The inner handler cannot make a task of its own: the layer already does.
+        extensions.insert(TaskContext::refused(TaskRefused::NotDeclared));
+        Some(Call {
+            method: parts.method,
+            uri: parts.uri,
+            version: parts.version,
+            headers: parts.headers,
+            extensions,
+            message,
+        })
+    }
+
+    fn request<B>(&self, message: &Map<String, Value>) -> Request<RequestBody<B>> {
+        let body = Bytes::from(serde_json::to_vec(message).unwrap_or_default());
+        let length = HeaderValue::from(body.len());
+        let mut request = Request::new(RequestBody::buffered(body));
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.version_mut() = self.version;
+        *request.headers_mut() = self.headers.clone();
+        request.headers_mut().insert(header::CONTENT_LENGTH, length);
+        *request.extensions_mut() = self.extensions.clone();
+        request
+    }
+
+    /// The original call as an MRTR retry: a new id, the answers under the inner
+    /// server's own keys, and its `requestState` echoed.
+    fn retry(
+        &self,
+        round: u32,
+        responses: Map<String, Value>,
+        state: Option<String>,
+    ) -> Map<String, Value> {
+        let mut message = self.message.clone();
+        message.insert(
+            "id".into(),
+            Value::String(format!("mcp-tasks-relay-{round}")),
+        );
+        if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
+            params.remove("inputResponses");
+            params.remove("requestState");
+            if !responses.is_empty() {
+                params.insert("inputResponses".into(), Value::Object(responses));
+            }
+            if let Some(state) = state {
+                params.insert("requestState".into(), Value::String(state));
+            }
+        }
+        message
+    }
+}
+
+/// Removes the tasks extension from `params._meta` client capabilities, so that
+/// an inner server that also speaks tasks cannot nest one.
+fn strip_extension(message: &mut Map<String, Value>) {
+    if let Some(extensions) = message
+        .get_mut("params")
+        .and_then(|p| p.get_mut("_meta"))
+        .and_then(|m| m.get_mut(META_CLIENT_CAPABILITIES))
+        .and_then(|c| c.get_mut("extensions"))
+        .and_then(Value::as_object_mut)
+    {
+        extensions.remove(EXTENSION_ID);
+    }
+}
+
+/// One inner exchange, its body read up to the response cap.
+enum Exchange<B, E> {
+    Full(http::response::Parts, Bytes),
+    Large(http::response::Parts, Bytes, std::pin::Pin<Box<B>>),
+    /// The body failed mid-stream.
+    Broken,
+    /// The inner service's own error.
+    Failed(E),
+}
+
+async fn exchange<S, B, ResBody>(
+    mut inner: S,
+    request: Request<RequestBody<B>>,
+    cap: usize,
+) -> Exchange<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes>,
+    ResBody::Error: Into<BoxError>,
+{
+    if let Err(e) = poll_fn(|cx| inner.poll_ready(cx)).await {
+        return Exchange::Failed(e);
+    }
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(e) => return Exchange::Failed(e),
+    };
+    let (head, body) = response.into_parts();
+    match read_up_to(body, cap).await {
+        Ok(ReadOutcome::Complete(bytes)) => Exchange::Full(head, bytes),
+        Ok(ReadOutcome::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
+        Err(e) => {
+            let e: BoxError = e.into();
+            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            Exchange::Broken
+        }
+    }
+}
+
+/// The inner answer as the client receives it, unchanged.
+fn pass_on<B, E>(exchange: Exchange<B, E>, id: Option<&Value>) -> Reply<B, E>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match exchange {
+        Exchange::Full(mut head, bytes) => {
+            if head.extensions.remove::<TaskSpec>().is_some() {
+                tracing::warn!(
+                    "a tool answered with a task where none may be made; answering -32603"
+                );
+                return Ok(reply(RpcError::internal("Internal error"), id));
+            }
+            Ok(Response::from_parts(head, ResponseBody::full(bytes)))
+        }
+        Exchange::Large(head, prefix, rest) => Ok(Response::from_parts(
+            head,
+            ResponseBody::prefixed(prefix, Box::pin(rest.map_err(Into::into))),
+        )),
+        Exchange::Broken => Ok(reply(RpcError::internal("Internal error"), id)),
+        Exchange::Failed(e) => Err(e),
+    }
+}
+
+/// What an inner answer means for the task.
+#[derive(Debug)]
+enum Step {
+    Complete(Value),
+    Fail(ErrorObject),
+    Ask {
+        requests: Map<String, Value>,
+        state: Option<String>,
+    },
+}
+
+fn internal(why: &'static str) -> Step {
+    tracing::warn!("auto task failed: {why}");
+    Step::Fail(ErrorObject::new(RpcError::INTERNAL_ERROR, "Internal error"))
+}
+
+fn classify<B, E>(exchange: Exchange<B, E>) -> Step {
+    let (mut head, bytes) = match exchange {
+        Exchange::Full(head, bytes) => (head, bytes),
+        Exchange::Large(..) => return internal("the inner response exceeds the response cap"),
+        Exchange::Broken => return internal("the inner response failed mid-stream"),
+        Exchange::Failed(_) => return internal("the inner service failed"),
+    };
+    if head.extensions.remove::<TaskSpec>().is_some() {
+        return internal("the tool asked for a task of its own");
+    }
+    let Some(mut message) = sse::find_response(&bytes, sse::is_event_stream(&head.headers)) else {
+        return internal("the inner response holds no JSON-RPC response");
+    };
+    if let Some(error) = message.get_mut("error") {
+        return match serde_json::from_value::<ErrorObject>(error.take()) {
+            Ok(error) => Step::Fail(error),
+            Err(_) => internal("the inner response holds a malformed error"),
+        };
+    }
+    let Some(Value::Object(mut result)) = message.get_mut("result").map(Value::take) else {
+        return internal("the inner response holds no result object");
+    };
+    match result.get("resultType").and_then(Value::as_str) {
+        Some("input_required") => {
+            let requests = match result.remove("inputRequests") {
+                Some(Value::Object(requests)) => requests,
+                _ => Map::new(),
+            };
+            let state = match result.remove("requestState") {
+                Some(Value::String(state)) => Some(state),
+                _ => None,
+            };
+            if requests.is_empty() && state.is_none() {
+                return internal("an input_required result without inputRequests or requestState");
+            }
+            Step::Ask { requests, state }
+        }
+        Some("task") => internal("the inner server answered with a task of its own"),
+        _ => {
+            result
+                .entry("resultType")
+                .or_insert_with(|| Value::String("complete".into()));
+            Step::Complete(Value::Object(result))
+        }
+    }
+}
+
+/// When the runner of a task stops its inner call: a margin before the TTL, so
+/// that the `failed` state is readable before the task expires.
+fn stop_at(record: &TaskRecord) -> Option<tokio::time::Instant> {
+    let ttl = record.ttl_ms?;
+    let margin = (ttl / 4).min(AUTO_EXPIRY_MARGIN.as_millis() as u64);
+    let stop = record.created_at.plus_ms(ttl - margin);
+    let left = stop.0.saturating_sub(Timestamp::now().0);
+    Some(tokio::time::Instant::now() + Duration::from_millis(left))
+}
+
+/// Forgets the runner's abort handle however the runner ends.
+struct Registered {
+    shared: Arc<Shared>,
+    task: TaskId,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.shared.forget_runner(&self.task);
+    }
+}
+
+/// A wake-up registration that is dropped even when the runner is aborted.
+struct Watch<'a> {
+    shared: &'a Shared,
+    task: TaskId,
+    notify: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        if let Some(notify) = self.notify.take() {
+            self.shared.unwatch(&self.task, notify);
+        }
+    }
+}
+
+struct Runner<S> {
+    shared: Arc<Shared>,
+    /// An unpolled clone for the MRTR retries (made ready before each use).
+    spare: S,
+    call: Call,
+    /// The client's JSON-RPC id.
+    id: Option<Value>,
+    owner: Option<Principal>,
+}
+
+impl<S> Runner<S> {
+    async fn run<B, ResBody>(
+        mut self,
+        inner: S,
+        answer: oneshot::Sender<Reply<ResBody, S::Error>>,
+        go: oneshot::Receiver<()>,
+        me: oneshot::Receiver<tokio::task::AbortHandle>,
+    ) where
+        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
+        let cap = self.shared.config.max_response_bytes;
+        let first = exchange(inner, self.call.request(&self.call.message), cap);
+        tokio::pin!(first);
+        let done = tokio::select! {
+            biased;
+            done = &mut first => Some(done),
+            go = go => match go {
+                Ok(()) => None,
+                // The client left within the budget: the call ends with its request.
+                Err(_) => return,
+            },
+        };
+        if let Some(done) = done {
+            tracing::debug!("auto call answered within its budget");
+            let _ = answer.send(pass_on(done, self.id.as_ref()));
+            return;
+        }
+        let record = match self
+            .shared
+            .create_task(self.owner.clone(), TaskSpec::new())
+            .await
+        {
+            Ok(record) => record,
+            Err(e) => {
+                let _ = answer.send(Ok(reply(e, self.id.as_ref())));
+                return;
+            }
+        };
+        let task = record.id;
+        let _registered = Registered {
+            shared: self.shared.clone(),
+            task,
+        };
+        if let Ok(me) = me.await {
+            self.shared.register_runner(task, me);
+        }
+        let mut created = Map::with_capacity(10);
+        created.insert("resultType".into(), Value::String("task".into()));
+        created.extend(record.to_summary_json());
+        self.shared.result_meta(&mut created);
+        let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
+        if answer.send(Ok(handle)).is_err() {
+            // The client left before it learned the id: no one can reach the task.
+            let _ = self
+                .shared
+                .update(&task, Scope::Any, &Transition::Cancel)
+                .await;
+            return;
+        }
+        tracing::debug!("auto call became a task");
+        match stop_at(&record) {
+            Some(at) => {
+                if tokio::time::timeout_at(at, self.drive(task, first))
+                    .await
+                    .is_err()
+                {
+                    tracing::debug!("auto task stopped at its TTL margin");
+                    self.finish(
+                        &task,
+                        Transition::Fail {
+                            error: ErrorObject::new(
+                                RpcError::INTERNAL_ERROR,
+                                "Task expired before the tool finished",
+                            ),
+                            message: Some("Task expired".into()),
+                        },
+                    )
+                    .await;
+                }
+            }
+            None => self.drive(task, first).await,
+        }
+    }
+
+    /// Turns inner answers into task states until one is final.
+    async fn drive<B, ResBody>(
+        &mut self,
+        task: TaskId,
+        first: impl Future<Output = Exchange<ResBody, S::Error>>,
+    ) where
+        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone,
+        ResBody: Body<Data = Bytes>,
+        ResBody::Error: Into<BoxError>,
+    {
+        let cap = self.shared.config.max_response_bytes;
+        let mut outcome = first.await;
+        let mut round = 0u32;
+        loop {
+            let (requests, state) = match classify(outcome) {
+                Step::Complete(result) => {
+                    let message = None;
+                    return self
+                        .finish(&task, Transition::Complete { result, message })
+                        .await;
+                }
+                Step::Fail(error) => {
+                    let message = None;
+                    return self
+                        .finish(&task, Transition::Fail { error, message })
+                        .await;
+                }
+                Step::Ask { requests, state } => (requests, state),
+            };
+            round += 1;
+            if round > MAX_INPUT_ROUNDS {
+                return self
+                    .finish(
+                        &task,
+                        internal_fail("the tool asked for input too many times"),
+                    )
+                    .await;
+            }
+            let mut responses = Map::new();
+            if !requests.is_empty() {
+                // Inner keys are unique per round only; the task's must be unique for
+                // its whole life.
+                let keys: Vec<(String, String)> = requests
+                    .keys()
+                    .map(|key| (format!("r{round}.{key}"), key.clone()))
+                    .collect();
+                let requests = requests
+                    .into_iter()
+                    .map(|(key, request)| (format!("r{round}.{key}"), request))
+                    .collect();
+                let ask = Transition::RequireInput {
+                    requests,
+                    message: None,
+                };
+                match self.shared.update(&task, Scope::Any, &ask).await {
+                    Ok(Some(updated)) => match updated.outcome {
+                        Ok(_) => {}
+                        Err(TransitionError::Terminal) => return,
+                        Err(_) => {
+                            return self
+                                .finish(&task, internal_fail("the tool asked for malformed input"))
+                                .await;
+                        }
+                    },
+                    Ok(None) => return,
+                    Err(e) => {
+                        tracing::error!(error = %e, "task store failed while relaying input requests");
+                        return;
+                    }
+                }
+                let Some(answers) = self.answers(task).await else {
+                    return;
+                };
+                for (ours, theirs) in keys {
+                    if let Some(answer) = answers.get(&ours) {
+                        responses.insert(theirs, answer.clone());
+                    }
+                }
+            }
+            let retry = self.call.retry(round, responses, state);
+            outcome = exchange(self.spare.clone(), self.call.request(&retry), cap).await;
+        }
+    }
+
+    /// Waits until no input request is outstanding; the answers collected so far.
+    /// `None` when the task ended or vanished meanwhile.
+    async fn answers(&mut self, task: TaskId) -> Option<Map<String, Value>> {
+        let watch = Watch {
+            shared: &self.shared,
+            task,
+            notify: Some(self.shared.watch(&task)),
+        };
+        let notify = watch.notify.clone()?;
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let record = match self
+                .shared
+                .store
+                .get(&task, Scope::Any, Timestamp::now())
+                .await
+            {
+                Ok(Some(record)) => record,
+                Ok(None) => return None,
+                Err(e) => {
+                    tracing::error!(error = %e, "task store failed while waiting for input");
+                    return None;
+                }
+            };
+            match record.status {
+                TaskStatus::InputRequired => notified.await,
+                TaskStatus::Working => return Some(record.input_responses),
+                _ => return None,
+            }
+        }
+    }
+
+    async fn finish(&mut self, task: &TaskId, transition: Transition) {
+        match self.shared.update(task, Scope::Any, &transition).await {
+            Ok(Some(updated)) => match updated.outcome {
+                // The client's cancel won the race: its state stands.
+                Ok(_) | Err(TransitionError::Terminal) => {}
+                Err(e) => {
+                    tracing::warn!(error = ?e, "an auto task's final state was refused");
+                    let fail = internal_fail("the tool's result could not be stored");
+                    let _ = self.shared.update(task, Scope::Any, &fail).await;
+                }
+            },
+            Ok(None) => {}
+            Err(e) => tracing::error!(error = %e, "task store failed to finish an auto task"),
+        }
+    }
+}
+
+fn internal_fail(why: &'static str) -> Transition {
+    let Step::Fail(error) = internal(why) else {
+        unreachable!("internal always fails")
+    };
+    Transition::Fail {
+        error,
+        message: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn full(body: Value, sse: bool) -> Exchange<http_body_util::Empty<Bytes>, ()> {
+        let mut response = Response::new(());
+        let bytes = if sse {
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {}});
+            Bytes::from(format!("data: {note}\n\ndata: {body}\n\n"))
+        } else {
+            Bytes::from(body.to_string())
+        };
+        Exchange::Full(response.into_parts().0, bytes)
+    }
+
+    #[test]
+    fn results_errors_and_questions_are_told_apart() {
+        let done = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": []}});
+        match classify(full(done, true)) {
+            Step::Complete(result) => assert_eq!(result["resultType"], "complete"),
+            other => panic!("{other:?}"),
+        }
+        let error = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x", "data": 7}});
+        match classify(full(error, false)) {
+            Step::Fail(error) => assert_eq!((error.code, error.data), (-32603, Some(json!(7)))),
+            other => panic!("{other:?}"),
+        }
+        let ask = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required",
+            "inputRequests": {"a": {"method": "roots/list"}}, "requestState": "s"}});
+        match classify(full(ask, false)) {
+            Step::Ask { requests, state } => {
+                assert!(requests.contains_key("a"));
+                assert_eq!(state.as_deref(), Some("s"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let empty = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required"}});
+        assert!(matches!(classify(full(empty, false)), Step::Fail(e) if e.code == -32603));
+        let nested = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task"}});
+        assert!(matches!(classify(full(nested, false)), Step::Fail(_)));
+        assert!(matches!(
+            classify::<(), ()>(Exchange::Failed(())),
+            Step::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn the_extension_is_stripped_and_retries_replace_the_mrtr_fields() {
+        let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+            "name": "t", "inputResponses": {"old": {}}, "requestState": "old",
+            "_meta": {META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}, "other": {}}}}}});
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.extensions.insert(Principal::from("alice"));
+        let call = Call::new(parts, body.to_string().as_bytes()).unwrap();
+        let extensions = &call.message["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
+        assert_eq!(extensions, &json!({"other": {}}));
+        let mut answers = Map::new();
+        answers.insert("confirm".into(), json!({"action": "accept"}));
+        let retry = call.retry(2, answers, Some("state".into()));
+        assert_eq!(retry["id"], "mcp-tasks-relay-2");
+        assert_eq!(retry["params"]["requestState"], "state");
+        assert_eq!(
+            retry["params"]["inputResponses"],
+            json!({"confirm": {"action": "accept"}})
+        );
+        let request = call.request::<()>(&retry);
+        assert_eq!(
+            request.extensions().get::<Principal>(),
+            Some(&Principal::from("alice"))
+        );
+        let ctx = TaskContext::from_extensions(request.extensions()).unwrap();
+        assert_eq!(ctx.check(), Err(TaskRefused::NotDeclared));
+        let without = call.retry(3, Map::new(), None);
+        assert!(without["params"].get("inputResponses").is_none());
+        assert!(without["params"].get("requestState").is_none());
+    }
+
+    #[test]
+    fn the_stop_leaves_a_margin_before_the_ttl() {
+        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+        assert!(stop_at(&record).is_none());
+        record.ttl_ms = Some(4_000);
+        let left = stop_at(&record).unwrap() - tokio::time::Instant::now();
+        assert!(left <= Duration::from_millis(3_000), "{left:?}");
+        assert!(left > Duration::from_millis(2_500), "{left:?}");
+    }
+}
