@@ -604,3 +604,103 @@ async fn without_a_notifier_a_listen_agrees_to_no_task() {
     server.tasks.progress(&id(&task), "unseen").await.unwrap();
     assert!(server.listen.pending_counts().iter().all(|&n| n == 0));
 }
+
+mod rmcp_inner {
+    //! The layer in front of a real rmcp server (stateless, 2026-07-28).
+
+    use std::borrow::Cow;
+    use std::sync::Arc;
+
+    use mcp_tasks::{MemoryStore, TaskContext, TaskSpec};
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+        ProtocolVersion, ServerCapabilities, ServerConfig,
+    };
+    use rmcp::service::{RequestContext, RoleServer};
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    use rmcp::{ErrorData, ServerHandler};
+    use serde_json::json;
+    use tower::Layer as _;
+
+    use super::listen_support::{Client, builder, serve, without_meta};
+    use super::{SUB_ID, id};
+
+    #[derive(Clone)]
+    struct Fixture;
+
+    impl ServerHandler for Fixture {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+                .with_server_info(Implementation::new("listen-fixture", "1.0.0"))
+        }
+
+        fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+            Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        }
+
+        async fn call_tool(
+            &self,
+            _request: CallToolRequestParams,
+            context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            let ctx = context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(TaskContext::from_parts);
+            let _ = ctx.map(|c| c.create(TaskSpec::new()));
+            Ok(CallToolResult::success(vec![ContentBlock::text("sync")]).into())
+        }
+    }
+
+    #[tokio::test]
+    async fn task_notifications_in_front_of_rmcp() {
+        for json_response in [true, false] {
+            let layer = builder(Arc::new(MemoryStore::new())).build().unwrap();
+            let rmcp = StreamableHttpService::new(
+                || Ok(Fixture),
+                Arc::new(LocalSessionManager::default()),
+                StreamableHttpServerConfig::default()
+                    .with_legacy_session_mode(false)
+                    .with_json_response(json_response)
+                    .with_sse_keep_alive(None)
+                    .with_sse_retry(None)
+                    .disable_allowed_hosts(),
+            );
+            let (addr, server) = serve(layer.layer(rmcp)).await;
+            let client = Client::new(addr);
+            let task = client.create_task(Some("alice")).await;
+            let mut stream = client
+                .listen_with(
+                    Some("alice"),
+                    json!(11),
+                    json!({"toolsListChanged": true, "taskIds": [task]}),
+                    true,
+                )
+                .await;
+            assert_eq!(stream.status, 200);
+            let ack = stream.next_message().await;
+            assert_eq!(
+                ack["method"], "notifications/subscriptions/acknowledged",
+                "{ack}"
+            );
+            assert_eq!(ack["params"]["_meta"][SUB_ID], 11);
+            // rmcp answers listen with -32601 / 404, so the layer serves the stream
+            // alone and agrees to the task ids only.
+            assert_eq!(ack["params"]["notifications"], json!({"taskIds": [task]}));
+            layer
+                .handle()
+                .complete(&id(&task), json!({"content": []}))
+                .await
+                .unwrap();
+            let params = stream.next_task().await;
+            assert_eq!(params["_meta"], json!({SUB_ID: 11}));
+            assert_eq!(
+                without_meta(&params),
+                client.get_detailed(Some("alice"), &task).await
+            );
+            server.abort();
+        }
+    }
+}

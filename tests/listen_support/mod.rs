@@ -292,26 +292,7 @@ impl Server {
         });
         let state = inner.clone();
         let service = layer.layer(tower::service_fn(move |req| handle(state.clone(), req)));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    continue;
-                };
-                socket.set_nodelay(true).unwrap();
-                let service = service.clone();
-                tokio::spawn(async move {
-                    let hyper_service =
-                        hyper::service::service_fn(move |req: Request<Incoming>| {
-                            service.clone().oneshot(req)
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(socket), hyper_service)
-                        .await;
-                });
-            }
-        });
+        let (addr, accept) = serve(service).await;
         Server {
             addr,
             tasks: layer.handle(),
@@ -360,6 +341,40 @@ impl Server {
         })
         .await;
     }
+}
+
+/// Serves `service` on 127.0.0.1:0 (HTTP/1.1, `TCP_NODELAY`) until the returned
+/// task is aborted.
+pub async fn serve<S, B>(service: S) -> (SocketAddr, JoinHandle<()>)
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<mcp_tasks::BoxError>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((socket, _)) = listener.accept().await else {
+                continue;
+            };
+            socket.set_nodelay(true).unwrap();
+            let service = service.clone();
+            tokio::spawn(async move {
+                let hyper_service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    service.clone().oneshot(req)
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(socket), hyper_service)
+                    .await;
+            });
+        }
+    });
+    (addr, accept)
 }
 
 /// The `_meta` of a modern request.
@@ -424,6 +439,11 @@ async fn connect(
 }
 
 impl Client {
+    /// A client of the server at `addr`.
+    pub fn new(addr: SocketAddr) -> Client {
+        Client { addr }
+    }
+
     /// Sends one request with the standard headers; `name` goes into `Mcp-Name`.
     pub async fn send(
         &self,
@@ -433,6 +453,7 @@ impl Client {
     ) -> (Response<Incoming>, JoinHandle<()>) {
         let (mut sender, conn) = connect(self.addr).await;
         let mut request = Request::post("/mcp")
+            .header(header::HOST, self.addr.to_string())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "application/json, text/event-stream")
             .header("mcp-protocol-version", PROTOCOL_VERSION)
@@ -485,7 +506,7 @@ impl Client {
             "params": {"name": "job", "arguments": {}, "_meta": meta(true)}});
         let reply = self.call(user, &message, Some("job")).await;
         let result = reply.result();
-        assert_eq!(result["resultType"], "task", "{result}");
+        assert_eq!(result["resultType"], "task", "{:?}", reply);
         result["taskId"].as_str().unwrap().to_owned()
     }
 
