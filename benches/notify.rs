@@ -30,6 +30,8 @@ struct Row {
     samples: usize,
     delivery: Vec<Duration>,
     all: Vec<Duration>,
+    /// How long `complete()` itself took: the writer's share of the fan-out.
+    call: Vec<Duration>,
 }
 
 /// The sample index of the task a `notifications/tasks` event names.
@@ -99,10 +101,12 @@ async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples
     let result = json!({"content": [{"type": "text", "text": "done"}]});
     let mut delivery = Vec::with_capacity(samples * streams);
     let mut all = Vec::with_capacity(samples);
+    let mut call = Vec::with_capacity(samples);
     for (i, id) in ids.iter().enumerate() {
         let task: TaskId = id.parse().unwrap();
         let started = Instant::now();
         server.tasks.complete(&task, &result).await.unwrap();
+        let call_took = started.elapsed();
         let mut last = Duration::ZERO;
         for _ in 0..streams {
             let (got, at) = tokio::time::timeout(Duration::from_secs(30), rx.recv())
@@ -118,6 +122,7 @@ async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples
         }
         if i >= WARMUP {
             all.push(last);
+            call.push(call_took);
         }
     }
     for reader in readers {
@@ -125,12 +130,14 @@ async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples
     }
     delivery.sort();
     all.sort();
+    call.sort();
     Row {
         mode,
         streams,
         samples,
         delivery,
         all,
+        call,
     }
 }
 
@@ -161,12 +168,12 @@ fn main() {
         }
     }
     println!(
-        "| stream body | streams | samples | p50 per stream (µs) | p99 per stream (µs) | p50 all streams (µs) | p99 all streams (µs) |"
+        "| stream body | streams | samples | p50 per stream (µs) | p99 per stream (µs) | p50 all streams (µs) | p99 all streams (µs) | p50 `complete()` call (µs) | p99 `complete()` call (µs) |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.mode,
             row.streams,
             row.samples,
@@ -174,6 +181,8 @@ fn main() {
             micros(percentile(&row.delivery, 0.99)),
             micros(percentile(&row.all, 0.5)),
             micros(percentile(&row.all, 0.99)),
+            micros(percentile(&row.call, 0.5)),
+            micros(percentile(&row.call, 0.99)),
         );
     }
 }
