@@ -126,9 +126,11 @@ where
         keep_alive: shared.config.keep_alive,
     };
     let bytes = without_task_ids(&bytes).unwrap_or(bytes);
-    parts
-        .headers
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    if parts.headers.contains_key(header::CONTENT_LENGTH) {
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
     let response = inner
         .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
         .await?;
