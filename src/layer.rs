@@ -13,7 +13,7 @@ use crate::janitor::{DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION, Janitor};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
 use crate::shared::{Config, PrincipalFn, Shared};
-use crate::store::TaskStore;
+use crate::store::{ChangeFeed, TaskStore};
 use crate::task::Principal;
 use crate::worker::Tasks;
 
@@ -353,6 +353,16 @@ impl TasksLayerBuilder {
                 .with_listen(self.listen),
         );
         let layer = TasksLayer { shared };
+        if enabled && let Some(feed) = layer.shared.store.subscribe() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(relay_remote_changes(Arc::downgrade(&layer.shared), feed));
+                }
+                Err(_) => tracing::warn!(
+                    "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
+                ),
+            }
+        }
         if let (Some(_), true) = (janitor, enabled) {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
@@ -373,6 +383,39 @@ impl TasksLayerBuilder {
             }
         }
         Ok(layer)
+    }
+}
+
+/// Re-reads each task another node changed and tells this node's notifier and
+/// waiting workers. Ends when the layer is gone or the feed closes.
+async fn relay_remote_changes(shared: std::sync::Weak<Shared>, mut feed: ChangeFeed) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let id = match feed.recv().await {
+            Ok(id) => id,
+            Err(RecvError::Lagged(skipped)) => {
+                tracing::warn!(
+                    skipped,
+                    "mcp-tasks: fell behind on changes from other nodes"
+                );
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        match shared
+            .store
+            .get(&id, crate::task::Scope::Any, crate::task::Timestamp::now())
+            .await
+        {
+            Ok(Some(record)) => shared.changed(&record),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node")
+            }
+        }
     }
 }
 

@@ -104,7 +104,7 @@ pub use layer::{
 pub use notify::ListenNotifier;
 pub use notify::TaskNotifier;
 pub use service::TasksService;
-pub use store::{BoxFuture, CreateLimits, MemoryStore, TaskStore, Updated};
+pub use store::{BoxFuture, ChangeFeed, CreateLimits, MemoryStore, TaskStore, Updated};
 pub use task::{
     Applied, ErrorObject, InvalidTaskId, Principal, Scope, TASK_ID_BYTES, TASK_ID_LEN, TaskId,
     TaskRecord, TaskStatus, Timestamp, Transition, TransitionError,

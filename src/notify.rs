@@ -8,7 +8,10 @@ use crate::listen::Registry;
 use crate::task::TaskRecord;
 
 /// Told about every change to a task, right after the store write, in the process
-/// that made it.
+/// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), it is
+/// also told about changes other nodes made, once this node has re-read them.
+///
+/// [`TaskStore::subscribe`]: crate::TaskStore::subscribe
 ///
 /// It runs on the writer's path (a request or a worker), so it must return quickly
 /// and never block. A panic in it is caught and logged; the write stands. Anything

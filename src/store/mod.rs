@@ -106,7 +106,20 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         now: Timestamp,
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>>;
+
+    /// Ids of tasks changed by *other* processes sharing this store, for stores
+    /// shared between nodes (`None`, the default, for a single-process store).
+    ///
+    /// The layer re-reads each announced task and tells its notifier and any worker
+    /// waiting on it, so listen streams and `wait_for_input` on this node see changes
+    /// made on another. A lagging receiver may skip ids; the next change catches up.
+    fn subscribe(&self) -> Option<ChangeFeed> {
+        None
+    }
 }
+
+/// A feed of changed task ids, from [`TaskStore::subscribe`].
+pub type ChangeFeed = tokio::sync::broadcast::Receiver<TaskId>;
 
 impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
     fn create<'a>(
@@ -142,5 +155,9 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         (**self).cleanup(now, retention)
+    }
+
+    fn subscribe(&self) -> Option<ChangeFeed> {
+        (**self).subscribe()
     }
 }
