@@ -1,1 +1,385 @@
-fn main() {}
+//! In-process cost of the layer, measured through tower's `Service` calls.
+//!
+//! - `pass_through`: a bare inner service answering `tools/list` against the same
+//!   service wrapped in `TasksLayer`, on the same modern request. The layer decides
+//!   from the headers alone and must add nothing measurable.
+//! - `tasks_get`: `tasks/get` answered by the layer from a `MemoryStore` holding
+//!   1 000 and 1 000 000 tasks, for a random existing id each iteration. The cost
+//!   must not grow with the number of stored tasks.
+//!
+//! Each pair is measured twice: by criterion, one benchmark after the other, and
+//! then interleaved (short alternating batches, median of the per-round ratios),
+//! which a busy shared machine disturbs far less. The interleaved lines are
+//! printed after each group.
+//!
+//! Run with `cargo bench --bench layer`; BENCHMARKS.md explains the numbers.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::hint::black_box;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{BatchSize, Criterion, criterion_main};
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt as _, Full};
+use mcp_tasks::{
+    BoxError, CreateLimits, EXTENSION_ID, MemoryStore, PROTOCOL_VERSION, RequestBody, TaskId,
+    TaskRecord, TaskStore, TasksLayer, Timestamp,
+};
+use serde_json::json;
+use tower::{Layer as _, Service, ServiceExt as _};
+
+/// The result every `tools/list` call answers with.
+const TOOLS_LIST_RESULT: &str = r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"echo","description":"Echoes its input","inputSchema":{"type":"object","properties":{"text":{"type":"string"}}}}],"resultType":"complete"}}"#;
+
+/// The inner MCP service: reads the request body, as a real server would, and
+/// answers a small `tools/list` result.
+async fn inner<B>(request: Request<B>) -> Result<Response<Full<Bytes>>, Infallible>
+where
+    B: Body<Data = Bytes>,
+    B::Error: std::fmt::Debug,
+{
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .expect("the request body reads")
+        .to_bytes();
+    black_box(body);
+    let mut response = Response::new(Full::new(Bytes::from_static(TOOLS_LIST_RESULT.as_bytes())));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+fn meta() -> serde_json::Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION_ID: {}}},
+    })
+}
+
+fn modern_request(method: &str, name: Option<&str>, body: Bytes) -> Request<Full<Bytes>> {
+    let mut builder = Request::post("/mcp")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", PROTOCOL_VERSION)
+        .header("mcp-method", method);
+    if let Some(name) = name {
+        builder = builder.header("mcp-name", name);
+    }
+    builder.body(Full::new(body)).expect("a valid request")
+}
+
+fn tools_list_body() -> Bytes {
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
+    Bytes::from(serde_json::to_vec(&body).expect("serializable"))
+}
+
+fn tasks_get_request(id: &str) -> Request<Full<Bytes>> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tasks/get",
+        "params": {"taskId": id, "_meta": meta()},
+    });
+    let body = Bytes::from(serde_json::to_vec(&body).expect("serializable"));
+    modern_request("tasks/get", Some(id), body)
+}
+
+/// Drives a future that never waits on anything (in-memory store, in-memory
+/// bodies) to completion without an executor, so the measurement holds only the
+/// services' own work.
+fn run<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        Poll::Ready(output) => output,
+        Poll::Pending => {
+            panic!("a benchmarked call waited on something; the bench assumes it never does")
+        }
+    }
+}
+
+/// One full exchange: readiness, call, and reading the whole response body.
+async fn exchange<S, B, RB>(service: &mut S, request: Request<B>) -> Bytes
+where
+    S: Service<Request<B>, Response = Response<RB>>,
+    S::Error: std::fmt::Debug,
+    RB: Body<Data = Bytes>,
+    RB::Error: std::fmt::Debug,
+{
+    let response = service
+        .ready()
+        .await
+        .expect("ready")
+        .call(request)
+        .await
+        .expect("the service answers");
+    assert!(response.status().is_success());
+    response
+        .into_body()
+        .collect()
+        .await
+        .expect("the response body reads")
+        .to_bytes()
+}
+
+fn pass_through(c: &mut Criterion) {
+    let body = tools_list_body();
+    let request = || modern_request("tools/list", None, body.clone());
+
+    let mut bare = tower::service_fn(inner::<Full<Bytes>>);
+    let layer = TasksLayer::builder(MemoryStore::new())
+        .without_janitor()
+        .build()
+        .expect("a valid layer");
+    let mut layered = layer.layer(tower::service_fn(inner::<RequestBody<Full<Bytes>>>));
+
+    let expected = Bytes::from_static(TOOLS_LIST_RESULT.as_bytes());
+    assert_eq!(run(exchange(&mut bare, request())), expected);
+    assert_eq!(run(exchange(&mut layered, request())), expected);
+
+    let mut group = c.benchmark_group("pass_through");
+    group
+        .sample_size(100)
+        .warm_up_time(Duration::from_secs(3))
+        .measurement_time(Duration::from_secs(15));
+    group.bench_function("bare", |b| {
+        b.iter_batched(
+            request,
+            |req| run(exchange(&mut bare, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("layered", |b| {
+        b.iter_batched(
+            request,
+            |req| run(exchange(&mut layered, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    let (bare_ns, layered_ns, ratio) = interleaved(
+        |_| request(),
+        |req| {
+            black_box(run(exchange(&mut bare, req)));
+        },
+        |req| {
+            black_box(run(exchange(&mut layered, req)));
+        },
+    );
+    println!(
+        "pass_through interleaved: bare {bare_ns:.1} ns, layered {layered_ns:.1} ns, \
+         layered/bare {ratio:.4} ({:+.2} %)",
+        (ratio - 1.0) * 100.0
+    );
+}
+
+/// A layer over a store filled with `count` working tasks, and their ids.
+fn filled_layer(count: usize) -> (TasksLayer, Vec<String>) {
+    let store = Arc::new(MemoryStore::new());
+    let now = Timestamp::now();
+    let mut ids = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = TaskId::random();
+        let mut record = TaskRecord::new(id, None, now);
+        record.ttl_ms = Some(24 * 3_600_000);
+        record.poll_interval_ms = Some(1_000);
+        record.status_message = Some("Working".to_owned());
+        run(store.create(record, CreateLimits::default())).expect("room for every task");
+        ids.push(id.to_string());
+    }
+    assert_eq!(store.len(), count);
+    let layer = TasksLayer::builder(store)
+        .with_unlimited_rows()
+        .without_janitor()
+        .build()
+        .expect("a valid layer");
+    (layer, ids)
+}
+
+/// A small deterministic generator, so both sizes see the same access pattern.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// A layer over a store of `count` tasks around the inner service, and the ids.
+fn tasks_get_service(
+    count: usize,
+) -> (
+    impl Service<
+        Request<Full<Bytes>>,
+        Response = Response<impl Body<Data = Bytes, Error = BoxError>>,
+        Error = Infallible,
+    >,
+    Vec<String>,
+) {
+    let (layer, ids) = filled_layer(count);
+    let mut service = layer.layer(tower::service_fn(inner::<RequestBody<Full<Bytes>>>));
+    let probe = run(exchange(&mut service, tasks_get_request(&ids[0])));
+    let probe: serde_json::Value = serde_json::from_slice(&probe).expect("JSON");
+    assert_eq!(probe["result"]["status"], "working", "{probe}");
+    (service, ids)
+}
+
+fn tasks_get(c: &mut Criterion) {
+    let started = Instant::now();
+    let (mut small, small_ids) = tasks_get_service(1_000);
+    let (mut large, large_ids) = tasks_get_service(1_000_000);
+    println!(
+        "tasks_get: stores filled in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut group = c.benchmark_group("tasks_get");
+    group
+        .sample_size(100)
+        .warm_up_time(Duration::from_secs(3))
+        .measurement_time(Duration::from_secs(10));
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    group.bench_function("1k", |b| {
+        b.iter_batched(
+            || tasks_get_request(&small_ids[rng.below(small_ids.len())]),
+            |req| run(exchange(&mut small, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("1M", |b| {
+        b.iter_batched(
+            || tasks_get_request(&large_ids[rng.below(large_ids.len())]),
+            |req| run(exchange(&mut large, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    let (small_ns, large_ns, ratio) = interleaved(
+        |side| {
+            let ids = if side == 0 { &small_ids } else { &large_ids };
+            tasks_get_request(&ids[rng.below(ids.len())])
+        },
+        |req| {
+            black_box(run(exchange(&mut small, req)));
+        },
+        |req| {
+            black_box(run(exchange(&mut large, req)));
+        },
+    );
+    println!(
+        "tasks_get interleaved: 1k {small_ns:.1} ns, 1M {large_ns:.1} ns, \
+         1M/1k {ratio:.4} ({:+.2} %)",
+        (ratio - 1.0) * 100.0
+    );
+}
+
+/// Rounds of the interleaved comparison, and calls per batch.
+const ROUNDS: usize = 400;
+const BATCH: usize = 1_000;
+
+/// Alternates short batches of `a` and `b` (in alternating order), so that load
+/// changes on a shared machine hit both alike. `make(side)` builds one input
+/// outside the timed part (`side` is 0 for `a`, 1 for `b`). Returns the median
+/// per-call time of each, in nanoseconds, and the median of the per-round ratios
+/// b/a.
+fn interleaved<I>(
+    mut make: impl FnMut(usize) -> I,
+    mut a: impl FnMut(I),
+    mut b: impl FnMut(I),
+) -> (f64, f64, f64) {
+    let mut times_a = Vec::with_capacity(ROUNDS);
+    let mut times_b = Vec::with_capacity(ROUNDS);
+    let mut ratios = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let inputs_a: Vec<I> = (0..BATCH).map(|_| make(0)).collect();
+        let inputs_b: Vec<I> = (0..BATCH).map(|_| make(1)).collect();
+        let mut time = |side: usize, inputs: Vec<I>| {
+            let started = Instant::now();
+            for input in inputs {
+                if side == 0 { a(input) } else { b(input) }
+            }
+            started.elapsed().as_nanos() as f64 / BATCH as f64
+        };
+        let (ta, tb) = if round % 2 == 0 {
+            let ta = time(0, inputs_a);
+            (ta, time(1, inputs_b))
+        } else {
+            let tb = time(1, inputs_b);
+            (time(0, inputs_a), tb)
+        };
+        times_a.push(ta);
+        times_b.push(tb);
+        ratios.push(tb / ta);
+    }
+    (median(times_a), median(times_b), median(ratios))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Every benchmark of this file, with criterion's command-line settings.
+fn benches() {
+    let mut criterion = Criterion::default().configure_from_args();
+    if selected(&["pass_through/bare", "pass_through/layered"]) {
+        pass_through(&mut criterion);
+    }
+    if selected(&["tasks_get/1k", "tasks_get/1M"]) {
+        tasks_get(&mut criterion);
+    }
+}
+
+/// Whether the command line's benchmark filter (if any) names one of these
+/// benchmarks, so a filtered run skips filling a million tasks it would not use.
+/// Filters are taken as plain substrings.
+fn selected(benchmarks: &[&str]) -> bool {
+    const TAKES_VALUE: &[&str] = &[
+        "--baseline",
+        "--color",
+        "--confidence-level",
+        "--format",
+        "--load-baseline",
+        "--measurement-time",
+        "--noise-threshold",
+        "--nresamples",
+        "--output-format",
+        "--plotting-backend",
+        "--profile-time",
+        "--sample-size",
+        "--save-baseline",
+        "--significance-level",
+        "--warm-up-time",
+    ];
+    let mut filters = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if TAKES_VALUE.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            filters.push(arg);
+        }
+    }
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| benchmarks.iter().any(|b| b.contains(f.as_str())))
+}
+
+criterion_main!(benches);
