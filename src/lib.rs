@@ -110,3 +110,10 @@ pub use task::{
     TaskRecord, TaskStatus, Timestamp, Transition, TransitionError,
 };
 pub use worker::Tasks;
+
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use sqlx;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use store::PostgresStore;

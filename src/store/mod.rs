@@ -19,8 +19,12 @@ use crate::error::StoreError;
 use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition, TransitionError};
 
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 
 /// A boxed, sendable future: what [`TaskStore`] methods return, so the trait stays
 /// object safe.

@@ -1,0 +1,823 @@
+//! `PostgresStore`: task records in one PostgreSQL table, shared between nodes, with
+//! changes announced through `LISTEN`/`NOTIFY`.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
+use tokio::sync::{broadcast, oneshot, watch};
+
+use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::error::{BoxError, StoreError};
+use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition};
+
+/// Reads and conditional writes an `update` tries before answering
+/// [`StoreError::Contention`].
+const MAX_ATTEMPTS: u32 = 32;
+/// Changed ids a slow subscriber may fall behind by before it skips some.
+const FEED_CAPACITY: usize = 1024;
+/// Longest accepted table name, so that the derived index and channel names stay
+/// within PostgreSQL's 63-byte identifier limit.
+const MAX_TABLE_LEN: usize = 48;
+/// First and last pause between attempts to reconnect the listener.
+const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// A durable store for several nodes: task records live in one PostgreSQL table, and
+/// every write is announced to the other nodes with `NOTIFY`.
+///
+/// # Setup
+///
+/// ```no_run
+/// use mcp_tasks::{PostgresStore, TasksLayer};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = PostgresStore::connect("postgres://app@db.internal/app")
+///     .await?
+///     .with_table("mcp_tasks")?;
+/// // Once at startup, on every node: idempotent.
+/// store.migrate().await?;
+/// // Optional: start listening for other nodes' changes before serving.
+/// store.listen().await?;
+/// let layer = TasksLayer::new(store);
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// # fn main() {}
+/// ```
+///
+/// [`migrate`](Self::migrate) creates the table and its indexes if they do not exist
+/// yet; the store never creates them on its own. The table (default `mcp_tasks`) has
+/// the columns `id bytea` (primary key, the id's 32 bytes), `owner text`, `revision
+/// bigint`, `status text`, `expires_at bigint` (milliseconds since the epoch, for
+/// records with a TTL), `retired_at bigint` (when a record without a TTL became
+/// terminal) and `record jsonb` (the whole [`TaskRecord`]). The other columns are
+/// copies of fields of `record`, kept for indexes and for operators reading the table.
+///
+/// # How the contract is kept
+///
+/// - `update` reads the row, runs [`TaskRecord::apply`] in Rust, and writes back with
+///   `UPDATE … WHERE id = $1 AND revision = $old`. A writer that lost the race reads
+///   again, up to 32 times with a short jittered pause, then answers
+///   [`StoreError::Contention`] (nothing was written).
+/// - A record expired at the `now` passed in reads as absent, swept or not; a record
+///   of another owner reads exactly like a missing one.
+/// - `create` with limits takes a transaction-scoped advisory lock (one for the table
+///   when `max_rows` is set, one per owner when `max_per_owner` is), counts, then
+///   inserts, so the caps hold across nodes. The lock serializes capped creates on the
+///   table, and each count reads at most the cap's number of index entries; expired
+///   rows not yet swept count, as in [`MemoryStore`](crate::MemoryStore).
+/// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
+///
+/// # Several nodes
+///
+/// Every successful write (a create, an update that changed the record) runs
+/// `pg_notify` in the same statement, on the channel `<table>_changes`, with the
+/// payload `<node id>:<task id>`. [`TaskStore::subscribe`] starts a background
+/// listener (on a dedicated connection, not one of the pool's) that forwards the ids
+/// written by *other* store instances; [`TasksLayer`](crate::TasksLayer) subscribes
+/// when it is built, so a `tasks/update` or `tasks/cancel` handled on one node wakes
+/// the worker waiting on another. The listener reconnects with backoff after a
+/// failure; changes made while it was disconnected are not announced again.
+///
+/// Task ids are secrets, and the notification payload carries them: any session of
+/// the same database that runs `LISTEN` on the channel sees the ids of changed tasks.
+/// Give the application its own database, or at least keep untrusted roles off it.
+/// The crate never logs an id and never puts one in an error.
+///
+/// # Connections
+///
+/// The `postgres` feature builds sqlx with the tokio runtime and no TLS. To connect
+/// with TLS, enable one of sqlx's `tls-*` features in your own `Cargo.toml` (Cargo
+/// merges features) and pass a pool to [`new`](Self::new).
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    table: String,
+    channel: String,
+    /// Tags this instance's notifications so its own listener can skip them.
+    node: String,
+    /// The first half of every advisory lock key this table's creates take.
+    lock_key: i32,
+    sql: Statements,
+    feed: Mutex<Option<Feed>>,
+}
+
+/// The SQL for one table, built once.
+struct Statements {
+    insert: SqlStr,
+    lock: SqlStr,
+    count_all: SqlStr,
+    count_owner: SqlStr,
+    count_unowned: SqlStr,
+    select: SqlStr,
+    write: SqlStr,
+    cleanup: SqlStr,
+    migrate: Vec<SqlStr>,
+}
+
+/// The background listener of one store instance; dropping it stops the listener.
+struct Feed {
+    sender: broadcast::Sender<TaskId>,
+    ready: watch::Receiver<bool>,
+    _stop: oneshot::Sender<()>,
+}
+
+impl PostgresStore {
+    /// The table name used unless [`with_table`](Self::with_table) says otherwise.
+    pub const DEFAULT_TABLE: &'static str = "mcp_tasks";
+
+    /// A store over an existing pool, on the table [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
+    pub fn new(pool: PgPool) -> Self {
+        let node = node_id();
+        PostgresStore {
+            inner: Arc::new(Inner::new(pool, Self::DEFAULT_TABLE, node)),
+        }
+    }
+
+    /// Connects a pool with sqlx's default settings to the database at `url`.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new().connect(url).await.map_err(backend)?;
+        Ok(Self::new(pool))
+    }
+
+    /// The same store on another table.
+    ///
+    /// The name must be a plain identifier: an ASCII letter or `_`, then letters,
+    /// digits or `_`, at most 48 characters (no schema prefix; the connection's
+    /// `search_path` decides the schema). It is always quoted, so its case is kept.
+    pub fn with_table(self, table: &str) -> Result<Self, StoreError> {
+        validate_table(table)?;
+        let node = self.inner.node.clone();
+        Ok(PostgresStore {
+            inner: Arc::new(Inner::new(self.inner.pool.clone(), table, node)),
+        })
+    }
+
+    /// The pool the store runs its queries on.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// The table the store keeps its records in.
+    pub fn table(&self) -> &str {
+        &self.inner.table
+    }
+
+    /// The `NOTIFY` channel the store announces its writes on: `<table>_changes`.
+    pub fn channel(&self) -> &str {
+        &self.inner.channel
+    }
+
+    /// Creates the table and its indexes unless they exist. Safe to run on every node
+    /// at every start, concurrently too (an advisory lock orders the runs).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let mut tx = inner.pool.begin().await.map_err(backend)?;
+        sqlx::query(inner.sql.lock.clone())
+            .bind(inner.lock_key)
+            .bind(i32::MIN)
+            .execute(&mut *tx)
+            .await
+            .map_err(backend)?;
+        for statement in &inner.sql.migrate {
+            sqlx::query(statement.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    /// Starts the listener for other nodes' changes, if it is not running, and waits
+    /// until it listens.
+    ///
+    /// [`TaskStore::subscribe`] starts the listener too, but cannot wait for it: a
+    /// change made in the instant before the `LISTEN` took effect is not announced.
+    /// Call this once at startup, before building the layer, to close that gap; an
+    /// unreachable database fails here instead of in the background. If the listener
+    /// was started already and is reconnecting, this waits until it is back.
+    pub async fn listen(&self) -> Result<(), StoreError> {
+        let running = self.lock_feed().as_ref().map(|feed| feed.ready.clone());
+        let mut ready = match running {
+            Some(ready) => ready,
+            None => {
+                let runtime = tokio::runtime::Handle::try_current().map_err(backend)?;
+                let listener = connect_listener(&self.listen_options(), &self.inner.channel)
+                    .await
+                    .map_err(backend)?;
+                let mut feed = self.lock_feed();
+                match &*feed {
+                    // Another caller won the race; its listener serves both.
+                    Some(running) => running.ready.clone(),
+                    None => {
+                        let started = self.start_feed(&runtime, Some(listener));
+                        let ready = started.ready.clone();
+                        *feed = Some(started);
+                        ready
+                    }
+                }
+            }
+        };
+        ready
+            .wait_for(|listening| *listening)
+            .await
+            .map(|_| ())
+            .map_err(|_| backend(Failure("the change listener stopped")))
+    }
+
+    fn lock_feed(&self) -> MutexGuard<'_, Option<Feed>> {
+        // The guarded value is replaced whole; a panic elsewhere cannot leave it torn.
+        self.inner
+            .feed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn listen_options(&self) -> PgConnectOptions {
+        (*self.inner.pool.connect_options()).clone()
+    }
+
+    fn start_feed(&self, runtime: &tokio::runtime::Handle, first: Option<PgListener>) -> Feed {
+        let (sender, _) = broadcast::channel(FEED_CAPACITY);
+        let (ready_tx, ready) = watch::channel(false);
+        let (stop, stopped) = oneshot::channel();
+        let relay = Relay {
+            options: self.listen_options(),
+            channel: self.inner.channel.clone(),
+            node: self.inner.node.clone(),
+            sender: sender.clone(),
+            ready: ready_tx,
+        };
+        runtime.spawn(relay.run(first, stopped));
+        Feed {
+            sender,
+            ready,
+            _stop: stop,
+        }
+    }
+
+    fn payload(&self, id: &TaskId) -> String {
+        format!("{}:{id}", self.inner.node)
+    }
+
+    async fn insert(&self, record: &TaskRecord, limits: CreateLimits) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let columns = Columns::of(record)?;
+        let insert = sqlx::query_scalar::<_, i64>(inner.sql.insert.clone())
+            .bind(record.id.as_bytes().to_vec())
+            .bind(columns.owner)
+            .bind(columns.revision)
+            .bind(columns.status)
+            .bind(columns.expires_at)
+            .bind(columns.retired_at)
+            .bind(columns.record)
+            .bind(inner.channel.clone())
+            .bind(self.payload(&record.id));
+        if limits.max_rows.is_none() && limits.max_per_owner.is_none() {
+            let inserted = insert.fetch_one(&inner.pool).await.map_err(backend)?;
+            return if inserted == 1 {
+                Ok(())
+            } else {
+                Err(StoreError::Duplicate)
+            };
+        }
+        let owner = record.owner.as_ref().map(|p| p.as_str());
+        let mut tx = inner.pool.begin().await.map_err(backend)?;
+        // Lock order is always table, then owner, so capped creates never deadlock.
+        let mut locks = Vec::with_capacity(2);
+        if limits.max_rows.is_some() {
+            locks.push(0);
+        }
+        if limits.max_per_owner.is_some() {
+            locks.push(owner_lock_key(owner));
+        }
+        for key in locks {
+            sqlx::query(inner.sql.lock.clone())
+                .bind(inner.lock_key)
+                .bind(key)
+                .execute(&mut *tx)
+                .await
+                .map_err(backend)?;
+        }
+        // Each count runs after the locks, so it sees every create committed before.
+        if let Some(max) = limits.max_rows {
+            let max = count_limit(max);
+            let rows: i64 = sqlx::query_scalar(inner.sql.count_all.clone())
+                .bind(max)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(backend)?;
+            if rows >= max {
+                return Err(StoreError::LimitReached);
+            }
+        }
+        if let Some(max) = limits.max_per_owner {
+            let max = count_limit(max);
+            let count = match owner {
+                Some(owner) => sqlx::query_scalar(inner.sql.count_owner.clone())
+                    .bind(owner.to_owned())
+                    .bind(max),
+                None => sqlx::query_scalar(inner.sql.count_unowned.clone()).bind(max),
+            };
+            let rows: i64 = count.fetch_one(&mut *tx).await.map_err(backend)?;
+            if rows >= max {
+                return Err(StoreError::LimitReached);
+            }
+        }
+        let inserted = insert.fetch_one(&mut *tx).await.map_err(backend)?;
+        if inserted != 1 {
+            return Err(StoreError::Duplicate);
+        }
+        tx.commit().await.map_err(backend)
+    }
+
+    async fn read(&self, id: &TaskId) -> Result<Option<(i64, TaskRecord)>, StoreError> {
+        let row = sqlx::query(self.inner.sql.select.clone())
+            .bind(id.as_bytes().to_vec())
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(backend)?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let revision: i64 = row.try_get(0).map_err(backend)?;
+        let text: &str = row.try_get(1).map_err(backend)?;
+        let record: TaskRecord = serde_json::from_str(text).map_err(backend)?;
+        if record.id != *id {
+            return Err(backend(Failure(
+                "a stored record does not match its row id",
+            )));
+        }
+        Ok(Some((revision, record)))
+    }
+
+    async fn modify(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        transition: &Transition,
+        now: Timestamp,
+    ) -> Result<Option<Updated>, StoreError> {
+        let inner = &self.inner;
+        for attempt in 0..MAX_ATTEMPTS {
+            let Some((revision, mut record)) = self.read(id).await? else {
+                return Ok(None);
+            };
+            if !scope.permits(record.owner.as_ref()) || record.is_expired(now) {
+                return Ok(None);
+            }
+            let outcome = record.apply(transition, now);
+            if outcome != Ok(Applied::Changed) {
+                return Ok(Some(Updated::new(record, outcome)));
+            }
+            let columns = Columns::of(&record)?;
+            let written: i64 = sqlx::query_scalar(inner.sql.write.clone())
+                .bind(id.as_bytes().to_vec())
+                .bind(revision)
+                .bind(columns.revision)
+                .bind(columns.status)
+                .bind(columns.expires_at)
+                .bind(columns.retired_at)
+                .bind(columns.record)
+                .bind(inner.channel.clone())
+                .bind(self.payload(id))
+                .fetch_one(&inner.pool)
+                .await
+                .map_err(backend)?;
+            if written == 1 {
+                return Ok(Some(Updated::new(record, outcome)));
+            }
+            back_off(attempt).await;
+        }
+        Err(StoreError::Contention)
+    }
+}
+
+impl Inner {
+    fn new(pool: PgPool, table: &str, node: String) -> Self {
+        Inner {
+            pool,
+            table: table.to_owned(),
+            channel: format!("{table}_changes"),
+            node,
+            lock_key: fnv1a(table.as_bytes()),
+            sql: Statements::new(table),
+            feed: Mutex::new(None),
+        }
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.inner.table)
+            .field("node", &self.inner.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Statements {
+    fn new(table: &str) -> Self {
+        // `table` passed `validate_table` (or is the default): a plain identifier,
+        // quoted everywhere, so it cannot change the statements' meaning.
+        let t = format!("\"{table}\"");
+        Statements {
+            insert: sql(format!(
+                "WITH inserted AS (\
+                     INSERT INTO {t} (id, owner, revision, status, expires_at, retired_at, record) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) \
+                     ON CONFLICT (id) DO NOTHING RETURNING 1) \
+                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM inserted) announced"
+            )),
+            lock: sql("SELECT pg_advisory_xact_lock($1, $2)".to_owned()),
+            count_all: sql(format!(
+                "SELECT count(*) FROM (SELECT 1 FROM {t} LIMIT $1) counted"
+            )),
+            count_owner: sql(format!(
+                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner = $1 LIMIT $2) counted"
+            )),
+            count_unowned: sql(format!(
+                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner IS NULL LIMIT $1) counted"
+            )),
+            select: sql(format!(
+                "SELECT revision, record::text FROM {t} WHERE id = $1"
+            )),
+            write: sql(format!(
+                "WITH written AS (\
+                     UPDATE {t} SET revision = $3, status = $4, expires_at = $5, \
+                     retired_at = $6, record = $7::jsonb \
+                     WHERE id = $1 AND revision = $2 RETURNING 1) \
+                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM written) announced"
+            )),
+            cleanup: sql(format!(
+                "DELETE FROM {t} WHERE expires_at <= $1 OR retired_at <= $2"
+            )),
+            migrate: vec![
+                sql(format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\
+                         id bytea PRIMARY KEY, \
+                         owner text, \
+                         revision bigint NOT NULL, \
+                         status text NOT NULL, \
+                         expires_at bigint, \
+                         retired_at bigint, \
+                         record jsonb NOT NULL)"
+                )),
+                sql(format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_owner_idx\" ON {t} (owner)"
+                )),
+                sql(format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_expires_at_idx\" ON {t} (expires_at) \
+                     WHERE expires_at IS NOT NULL"
+                )),
+                sql(format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_retired_at_idx\" ON {t} (retired_at) \
+                     WHERE retired_at IS NOT NULL"
+                )),
+            ],
+        }
+    }
+}
+
+/// An audited statement, shared so that cloning it per query costs a reference count.
+fn sql(text: String) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
+}
+
+/// The indexed copies of a record's fields, and the record itself as JSON text.
+struct Columns {
+    owner: Option<String>,
+    revision: i64,
+    status: &'static str,
+    expires_at: Option<i64>,
+    retired_at: Option<i64>,
+    record: String,
+}
+
+impl Columns {
+    fn of(record: &TaskRecord) -> Result<Self, StoreError> {
+        let retired_at = (record.ttl_ms.is_none() && record.status.is_terminal())
+            .then(|| millis(record.updated_at.0));
+        Ok(Columns {
+            owner: record.owner.as_ref().map(|p| p.as_str().to_owned()),
+            revision: i64::try_from(record.revision).map_err(backend)?,
+            status: record.status.as_str(),
+            expires_at: record.expires_at().map(|at| millis(at.0)),
+            retired_at,
+            record: serde_json::to_string(record).map_err(backend)?,
+        })
+    }
+}
+
+impl TaskStore for PostgresStore {
+    fn create<'a>(
+        &'a self,
+        record: TaskRecord,
+        limits: CreateLimits,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.insert(&record, limits).await })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            Ok(self
+                .read(id)
+                .await?
+                .map(|(_, record)| record)
+                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now)))
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        transition: &'a Transition,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+        Box::pin(self.modify(id, scope, transition, now))
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: Timestamp,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+            let retired_before = now.0.saturating_sub(retention_ms);
+            let done = sqlx::query(self.inner.sql.cleanup.clone())
+                .bind(millis(now.0))
+                .bind(millis(retired_before))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(backend)?;
+            Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// Starts the background listener on first use (it needs a tokio runtime; without
+    /// one this returns `None`) and hands out a receiver of the ids other instances
+    /// wrote. See [`PostgresStore::listen`] to wait until the listener is ready.
+    fn subscribe(&self) -> Option<ChangeFeed> {
+        let mut feed = self.lock_feed();
+        if let Some(running) = &*feed {
+            return Some(running.sender.subscribe());
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "mcp-tasks: no tokio runtime for the PostgreSQL change listener; changes made on other nodes are not announced"
+            );
+            return None;
+        };
+        let started = self.start_feed(&runtime, None);
+        let receiver = started.sender.subscribe();
+        *feed = Some(started);
+        Some(receiver)
+    }
+}
+
+/// The background task behind a [`Feed`]: receives notifications and forwards the
+/// ids written by other nodes.
+struct Relay {
+    options: PgConnectOptions,
+    channel: String,
+    node: String,
+    sender: broadcast::Sender<TaskId>,
+    ready: watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn run(self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
+        let mut backoff = LISTEN_BACKOFF_MIN;
+        loop {
+            let connected = match first.take() {
+                Some(listener) => Ok(listener),
+                None => tokio::select! {
+                    _ = &mut stop => return,
+                    connected = connect_listener(&self.options, &self.channel) => connected,
+                },
+            };
+            let error = match connected {
+                Ok(mut listener) => {
+                    self.ready.send_replace(true);
+                    backoff = LISTEN_BACKOFF_MIN;
+                    let error = loop {
+                        let next = tokio::select! {
+                            _ = &mut stop => return,
+                            next = listener.try_recv() => next,
+                        };
+                        match next {
+                            Ok(Some(notification)) => self.forward(notification.payload()),
+                            // sqlx reconnected and listens again; what was sent in between
+                            // is lost.
+                            Ok(None) => tracing::warn!(
+                                "mcp-tasks: the PostgreSQL change listener lost its connection; changes made on other nodes meanwhile were not announced"
+                            ),
+                            Err(e) => break e,
+                        }
+                    };
+                    self.ready.send_replace(false);
+                    error
+                }
+                Err(e) => e,
+            };
+            tracing::warn!(
+                error = %error,
+                retry_in_ms = backoff.as_millis() as u64,
+                "mcp-tasks: the PostgreSQL change listener failed; reconnecting"
+            );
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
+        }
+    }
+
+    fn forward(&self, payload: &str) {
+        let Some((node, id)) = payload.split_once(':') else {
+            tracing::debug!("mcp-tasks: ignored a malformed change notification");
+            return;
+        };
+        if node == self.node {
+            return;
+        }
+        match id.parse::<TaskId>() {
+            // No receiver right now is fine: nobody is waiting.
+            Ok(id) => {
+                let _ = self.sender.send(id);
+            }
+            Err(_) => tracing::debug!("mcp-tasks: ignored a malformed change notification"),
+        }
+    }
+}
+
+/// A listener on its own single-connection pool, so it never takes a connection the
+/// store's queries need.
+async fn connect_listener(
+    options: &PgConnectOptions,
+    channel: &str,
+) -> Result<PgListener, sqlx::Error> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_lazy_with(options.clone());
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.ignore_pool_close_event(true);
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// Waits a little before the next compare-and-swap attempt: a yield at first, then
+/// a random pause whose bound doubles up to a few milliseconds.
+async fn back_off(attempt: u32) {
+    if attempt < 2 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let bound_us = 50u64 << attempt.min(7);
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::from(d.subsec_nanos()))
+        .unwrap_or(0);
+    let wait = Duration::from_micros(1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % bound_us);
+    tokio::time::sleep(wait).await;
+}
+
+fn validate_table(table: &str) -> Result<(), StoreError> {
+    let mut chars = table.chars();
+    let starts_well = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if starts_well && rest_ok && table.len() <= MAX_TABLE_LEN {
+        Ok(())
+    } else {
+        Err(backend(Failure(
+            "the table name must be a plain identifier: a letter or _, then letters, digits or _, at most 48 characters",
+        )))
+    }
+}
+
+/// A random tag for this store instance's notifications.
+fn node_id() -> String {
+    TaskId::random().as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The second half of the advisory lock key for one owner's creates. Collisions only
+/// make two owners wait for each other.
+fn owner_lock_key(owner: Option<&str>) -> i32 {
+    match owner {
+        // 0 is the table-wide lock.
+        None => 1,
+        Some(owner) => match fnv1a(owner.as_bytes()) {
+            0 | 1 => 2,
+            key => key,
+        },
+    }
+}
+
+/// 32-bit FNV-1a: a stable hash for advisory lock keys.
+fn fnv1a(bytes: &[u8]) -> i32 {
+    let hash = bytes.iter().fold(0x811c_9dc5_u32, |hash, &b| {
+        (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    i32::from_ne_bytes(hash.to_ne_bytes())
+}
+
+fn millis(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn count_limit(max: usize) -> i64 {
+    i64::try_from(max).unwrap_or(i64::MAX)
+}
+
+fn backend(error: impl Into<BoxError>) -> StoreError {
+    StoreError::Backend(error.into())
+}
+
+/// A failure this store detects itself.
+#[derive(Debug)]
+struct Failure(&'static str);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_must_be_plain_identifiers() {
+        for good in ["mcp_tasks", "_t", "Tasks2", &"a".repeat(MAX_TABLE_LEN)] {
+            assert!(validate_table(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "1tasks",
+            "public.tasks",
+            "tasks\"; DROP TABLE x; --",
+            "täsks",
+            "a b",
+            &"a".repeat(MAX_TABLE_LEN + 1),
+        ] {
+            assert!(
+                matches!(validate_table(bad), Err(StoreError::Backend(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn columns_mirror_the_record() {
+        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp(1_000));
+        record.ttl_ms = Some(500);
+        let columns = Columns::of(&record).unwrap();
+        assert_eq!(columns.expires_at, Some(1_500));
+        assert_eq!(columns.retired_at, None);
+        assert_eq!(columns.status, "working");
+
+        record.ttl_ms = None;
+        record.apply(&Transition::Cancel, Timestamp(2_000)).unwrap();
+        let columns = Columns::of(&record).unwrap();
+        assert_eq!(columns.expires_at, None);
+        assert_eq!(columns.retired_at, Some(2_000));
+        assert_eq!(columns.revision, 1);
+        let back: TaskRecord = serde_json::from_str(&columns.record).unwrap();
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn owner_lock_keys_never_take_the_table_key() {
+        assert_ne!(owner_lock_key(None), 0);
+        for owner in ["alice", "bob", ""] {
+            assert!(!matches!(owner_lock_key(Some(owner)), 0 | 1), "{owner}");
+        }
+        assert_eq!(fnv1a(b"mcp_tasks"), fnv1a(b"mcp_tasks"));
+        assert_ne!(fnv1a(b"mcp_tasks"), fnv1a(b"mcp_tasks_2"));
+    }
+}
