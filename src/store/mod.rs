@@ -21,10 +21,14 @@ use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition, Tra
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "redis")]
+mod redis_store;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+#[cfg(feature = "redis")]
+pub use redis_store::RedisStore;
 
 /// A boxed, sendable future: what [`TaskStore`] methods return, so the trait stays
 /// object safe.

@@ -1,0 +1,735 @@
+//! The Redis store: records shared between nodes, compare-and-swap through
+//! server-side scripts, native key expiry, change announcements over pub/sub.
+//!
+//! # Layout
+//!
+//! With the prefix `P` (default `mcp-tasks:`), the store keeps:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token. Expires natively (`PEXPIREAT`) at `created_at + ttl`. |
+//! | `P owners` | hash | one field per stored record: id → owner tag. Its length is the row count. |
+//! | `P counts` | hash | owner tag → how many records that owner holds. |
+//! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
+//! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
+//! | `P changes` | pub/sub channel | `<node>:<id>` after every write. |
+//!
+//! Native expiry deletes a record's key but not its index entries, so the row and
+//! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
+//! the store full, which first prunes records whose TTL ran out) removes its index
+//! entries. The counts and the data only ever change inside the scripts below, so
+//! they always agree.
+
+use std::fmt;
+use std::pin::pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_core::Stream;
+use redis::aio::ConnectionManager;
+use redis::{Client, IntoConnectionInfo, Script};
+use tokio::sync::{broadcast, oneshot};
+use tokio::task::JoinHandle;
+
+use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::error::{BoxError, StoreError};
+use crate::task::{Applied, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+
+/// Compare-and-swap attempts per `update` before [`StoreError::Contention`].
+const CAS_ATTEMPTS: u32 = 32;
+/// Expired records a full `create` prunes before it gives up.
+const PRUNE_BATCH: u32 = 128;
+/// Records one cleanup script removes per index before handing back control.
+const CLEANUP_BATCH: u32 = 512;
+/// Local queues for writers on one task (striped by id): writers on one node wait
+/// their turn instead of racing each other's compare-and-swap.
+const WRITE_STRIPES: usize = 128;
+/// Ids buffered per change-feed receiver.
+const FEED_CAPACITY: usize = 1024;
+/// The change feed's reconnection backoff.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// How often the change feed checks its connection.
+const KEEP_ALIVE: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The latest expiry Redis is given (9999-12-31); later ones are left to `cleanup`.
+const NATIVE_EXPIRY_MAX: u64 = 253_402_300_799_999;
+
+/// Removes one record and its bookkeeping; shared by the scripts that delete.
+const DROP_FN: &str = r#"
+local function drop(id, task_prefix, owners, counts)
+  redis.call('DEL', task_prefix .. id)
+  local tag = redis.call('HGET', owners, id)
+  if tag then
+    redis.call('HDEL', owners, id)
+    if redis.call('HINCRBY', counts, tag, -1) <= 0 then
+      redis.call('HDEL', counts, tag)
+    end
+  end
+end
+"#;
+
+/// KEYS: task, owners, counts, expiry, retired.
+/// ARGV: id, owner tag, revision, record, expires at, native expiry, retired at,
+/// max rows, max per owner, now, task key prefix, prune batch, channel, payload.
+/// Empty strings stand for "none".
+const CREATE: &str = r#"
+if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[1]) == 1 then
+  return 'duplicate'
+end
+local function full()
+  if ARGV[8] ~= '' and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
+    return true
+  end
+  if ARGV[9] ~= '' then
+    local held = redis.call('HGET', KEYS[3], ARGV[2]) or '0'
+    if tonumber(held) >= tonumber(ARGV[9]) then
+      return true
+    end
+  end
+  return false
+end
+if full() then
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[10], 'LIMIT', 0, ARGV[12])
+  for _, id in ipairs(expired) do
+    redis.call('ZREM', KEYS[4], id)
+    drop(id, ARGV[11], KEYS[2], KEYS[3])
+  end
+  if full() then
+    return 'limit'
+  end
+end
+redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'rec', ARGV[4])
+if ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+  if ARGV[6] ~= '' then
+    redis.call('PEXPIREAT', KEYS[1], ARGV[6])
+  end
+elseif ARGV[7] ~= '' then
+  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+redis.call('PUBLISH', ARGV[13], ARGV[14])
+return 'ok'
+"#;
+
+/// KEYS: task, retired.
+/// ARGV: expected revision, new revision, record, retired at, id, channel, payload.
+/// Answers {CAS_WRITTEN, ''}, {CAS_GONE, ''} or {CAS_CONFLICT, current record}.
+const CAS: &str = r#"
+local current = redis.call('HMGET', KEYS[1], 'rev', 'rec')
+if not current[1] or not current[2] then
+  return {0, ''}
+end
+if current[1] ~= ARGV[1] then
+  return {2, current[2]}
+end
+redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'rec', ARGV[3])
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+end
+redis.call('PUBLISH', ARGV[6], ARGV[7])
+return {1, ''}
+"#;
+
+/// KEYS: expiry, retired, owners, counts.
+/// ARGV: now, retired before, task key prefix, batch.
+/// Answers {removed, more}.
+const CLEANUP: &str = r#"
+local removed = 0
+local more = 0
+local function sweep(set, bound)
+  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', bound, 'LIMIT', 0, ARGV[4])
+  if #ids >= tonumber(ARGV[4]) then
+    more = 1
+  end
+  for _, id in ipairs(ids) do
+    if redis.call('ZREM', set, id) == 1 then
+      drop(id, ARGV[3], KEYS[3], KEYS[4])
+      removed = removed + 1
+    end
+  end
+end
+sweep(KEYS[1], ARGV[1])
+sweep(KEYS[2], ARGV[2])
+return {removed, more}
+"#;
+
+const CAS_GONE: i64 = 0;
+const CAS_WRITTEN: i64 = 1;
+
+struct Scripts {
+    create: Script,
+    cas: Script,
+    cleanup: Script,
+}
+
+static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
+    create: Script::new(&[DROP_FN, CREATE].concat()),
+    cas: Script::new(CAS),
+    cleanup: Script::new(&[DROP_FN, CLEANUP].concat()),
+});
+
+/// A store in Redis, shared by every node that uses the same server and key prefix.
+///
+/// - **Atomicity.** `update` reads the record, runs [`TaskRecord::apply`] here, and
+///   writes the result with a server-side script that succeeds only if the stored
+///   revision is still the one it read; on a conflict it retries from the fresh
+///   record (at most 32 times, then [`StoreError::Contention`], which promises that
+///   nothing was written). Updates to one task from one node queue locally, so
+///   the compare-and-swap only ever races other nodes. `create` checks the id, the row cap and the per-owner cap
+///   and inserts in one script.
+/// - **Expiry.** A record with a TTL expires natively at `created_at + ttl`
+///   (`PEXPIREAT`); reads also compare against the `now` they are given, so an
+///   expired record reads as absent whatever the server's clock says. `cleanup`
+///   removes expired records and terminal records without a TTL older than the
+///   retention, and counts index entries, so records Redis already dropped count too.
+///   Until then an expired record still takes its row under the caps, as in
+///   [`MemoryStore`](crate::MemoryStore); a `create` that finds the store full first
+///   prunes the records whose TTL ran out by the new record's creation time.
+/// - **Other nodes.** Every write publishes `<node>:<task id>` on the channel
+///   `<prefix>changes`. [`TaskStore::subscribe`] starts (once, on the current tokio
+///   runtime) a listener on its own connection that forwards the ids written by
+///   other `RedisStore` instances and reconnects with backoff. Clones of one
+///   `RedisStore` are one node.
+///
+/// Every key starts with the prefix, so several deployments (or tests) can share a
+/// server. The scripts touch several keys, so on a Redis Cluster the prefix must
+/// carry a hash tag (`{mcp-tasks}:`) to keep them in one slot.
+///
+/// ```no_run
+/// use mcp_tasks::{RedisStore, TasksLayer};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://127.0.0.1:6379")
+///     .await?
+///     .with_prefix("billing-tasks:");
+/// let layer = TasksLayer::new(store);
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: ConnectionManager,
+    keys: Arc<Keys>,
+    node: Arc<str>,
+    feed: Option<Arc<Feed>>,
+    writers: Arc<[tokio::sync::Mutex<()>]>,
+}
+
+struct Keys {
+    prefix: String,
+    task: String,
+    owners: String,
+    counts: String,
+    expiry: String,
+    retired: String,
+    channel: String,
+}
+
+impl Keys {
+    fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_owned(),
+            task: format!("{prefix}task:"),
+            owners: format!("{prefix}owners"),
+            counts: format!("{prefix}counts"),
+            expiry: format!("{prefix}expiry"),
+            retired: format!("{prefix}retired"),
+            channel: format!("{prefix}changes"),
+        }
+    }
+
+    fn task(&self, id: &str) -> String {
+        format!("{}{id}", self.task)
+    }
+}
+
+/// The change feed of one node: its broadcast channel and its listener task.
+struct Feed {
+    client: Client,
+    sender: broadcast::Sender<TaskId>,
+    listener: Mutex<Option<Listener>>,
+}
+
+struct Listener {
+    /// Dropped with the store, which stops the listener.
+    _stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Feed {
+    fn new(client: Client) -> Arc<Self> {
+        Arc::new(Feed {
+            client,
+            sender: broadcast::channel(FEED_CAPACITY).0,
+            listener: Mutex::new(None),
+        })
+    }
+}
+
+impl RedisStore {
+    /// The key prefix used unless [`RedisStore::with_prefix`] says otherwise.
+    pub const DEFAULT_PREFIX: &'static str = "mcp-tasks:";
+
+    /// Connects to the server at `url` (e.g. `redis://127.0.0.1:6379`), with a
+    /// reconnecting connection for the records and, once [`TaskStore::subscribe`] is
+    /// called, a second one for the change feed.
+    pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(backend)?;
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .map_err(backend)?;
+        Ok(RedisStore::new(conn).with_change_feed(client))
+    }
+
+    /// A store on an existing connection manager (configured as you like).
+    ///
+    /// It announces its writes to other nodes but, until
+    /// [`RedisStore::with_change_feed`] gives it a client to listen with, does not
+    /// hear theirs: [`TaskStore::subscribe`] answers `None`.
+    pub fn new(conn: ConnectionManager) -> Self {
+        RedisStore {
+            conn,
+            keys: Arc::new(Keys::new(Self::DEFAULT_PREFIX)),
+            node: node_id(),
+            feed: None,
+            writers: (0..WRITE_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        }
+    }
+
+    /// Listens for other nodes' changes with a dedicated connection from `client`
+    /// (pub/sub needs a connection of its own).
+    pub fn with_change_feed(mut self, client: Client) -> Self {
+        self.feed = Some(Feed::new(client));
+        self
+    }
+
+    /// Puts every key (and the change channel) under `prefix` instead of
+    /// `mcp-tasks:`. Nodes that share tasks must use the same prefix. Call it before
+    /// using the store.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.keys = Arc::new(Keys::new(&prefix.into()));
+        if let Some(feed) = &self.feed {
+            self.feed = Some(Feed::new(feed.client.clone()));
+        }
+        self
+    }
+
+    /// The key prefix in use.
+    pub fn prefix(&self) -> &str {
+        &self.keys.prefix
+    }
+
+    fn writer_queue(&self, id: &TaskId) -> &tokio::sync::Mutex<()> {
+        let bytes = id.as_bytes();
+        let index = usize::from(bytes[0]) | (usize::from(bytes[1]) << 8);
+        &self.writers[index % self.writers.len()]
+    }
+
+    fn payload(&self, id: &str) -> String {
+        format!("{}:{id}", self.node)
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.keys.prefix)
+            .field("node", &self.node)
+            .field("change_feed", &self.feed.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskStore for RedisStore {
+    fn create<'a>(
+        &'a self,
+        record: TaskRecord,
+        limits: CreateLimits,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let id = record.id.to_string();
+            let json = encode(&record)?;
+            let expires_at = record.expires_at().map(|at| at.0);
+            let native_expiry = expires_at.filter(|&at| at <= NATIVE_EXPIRY_MAX);
+            let retired_at = (record.status.is_terminal() && record.ttl_ms.is_none())
+                .then_some(record.updated_at.0);
+            let keys = &self.keys;
+            let mut conn = self.conn.clone();
+            let reply: String = SCRIPTS
+                .create
+                .key(keys.task(&id))
+                .key(&keys.owners)
+                .key(&keys.counts)
+                .key(&keys.expiry)
+                .key(&keys.retired)
+                .arg(&id)
+                .arg(owner_tag(record.owner.as_ref()))
+                .arg(record.revision)
+                .arg(json)
+                .arg(optional(expires_at))
+                .arg(optional(native_expiry))
+                .arg(optional(retired_at))
+                .arg(optional(limits.max_rows))
+                .arg(optional(limits.max_per_owner))
+                .arg(record.created_at.0)
+                .arg(&keys.task)
+                .arg(PRUNE_BATCH)
+                .arg(&keys.channel)
+                .arg(self.payload(&id))
+                .invoke_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            match reply.as_str() {
+                "ok" => Ok(()),
+                "duplicate" => Err(StoreError::Duplicate),
+                "limit" => Err(StoreError::LimitReached),
+                _ => Err(unexpected("an unknown answer from the create script")),
+            }
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let stored: Option<String> = redis::cmd("HGET")
+                .arg(self.keys.task(&id.to_string()))
+                .arg("rec")
+                .query_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            match stored {
+                Some(json) => Ok(Some(decode(&json)?).filter(|r| visible(r, scope, now))),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        transition: &'a Transition,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+        Box::pin(async move {
+            let id_text = id.to_string();
+            let key = self.keys.task(&id_text);
+            let _turn = self.writer_queue(id).lock().await;
+            let mut conn = self.conn.clone();
+            let mut stored: Option<String> = redis::cmd("HGET")
+                .arg(&key)
+                .arg("rec")
+                .query_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            for attempt in 0..CAS_ATTEMPTS {
+                let Some(json) = stored.take() else {
+                    return Ok(None);
+                };
+                let mut record = decode(&json)?;
+                if !visible(&record, scope, now) {
+                    return Ok(None);
+                }
+                let expected = record.revision;
+                let was_terminal = record.status.is_terminal();
+                let outcome = record.apply(transition, now);
+                if outcome != Ok(Applied::Changed) {
+                    // Nothing to write: the answer holds for the revision just read.
+                    return Ok(Some(Updated::new(record, outcome)));
+                }
+                let retired_at =
+                    (!was_terminal && record.status.is_terminal() && record.ttl_ms.is_none())
+                        .then_some(record.updated_at.0);
+                let (state, current): (i64, String) = SCRIPTS
+                    .cas
+                    .key(&key)
+                    .key(&self.keys.retired)
+                    .arg(expected)
+                    .arg(record.revision)
+                    .arg(encode(&record)?)
+                    .arg(optional(retired_at))
+                    .arg(&id_text)
+                    .arg(&self.keys.channel)
+                    .arg(self.payload(&id_text))
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(backend)?;
+                match state {
+                    CAS_WRITTEN => return Ok(Some(Updated::new(record, outcome))),
+                    CAS_GONE => return Ok(None),
+                    _ => {
+                        stored = Some(current);
+                        back_off(attempt).await;
+                    }
+                }
+            }
+            Err(StoreError::Contention)
+        })
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: Timestamp,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+            let retired_before = now.0.saturating_sub(retention_ms);
+            let keys = &self.keys;
+            let mut conn = self.conn.clone();
+            let mut total = 0usize;
+            loop {
+                let (removed, more): (u64, i64) = SCRIPTS
+                    .cleanup
+                    .key(&keys.expiry)
+                    .key(&keys.retired)
+                    .key(&keys.owners)
+                    .key(&keys.counts)
+                    .arg(now.0)
+                    .arg(retired_before)
+                    .arg(&keys.task)
+                    .arg(CLEANUP_BATCH)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(backend)?;
+                total = total.saturating_add(usize::try_from(removed).unwrap_or(usize::MAX));
+                if more == 0 {
+                    return Ok(total);
+                }
+            }
+        })
+    }
+
+    fn subscribe(&self) -> Option<ChangeFeed> {
+        let feed = self.feed.as_ref()?;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "mcp-tasks: RedisStore::subscribe needs a tokio runtime; changes made on other nodes are not relayed"
+            );
+            return None;
+        };
+        let receiver = feed.sender.subscribe();
+        let mut listener = feed
+            .listener
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if listener.as_ref().is_none_or(|l| l.task.is_finished()) {
+            let (stop, stopped) = oneshot::channel();
+            let task = runtime.spawn(listen(
+                feed.client.clone(),
+                self.keys.channel.clone(),
+                self.node.clone(),
+                feed.sender.clone(),
+                stopped,
+            ));
+            *listener = Some(Listener { _stop: stop, task });
+        }
+        Some(receiver)
+    }
+}
+
+/// Relays other nodes' announcements into `sender` until `stop` fires (or its
+/// sender, held by the store, is dropped), reconnecting with backoff.
+async fn listen(
+    client: Client,
+    channel: String,
+    node: Arc<str>,
+    sender: broadcast::Sender<TaskId>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut delay = RECONNECT_MIN;
+    loop {
+        let mut subscribed = false;
+        tokio::select! {
+            _ = &mut stop => return,
+            result = relay(&client, &channel, &node, &sender, &mut subscribed) => match result {
+                Ok(()) => tracing::debug!("mcp-tasks: the Redis change feed closed; reconnecting"),
+                Err(error) => tracing::warn!(%error, "mcp-tasks: the Redis change feed failed; reconnecting"),
+            },
+        }
+        if subscribed {
+            delay = RECONNECT_MIN;
+        }
+        tokio::select! {
+            _ = &mut stop => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(RECONNECT_MAX);
+    }
+}
+
+/// One subscription: forwards announcements until the connection ends.
+async fn relay(
+    client: &Client,
+    channel: &str,
+    node: &str,
+    sender: &broadcast::Sender<TaskId>,
+    subscribed: &mut bool,
+) -> redis::RedisResult<()> {
+    let (mut sink, stream) = client.get_async_pubsub().await?.split();
+    sink.subscribe(channel).await?;
+    *subscribed = true;
+    let mut messages = pin!(stream);
+    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+    keep_alive.tick().await;
+    loop {
+        tokio::select! {
+            message = std::future::poll_fn(|cx| messages.as_mut().poll_next(cx)) => {
+                let Some(message) = message else {
+                    return Ok(());
+                };
+                if let Some(id) = parse_payload(message.get_payload_bytes(), node) {
+                    // No receiver right now is fine: nobody is waiting on this node.
+                    let _ = sender.send(id);
+                }
+            }
+            _ = keep_alive.tick() => {
+                match tokio::time::timeout(KEEP_ALIVE_TIMEOUT, sink.ping::<redis::Value>()).await {
+                    Ok(result) => {
+                        result?;
+                    }
+                    Err(_) => return Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the change feed connection stopped answering",
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+/// The task id of an announcement from another node; `None` for this node's own
+/// writes and for anything malformed.
+fn parse_payload(payload: &[u8], node: &str) -> Option<TaskId> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (from, id) = text.split_once(':')?;
+    if from == node {
+        return None;
+    }
+    id.parse().ok()
+}
+
+fn visible(record: &TaskRecord, scope: Scope<'_>, now: Timestamp) -> bool {
+    scope.permits(record.owner.as_ref()) && !record.is_expired(now)
+}
+
+/// The owner as stored in the bookkeeping hashes; unowned and owned never collide.
+fn owner_tag(owner: Option<&Principal>) -> String {
+    match owner {
+        None => "-".to_owned(),
+        Some(principal) => format!("={principal}"),
+    }
+}
+
+fn optional<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(String::new, |v| v.to_string())
+}
+
+/// A random id for this store instance, tagging its announcements.
+fn node_id() -> Arc<str> {
+    let bytes = TaskId::random();
+    bytes.as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .into()
+}
+
+/// Spreads out writers that keep colliding on one task.
+async fn back_off(attempt: u32) {
+    if attempt < 2 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    use rand::TryRng as _;
+    let spread = 250u64 << attempt.min(4);
+    let jitter = rand::rngs::SysRng.try_next_u64().unwrap_or(0) % spread;
+    tokio::time::sleep(Duration::from_micros(jitter)).await;
+}
+
+fn encode(record: &TaskRecord) -> Result<String, StoreError> {
+    serde_json::to_string(record).map_err(backend)
+}
+
+fn decode(json: &str) -> Result<TaskRecord, StoreError> {
+    serde_json::from_str(json).map_err(|e| {
+        StoreError::Backend(Box::new(Malformed {
+            what: "a stored task record could not be read",
+            source: Some(Box::new(e)),
+        }))
+    })
+}
+
+fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Box::new(error))
+}
+
+fn unexpected(what: &'static str) -> StoreError {
+    StoreError::Backend(Box::new(Malformed { what, source: None }))
+}
+
+/// Redis answered something this store never writes.
+#[derive(Debug)]
+struct Malformed {
+    what: &'static str,
+    source: Option<BoxError>,
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what)
+    }
+}
+
+impl std::error::Error for Malformed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_from_this_node_and_garbage_are_skipped() {
+        let id = TaskId::random();
+        let from_other = format!("bbbb:{id}");
+        assert_eq!(parse_payload(from_other.as_bytes(), "aaaa"), Some(id));
+        let own = format!("aaaa:{id}");
+        assert_eq!(parse_payload(own.as_bytes(), "aaaa"), None);
+        for bad in [&b"no separator"[..], b"bbbb:not-an-id", b"\xff\xfe:x"] {
+            assert_eq!(parse_payload(bad, "aaaa"), None);
+        }
+    }
+
+    #[test]
+    fn owner_tags_keep_unowned_apart_from_every_principal() {
+        assert_ne!(owner_tag(None), owner_tag(Some(&Principal::from("-"))));
+        assert_ne!(owner_tag(None), owner_tag(Some(&Principal::from(""))));
+        assert_eq!(
+            owner_tag(Some(&Principal::from("alice"))),
+            owner_tag(Some(&Principal::from("alice")))
+        );
+    }
+
+    #[test]
+    fn node_ids_differ() {
+        assert_ne!(node_id(), node_id());
+        assert!(!node_id().contains(':'));
+    }
+}
