@@ -57,20 +57,23 @@ pub(crate) enum HeaderRoute {
 }
 
 /// Decides from headers only, without touching the body.
+///
+/// `Mcp-Method` comes first: a modern request for a method the layer does not own
+/// passes after a single header lookup. Legacy clients do not send it.
 pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> HeaderRoute {
     if method != http::Method::POST {
+        return HeaderRoute::Passthrough;
+    }
+    if let Some(m) = headers.get(HEADER_METHOD)
+        && !is_owned_method(trim(m.as_bytes()))
+    {
         return HeaderRoute::Passthrough;
     }
     if headers.contains_key(HEADER_SESSION_ID) {
         return HeaderRoute::Legacy;
     }
-    if let Some(version) = headers.get(HEADER_PROTOCOL_VERSION)
-        && LEGACY_VERSIONS.contains(&trim(version.as_bytes()))
-    {
-        return HeaderRoute::Legacy;
-    }
-    match headers.get(HEADER_METHOD) {
-        Some(m) if !is_owned_method(trim(m.as_bytes())) => HeaderRoute::Passthrough,
+    match headers.get(HEADER_PROTOCOL_VERSION) {
+        Some(version) if LEGACY_VERSIONS.contains(&trim(version.as_bytes())) => HeaderRoute::Legacy,
         _ => HeaderRoute::Inspect,
     }
 }
@@ -80,24 +83,47 @@ fn trim(bytes: &[u8]) -> &str {
 }
 
 /// A parsed JSON-RPC request (only what the layer needs).
-#[derive(Debug, Deserialize)]
+#[derive(Debug)]
 pub(crate) struct Envelope {
-    #[serde(default)]
     pub(crate) id: Option<Value>,
     pub(crate) method: String,
-    #[serde(default)]
     pub(crate) params: Option<Value>,
+}
+
+/// Any JSON object, read in one pass; fields it does not name are skipped.
+#[derive(Deserialize)]
+struct RawMessage {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Value>,
 }
 
 impl Envelope {
     /// Parses a body; `Ok(None)` when it is JSON but not a request (a response, a
     /// batch, …) and belongs to the inner service.
     pub(crate) fn parse(body: &[u8]) -> Result<Option<Envelope>, RpcError> {
-        let value: Value = serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
-        if !value.get("method").is_some_and(Value::is_string) {
-            return Ok(None);
+        let is_object = body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b'{');
+        if !is_object {
+            // A batch or a scalar: valid JSON is the inner service's business.
+            return serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .map(|_| None)
+                .map_err(|_| RpcError::parse_error());
         }
-        Ok(serde_json::from_value(value).ok())
+        let raw: RawMessage = serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
+        Ok(match raw.method {
+            Some(Value::String(method)) => Some(Envelope {
+                id: raw.id,
+                method,
+                params: raw.params,
+            }),
+            _ => None,
+        })
     }
 
     pub(crate) fn params(&self) -> Option<&Map<String, Value>> {

@@ -67,23 +67,27 @@ impl MemoryStore {
     }
 
     fn reserve(&self, owner: &Option<Principal>, limits: CreateLimits) -> Result<(), StoreError> {
-        let max_rows = limits.max_rows.unwrap_or(usize::MAX);
-        self.rows
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < max_rows).then_some(n + 1)
-            })
-            .map_err(|_| StoreError::LimitReached)?;
+        // Both caps are checked and taken under one lock, so a create refused by
+        // one cap never holds a row another create could have had.
         let mut owners = self
             .per_owner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if limits
+            .max_rows
+            .is_some_and(|max| self.rows.load(Ordering::Acquire) >= max)
+        {
+            return Err(StoreError::LimitReached);
+        }
         let count = owners.entry(owner.clone()).or_insert(0);
         if limits.max_per_owner.is_some_and(|max| *count >= max) {
-            drop(owners);
-            self.rows.fetch_sub(1, Ordering::AcqRel);
+            if *count == 0 {
+                owners.remove(owner);
+            }
             return Err(StoreError::LimitReached);
         }
         *count += 1;
+        self.rows.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -91,11 +95,11 @@ impl MemoryStore {
         if removed == 0 {
             return;
         }
-        self.rows.fetch_sub(removed, Ordering::AcqRel);
         let mut owners = self
             .per_owner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.rows.fetch_sub(removed, Ordering::AcqRel);
         if let Some(count) = owners.get_mut(owner) {
             *count = count.saturating_sub(removed);
             if *count == 0 {
@@ -240,6 +244,7 @@ mod tests {
     use super::*;
     use crate::task::TaskStatus;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn task(ttl: Option<u64>, at: u64) -> TaskRecord {
         let mut r = TaskRecord::new(TaskId::random(), None, Timestamp(at));
@@ -313,5 +318,33 @@ mod tests {
         ));
         store.create(b, limits).await.unwrap();
         assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_create_refused_by_its_owner_cap_never_blocks_another_owner() {
+        let limits = CreateLimits::new(Some(2), Some(1));
+        for _ in 0..300 {
+            let store = Arc::new(MemoryStore::new());
+            let mut first = task(None, 0);
+            first.owner = Some(Principal::from("alice"));
+            store.create(first, limits).await.unwrap();
+            let barrier = Arc::new(tokio::sync::Barrier::new(5));
+            let racers: Vec<_> = (0..5)
+                .map(|i| {
+                    let (store, barrier) = (store.clone(), barrier.clone());
+                    tokio::spawn(async move {
+                        let mut record = task(None, 0);
+                        record.owner = Some(Principal::from(if i == 4 { "bob" } else { "alice" }));
+                        barrier.wait().await;
+                        (i, store.create(record, limits).await.is_ok())
+                    })
+                })
+                .collect();
+            for racer in racers {
+                let (i, created) = racer.await.unwrap();
+                assert_eq!(created, i == 4, "racer {i}");
+            }
+            assert_eq!(store.len(), 2);
+        }
     }
 }
