@@ -31,6 +31,7 @@ use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{AUTO_EXPIRY_MARGIN, TaskContext, TaskRefused, TaskSpec};
 use crate::error::{BoxError, EXTENSION_ID, RpcError};
 use crate::jsonrpc::{META_CLIENT_CAPABILITIES, result_response};
+use crate::service::{Reply, reply};
 use crate::shared::Shared;
 use crate::sse;
 use crate::task::{
@@ -40,12 +41,6 @@ use crate::task::{
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
 const MAX_INPUT_ROUNDS: u32 = 64;
-
-type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
-
-fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
-    error.to_response(id).map(ResponseBody::full)
-}
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
 /// declared the extension. `inner` must be ready (polled).

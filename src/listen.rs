@@ -21,16 +21,14 @@ use tower_service::Service;
 use crate::body::{BoxBody, RequestBody, ResponseBody};
 use crate::context::{TaskContext, TaskRefused};
 use crate::error::{BoxError, RpcError};
-use crate::future::refuse_stray_task;
 use crate::jsonrpc::{Envelope, META_SUBSCRIPTION_ID};
+use crate::service::{Reply, forward, reply};
 use crate::shared::Shared;
 use crate::sse;
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp};
 
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
-
-type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 /// Handles a modern `subscriptions/listen` request that reached the layer.
 ///
@@ -62,7 +60,7 @@ where
         .param("notifications")
         .and_then(|n| n.get("taskIds"));
     let (Some(requested), Some(subscription_id)) = (requested, id.filter(|v| !v.is_null())) else {
-        return forward(inner, parts, bytes).await;
+        return forward(inner, parts, bytes, id).await;
     };
     if !declared {
         return Ok(reply(RpcError::tasks_extension_required(), id));
@@ -186,24 +184,6 @@ where
             Ok(tasks_only(stream, agreed_ids))
         }
     }
-}
-
-fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
-    error.to_response(id).map(ResponseBody::full)
-}
-
-async fn forward<S, B, ResBody>(
-    mut inner: S,
-    parts: http::request::Parts,
-    bytes: Bytes,
-) -> Reply<ResBody, S::Error>
-where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
-{
-    let response = inner
-        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
-        .await?;
-    Ok(refuse_stray_task(response, None))
 }
 
 /// The request body with `params.notifications.taskIds` removed: the inner service

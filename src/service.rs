@@ -107,9 +107,11 @@ where
     }
 }
 
-type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
+/// What the layer's own routes resolve to.
+pub(crate) type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
-fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+/// A JSON-RPC error response written by the layer.
+pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
     error.to_response(id).map(ResponseBody::full)
 }
 
