@@ -21,18 +21,19 @@
 
 mod common;
 
+use common::{task_context, text};
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
 use std::hash::BuildHasher as _;
-use std::io::IsTerminal as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, RpcError, TaskContext, TaskId, TaskMode, TaskSpec,
-    Tasks, TasksLayer,
+    InputRequest, InputRequests, MemoryStore, RpcError, TaskId, TaskMode, TaskSpec, Tasks,
+    TasksLayer,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -67,23 +68,12 @@ fn from_json<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("fixture JSON matches the rmcp model")
 }
 
-fn text(value: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value)])
-}
-
 fn tool_error(value: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(value)])
 }
 
 fn arg_str<'a>(args: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
-}
-
-/// The task context `TasksLayer` put into this request, if any.
-fn task_context(cx: &RequestContext<RoleServer>) -> Option<&TaskContext> {
-    cx.extensions
-        .get::<http::request::Parts>()
-        .and_then(TaskContext::from_parts)
 }
 
 /// What a handler returns once it has handed its call to a task: the layer answers
@@ -946,14 +936,7 @@ impl ServerHandler for Fixtures {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,mcp_tasks=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    common::init_tracing("warn,mcp_tasks=info");
     let sse = std::env::var("MCP_SSE").is_ok_and(|v| v == "1");
 
     let tasks_layer = TasksLayer::builder(MemoryStore::new())

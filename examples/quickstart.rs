@@ -17,18 +17,18 @@
 
 mod common;
 
+use common::{schema, task_context, text};
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, TaskContext, TaskId, TaskMode, TaskSpec, Tasks,
-    TasksLayer,
+    InputRequest, InputRequests, MemoryStore, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{
@@ -43,26 +43,6 @@ const NAME: &str = "mcp-tasks-quickstart";
 #[derive(Clone)]
 struct Demo {
     tasks: Tasks,
-}
-
-fn text(value: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value)])
-}
-
-fn schema(value: Value) -> Arc<JsonObject> {
-    match value {
-        Value::Object(map) => Arc::new(map),
-        _ => unreachable!("schemas are objects"),
-    }
-}
-
-/// The one line an rmcp tool needs: the task context the layer put into the
-/// request (absent when the server runs without `TasksLayer`).
-fn task_context(context: &RequestContext<RoleServer>) -> Option<&TaskContext> {
-    context
-        .extensions
-        .get::<http::request::Parts>()
-        .and_then(TaskContext::from_parts)
 }
 
 impl Demo {
@@ -221,12 +201,7 @@ fn curl_session(addr: std::net::SocketAddr) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,mcp_tasks=debug".into()),
-        )
-        .init();
+    common::init_tracing("info,mcp_tasks=debug");
 
     let tasks_layer = TasksLayer::builder(MemoryStore::new())
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))

@@ -62,12 +62,7 @@ fn curl_session(addr: std::net::SocketAddr) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,mcp_tasks=debug".into()),
-        )
-        .init();
+    common::init_tracing("info,mcp_tasks=debug");
 
     let tasks_layer = retrofit_app::layer_builder().build()?;
     let mcp = retrofit_app::mcp_service(retrofit_app::Retrofit::default(), true);

@@ -2,6 +2,8 @@
 //! task-capable by layer configuration alone, with real cancellation and the MRTR
 //! relay; plus a raw inner service whose future is observed being dropped.
 
+#[path = "../examples/common/mod.rs"]
+mod common;
 #[path = "../examples/retrofit_app/mod.rs"]
 mod retrofit_app;
 mod retrofit_support;

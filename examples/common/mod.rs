@@ -9,6 +9,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -16,7 +17,10 @@ use http_body_util::{BodyExt as _, Full, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use mcp_tasks::{BoxError, Principal};
+use mcp_tasks::{BoxError, Principal, TaskContext};
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::service::{RequestContext, RoleServer};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tower::{Service, ServiceExt as _};
 
@@ -37,6 +41,38 @@ pub(crate) fn bearer_principal<B>(mut req: Request<B>) -> Request<B> {
         req.extensions_mut().insert(principal);
     }
     req
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` or else `default_filter`.
+pub(crate) fn init_tracing(default_filter: &str) {
+    use std::io::IsTerminal as _;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| default_filter.into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+/// A successful tool result with one text block.
+pub(crate) fn text(value: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(value)])
+}
+
+/// A tool's JSON Schema in the shape rmcp wants (an empty object if `value` is not one).
+pub(crate) fn schema(value: Value) -> Arc<JsonObject> {
+    Arc::new(value.as_object().cloned().unwrap_or_default())
+}
+
+/// The one line an rmcp tool needs: the task context `TasksLayer` put into the
+/// request (absent when the server runs without the layer).
+pub(crate) fn task_context(context: &RequestContext<RoleServer>) -> Option<&TaskContext> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(TaskContext::from_parts)
 }
 
 /// The address to listen on: `MCP_ADDR`, or `default`.

@@ -11,15 +11,17 @@ use std::time::Duration;
 
 use mcp_tasks::{MemoryStore, TaskMode, TasksLayer, TasksLayerBuilder};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InputRequiredResult, JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, InputRequiredResult, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
+
+use crate::common::{schema, text};
 
 /// The server's name in `serverInfo`.
 pub(crate) const NAME: &str = "mcp-tasks-retrofit";
@@ -73,14 +75,6 @@ impl Drop for SleepRun {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Retrofit {
     pub(crate) counters: Arc<Counters>,
-}
-
-fn text(value: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value)])
-}
-
-fn schema(value: Value) -> Arc<JsonObject> {
-    Arc::new(value.as_object().cloned().unwrap_or_default())
 }
 
 fn millis(arguments: &JsonObject) -> Duration {
