@@ -92,6 +92,20 @@
 //! A store may answer [`StoreError::Contention`] when a compare-and-swap keeps
 //! losing. That answer promises that nothing was written, so the concurrent rules
 //! retry it (a bounded number of times) instead of counting it as a loss.
+//!
+//! # Stores shared between nodes
+//!
+//! A store that several processes share implements
+//! [`TaskStore::subscribe`]: each instance announces the writes made through it to
+//! the *other* instances, and the layer relays them to its notifier and waiting
+//! workers. The `nodes_*` functions check that contract on two (or more) instances
+//! over the same fresh shared state, as two nodes would hold them: a write is
+//! announced to the other node only, a layer on one node sees answers and cancels
+//! given through the other, and concurrent writers spread over the nodes still see
+//! exactly one terminal write win and no update lost.
+//! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
+//! Every wait in them is bounded, and a store may start listening in the
+//! background: the rules first write until each node has heard the other.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -99,9 +113,13 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::mpsc;
 
 use crate::error::StoreError;
-use crate::store::{CreateLimits, TaskStore, Updated};
+use crate::input::{InputRequest, InputRequests};
+use crate::layer::TasksLayer;
+use crate::store::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
 use crate::task::{
     Applied, ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
     TransitionError,
@@ -1334,6 +1352,427 @@ pub async fn concurrent_updates_never_lost<S: TaskStore>(store: S) {
     );
 }
 
+// ---------------------------------------------------------------------------
+// Stores shared between nodes
+
+/// How long the multi-node rules wait for any one thing they expect to happen
+/// (an announcement, a woken worker, a notification).
+const NODE_PATIENCE: Duration = Duration::from_secs(10);
+/// How long one warm-up write waits to be heard before it is written again.
+const WARM_UP_TRY: Duration = Duration::from_millis(100);
+/// Rounds of the cross-node terminal race.
+const NODE_ROUNDS: u64 = 4;
+
+/// Multi-node: a write made through one node is announced on the *other* node's
+/// [`subscribe`](TaskStore::subscribe) feed, and never on the writer's own; a
+/// transition that writes nothing (an ignored answer) announces nothing.
+///
+/// `a` and `b` are two instances of the store over the same shared state (one
+/// database, one key prefix), as two processes would hold them. The rule relies on
+/// one node's announcements arriving in the order of its writes.
+pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_announce_to_the_other_node_only";
+    let (mut on_a, mut on_b) = warm_up(RULE, &a, &b).await;
+    let now = Timestamp::now();
+    let progress = Transition::Progress {
+        message: "half way".to_owned(),
+    };
+
+    let x = record(None, now, Some(HOUR_MS));
+    create(RULE, &b, x.clone(), CreateLimits::default()).await;
+    on_a.next_is(RULE, x.id, "b's create of x on a's feed")
+        .await;
+    let updated = update(RULE, &b, &x.id, Scope::Any, &progress, now.plus_ms(1))
+        .await
+        .unwrap_or_else(|| panic!("[{RULE}] node b must find the task it created"));
+    assert!(
+        updated.changed(),
+        "[{RULE}] progress on a working task must be applied"
+    );
+    on_a.next_is(RULE, x.id, "b's update of x on a's feed")
+        .await;
+    let stray = answer_for(&["nobody-asked"]);
+    let ignored = update(RULE, &b, &x.id, Scope::Any, &stray, now.plus_ms(2))
+        .await
+        .unwrap_or_else(|| panic!("[{RULE}] node b must find the task it created"));
+    assert_eq!(
+        ignored.outcome,
+        Ok(Applied::Unchanged),
+        "[{RULE}] an answer while the task is working must be ignored"
+    );
+
+    let y = record(Some(Principal::from("alice")), now, Some(HOUR_MS));
+    create(RULE, &a, y.clone(), CreateLimits::default()).await;
+    // b's own writes of x must not come first.
+    on_b.next_is(RULE, y.id, "a's create of y on b's feed")
+        .await;
+    let z = record(None, now, Some(HOUR_MS));
+    create(RULE, &b, z.clone(), CreateLimits::default()).await;
+    // Neither the ignored answer nor a's own create of y may come first.
+    on_a.next_is(RULE, z.id, "b's create of z on a's feed")
+        .await;
+    let w = record(None, now, Some(HOUR_MS));
+    create(RULE, &a, w.clone(), CreateLimits::default()).await;
+    on_b.next_is(RULE, w.id, "a's create of w on b's feed")
+        .await;
+    let updated = update(RULE, &a, &w.id, Scope::Any, &progress, now.plus_ms(3))
+        .await
+        .unwrap_or_else(|| panic!("[{RULE}] node a must find the task it created"));
+    assert!(
+        updated.changed(),
+        "[{RULE}] progress on a working task must be applied"
+    );
+    on_b.next_is(RULE, w.id, "a's update of w on b's feed")
+        .await;
+    on_a.assert_drained(RULE, "a");
+    on_b.assert_drained(RULE, "b");
+}
+
+/// Multi-node: a [`TasksLayer`](crate::TasksLayer) built over node `a` sees what is
+/// written through node `b`. An answer given through `b` wakes
+/// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) on `a`, and a cancel
+/// through `b` reaches `a`'s notifier and [`Tasks::is_cancelled`](crate::Tasks::is_cancelled).
+/// `a`'s notifier sees the task exactly as `input_required` (its own write),
+/// `working` and `cancelled` (`b`'s two writes): a store that also announced a
+/// node's own writes would notify twice.
+///
+/// `a` and `b` share state as in [`nodes_announce_to_the_other_node_only`].
+pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_remote_writes_reach_the_layer";
+    let a = Arc::new(a);
+    let (sink, mut notified) = mpsc::unbounded_channel::<(TaskId, TaskStatus)>();
+    let (reads, mut read) = mpsc::unbounded_channel::<TaskId>();
+    let layer = TasksLayer::builder(ReadsReported {
+        node: a.clone(),
+        reads,
+    })
+    .without_janitor()
+    .with_notifier(Some(Arc::new(move |task: &TaskRecord| {
+        let _ = sink.send((task.id, task.status));
+    })))
+    .build()
+    .unwrap_or_else(|e| panic!("[{RULE}] a layer over node a: {e}"));
+    let tasks = layer.handle();
+
+    // The layer's relay may start listening in the background: write through b
+    // until a's notifier hears it, so that the writes below cannot go unheard.
+    let probe = record(None, Timestamp::now(), Some(HOUR_MS));
+    create(RULE, &b, probe.clone(), CreateLimits::default()).await;
+    let deadline = tokio::time::Instant::now() + NODE_PATIENCE;
+    'warm: loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "[{RULE}] no write through b reached a's notifier within {NODE_PATIENCE:?}"
+        );
+        ping(RULE, &b, &probe.id).await;
+        let tried = tokio::time::Instant::now() + WARM_UP_TRY;
+        while let Ok(event) = tokio::time::timeout_at(tried, notified.recv()).await {
+            match event {
+                Some((id, _)) if id == probe.id => break 'warm,
+                Some(_) => {}
+                None => panic!("[{RULE}] the notifier was dropped"),
+            }
+        }
+    }
+
+    let task = record(None, Timestamp::now(), Some(HOUR_MS));
+    let id = task.id;
+    create(RULE, &*a, task, CreateLimits::default()).await;
+    let ask = InputRequests::new().with("go", InputRequest::confirm("Go?", "ok"));
+    tasks
+        .require_input(&id, ask)
+        .await
+        .unwrap_or_else(|e| panic!("[{RULE}] require_input through the layer on a: {e}"));
+    while read.try_recv().is_ok() {}
+    let waiter = tokio::spawn({
+        let tasks = tasks.clone();
+        async move { tasks.wait_for_input(&id).await }
+    });
+    // Answer only once the worker has read the task as input_required: from then on
+    // it can only return by being woken.
+    let deadline = tokio::time::Instant::now() + NODE_PATIENCE;
+    loop {
+        match tokio::time::timeout_at(deadline, read.recv()).await {
+            Ok(Some(other)) if other == id => break,
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("[{RULE}] the layer's store was dropped"),
+            Err(_) => {
+                panic!("[{RULE}] the worker on a did not read its task within {NODE_PATIENCE:?}")
+            }
+        }
+    }
+
+    // The client's tasks/update lands on node b.
+    let answer = Transition::Answer {
+        responses: [("go".to_owned(), json!({"action": "accept"}))]
+            .into_iter()
+            .collect(),
+    };
+    let answered = update(RULE, &b, &id, Scope::Owner(None), &answer, Timestamp::now())
+        .await
+        .unwrap_or_else(|| panic!("[{RULE}] node b must see the task node a created"));
+    assert!(
+        answered.changed(),
+        "[{RULE}] the answer through b must be applied"
+    );
+    assert_eq!(
+        answered.record.status,
+        TaskStatus::Working,
+        "[{RULE}] the last answer must make the task working again"
+    );
+    let answers = match tokio::time::timeout(NODE_PATIENCE, waiter).await {
+        Ok(Ok(Ok(answers))) => answers,
+        Ok(Ok(Err(e))) => panic!("[{RULE}] wait_for_input on a failed: {e}"),
+        Ok(Err(e)) => panic!("[{RULE}] the worker on a did not finish: {e}"),
+        Err(_) => panic!(
+            "[{RULE}] the worker waiting on a must wake on the answer given through b within {NODE_PATIENCE:?}"
+        ),
+    };
+    assert_eq!(
+        answers["go"]["action"], "accept",
+        "[{RULE}] the worker on a must receive the answer given through b"
+    );
+
+    let cancelled = update(
+        RULE,
+        &b,
+        &id,
+        Scope::Owner(None),
+        &Transition::Cancel,
+        Timestamp::now(),
+    )
+    .await
+    .unwrap_or_else(|| panic!("[{RULE}] node b must see the task node a created"));
+    assert!(
+        cancelled.changed(),
+        "[{RULE}] the cancel through b must be applied"
+    );
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + NODE_PATIENCE;
+    while seen.last() != Some(&TaskStatus::Cancelled) {
+        match tokio::time::timeout_at(deadline, notified.recv()).await {
+            Ok(Some((changed, status))) if changed == id => seen.push(status),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("[{RULE}] the notifier was dropped"),
+            Err(_) => panic!(
+                "[{RULE}] the cancel through b never reached a's notifier within {NODE_PATIENCE:?}; it saw {seen:?}"
+            ),
+        }
+    }
+    assert!(
+        tasks.is_cancelled(&id).await,
+        "[{RULE}] the worker on a must see the cancel given through b"
+    );
+    assert_eq!(
+        seen,
+        [
+            TaskStatus::InputRequired,
+            TaskStatus::Working,
+            TaskStatus::Cancelled
+        ],
+        "[{RULE}] a's notifier must see its own write once and b's two writes once each"
+    );
+}
+
+/// Multi-node contention: 64 concurrent writers spread over `nodes` (two or more
+/// instances sharing state) race on ONE task, a third each `Complete`, `Cancel`
+/// and `Progress`. In every round exactly one terminal write wins across all the
+/// nodes, every node then reads the very record the winner's `update` returned,
+/// and the revision counts every applied change. Needs a multi-thread runtime.
+pub async fn nodes_concurrent_terminal_writes_one_wins<S: TaskStore>(nodes: Vec<S>) {
+    const RULE: &str = "nodes_concurrent_terminal_writes_one_wins";
+    require_multi_thread(RULE);
+    require_nodes(RULE, &nodes);
+    let nodes = Arc::new(nodes);
+    let alice = Principal::from("alice");
+    for round in 0..NODE_ROUNDS {
+        let now = Timestamp::now();
+        let task = record(Some(alice.clone()), now, Some(HOUR_MS));
+        let id = task.id;
+        create(RULE, &nodes[0], task, CreateLimits::default()).await;
+        let writers: Vec<(usize, Transition)> = (0..WRITERS)
+            .map(|i| {
+                let transition = match i % 3 {
+                    0 => Transition::Complete {
+                        result: json!({"content": [{"type": "text", "text": format!("writer {i}")}]}),
+                        message: None,
+                    },
+                    1 => Transition::Cancel,
+                    _ => Transition::Progress {
+                        message: format!("writer {i}"),
+                    },
+                };
+                (i, transition)
+            })
+            .collect();
+        let results = race(writers.clone(), {
+            let nodes = nodes.clone();
+            move |(i, transition): (usize, Transition)| {
+                let nodes = nodes.clone();
+                async move {
+                    let node = &nodes[i % nodes.len()];
+                    update_retrying(node, &id, &transition, now.plus_ms(1 + (i as u64 % 7))).await
+                }
+            }
+        })
+        .await;
+        let mut winners = Vec::new();
+        let mut changes = 0u64;
+        for ((i, transition), result) in writers.iter().zip(results) {
+            let updated = match result {
+                Ok(Some(updated)) => updated,
+                Ok(None) => panic!("[{RULE}] round {round}: writer {i} did not find the task"),
+                Err(e) => panic!("[{RULE}] round {round}: writer {i} got Err({e})"),
+            };
+            if updated.changed() {
+                changes += 1;
+            }
+            match transition {
+                Transition::Progress { .. } => assert!(
+                    matches!(
+                        updated.outcome,
+                        Ok(Applied::Changed) | Err(TransitionError::Terminal)
+                    ),
+                    "[{RULE}] round {round}: writer {i}'s progress must be applied or refused as Terminal, got {:?}",
+                    updated.outcome
+                ),
+                _ if updated.changed() => winners.push((*i, transition, updated.record)),
+                _ => {
+                    let expected = if matches!(transition, Transition::Cancel) {
+                        Ok(Applied::Unchanged)
+                    } else {
+                        Err(TransitionError::Terminal)
+                    };
+                    assert_eq!(
+                        updated.outcome, expected,
+                        "[{RULE}] round {round}: a losing terminal write must be refused as the state machine says"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "[{RULE}] round {round}: exactly one terminal write must win across {} nodes, {} did",
+            nodes.len(),
+            winners.len()
+        );
+        let (winner, winning, written) = &winners[0];
+        for (n, node) in nodes.iter().enumerate() {
+            let scope = if n % 2 == 0 {
+                Scope::Any
+            } else {
+                Scope::Owner(Some(&alice))
+            };
+            let stored = get(RULE, node, &id, scope, now.plus_ms(10)).await;
+            assert_eq!(
+                stored.as_ref(),
+                Some(written),
+                "[{RULE}] round {round}: node {n} must read the record the winning write returned"
+            );
+        }
+        match winning {
+            Transition::Cancel => assert_eq!(
+                written.status,
+                TaskStatus::Cancelled,
+                "[{RULE}] round {round}: a winning cancel must leave the task cancelled"
+            ),
+            _ => {
+                assert_eq!(
+                    written.status,
+                    TaskStatus::Completed,
+                    "[{RULE}] round {round}: a winning complete must leave the task completed"
+                );
+                assert_eq!(
+                    written.result,
+                    Some(
+                        json!({"content": [{"type": "text", "text": format!("writer {winner}")}]})
+                    ),
+                    "[{RULE}] round {round}: the stored result must be the winning writer's"
+                );
+            }
+        }
+        assert_eq!(
+            written.revision, changes,
+            "[{RULE}] round {round}: the revision must count every applied change"
+        );
+    }
+}
+
+/// Multi-node contention: 64 concurrent `RequireInput` writers, each with a
+/// distinct key, spread over `nodes` (two or more instances sharing state), on ONE
+/// working task. None may be lost: every node reads every key outstanding and a
+/// revision that counts every write. Needs a multi-thread runtime.
+pub async fn nodes_concurrent_updates_never_lost<S: TaskStore>(nodes: Vec<S>) {
+    const RULE: &str = "nodes_concurrent_updates_never_lost";
+    require_multi_thread(RULE);
+    require_nodes(RULE, &nodes);
+    let nodes = Arc::new(nodes);
+    let now = Timestamp::now();
+    let task = record(None, now, Some(HOUR_MS));
+    let id = task.id;
+    create(RULE, &nodes[0], task, CreateLimits::default()).await;
+    let writers: Vec<usize> = (0..WRITERS).collect();
+    let results = race(writers.clone(), {
+        let nodes = nodes.clone();
+        move |i: usize| {
+            let nodes = nodes.clone();
+            async move {
+                let ask = Transition::RequireInput {
+                    requests: input_requests(&[&format!("key-{i}")]),
+                    message: None,
+                };
+                let node = &nodes[i % nodes.len()];
+                update_retrying(node, &id, &ask, now.plus_ms(1 + i as u64)).await
+            }
+        }
+    })
+    .await;
+    for (i, result) in writers.iter().zip(results) {
+        match result {
+            Ok(Some(updated)) if updated.changed() => {}
+            other => panic!(
+                "[{RULE}] writer {i}'s fresh key on node {} must be applied, got {:?}",
+                i % nodes.len(),
+                other.map(|o| o.map(|u| u.outcome))
+            ),
+        }
+    }
+    let expected: BTreeSet<String> = (0..WRITERS).map(|i| format!("key-{i}")).collect();
+    let at = now.plus_ms(1 + WRITERS as u64);
+    let first = get(RULE, &nodes[0], &id, Scope::Any, at)
+        .await
+        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    let outstanding: BTreeSet<String> = first.input_requests.keys().cloned().collect();
+    let lost: Vec<&String> = expected.difference(&outstanding).collect();
+    assert!(
+        lost.is_empty(),
+        "[{RULE}] {} of {WRITERS} input requests written through {} nodes were lost: {lost:?}",
+        lost.len(),
+        nodes.len()
+    );
+    assert_eq!(
+        first.issued_keys, expected,
+        "[{RULE}] issued_keys must hold exactly the {WRITERS} keys asked for"
+    );
+    assert_eq!(
+        first.status,
+        TaskStatus::InputRequired,
+        "[{RULE}] the task must be input_required"
+    );
+    assert_eq!(
+        first.revision, WRITERS as u64,
+        "[{RULE}] the revision must count all {WRITERS} applied writes"
+    );
+    for (n, node) in nodes.iter().enumerate().skip(1) {
+        assert_eq!(
+            get(RULE, node, &id, Scope::Any, at).await.as_ref(),
+            Some(&first),
+            "[{RULE}] node {n} must read the same record as node 0"
+        );
+    }
+}
+
 /// Runs every rule of the suite as a `#[tokio::test]` on a multi-thread runtime.
 ///
 /// The argument is an expression evaluating to a future of a fresh, empty store; it
@@ -1392,6 +1831,71 @@ macro_rules! task_store_tests {
     };
 }
 
+/// Runs every multi-node rule of the suite (the `nodes_*` functions) as a
+/// `#[tokio::test]` on a multi-thread runtime: the contract any store that
+/// implements [`TaskStore::subscribe`](crate::TaskStore::subscribe) must keep.
+///
+/// The argument is an expression evaluating to a future of
+/// `Option<(S, S)>`: two instances of the store over the same fresh shared state
+/// (one database table, one key prefix), as two processes would hold them. It is
+/// evaluated once per test. `None` skips the test, for a backend that is not
+/// available where the tests run (say so before returning it). Invoke the macro
+/// inside a module of its own, next to [`task_store_tests!`](crate::task_store_tests).
+///
+/// ```no_run
+/// mod shared_store_nodes {
+///     use std::sync::Arc;
+///
+///     use mcp_tasks::TaskStore;
+///
+///     /// Two handles on one shared database, or `None` where none is configured.
+///     async fn two_nodes() -> Option<(Arc<dyn TaskStore>, Arc<dyn TaskStore>)> {
+///         let url = std::env::var("MY_STORE_URL").ok()?;
+///         Some((connect(&url).await, connect(&url).await))
+///     }
+///     # async fn connect(_url: &str) -> Arc<dyn TaskStore> { unimplemented!() }
+///
+///     mcp_tasks::task_store_node_tests!(two_nodes());
+/// }
+/// # fn main() {}
+/// ```
+///
+/// The test crate needs `tokio` with the `macros` and `rt-multi-thread` features.
+#[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+macro_rules! task_store_node_tests {
+    ($factory:expr $(,)?) => {
+        $crate::task_store_node_tests!(@pair $factory;
+            nodes_announce_to_the_other_node_only,
+            nodes_remote_writes_reach_the_layer,
+        );
+        $crate::task_store_node_tests!(@all $factory;
+            nodes_concurrent_terminal_writes_one_wins,
+            nodes_concurrent_updates_never_lost,
+        );
+    };
+    (@pair $factory:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $rule() {
+                if let ::core::option::Option::Some((a, b)) = $factory.await {
+                    $crate::test_suite::$rule(a, b).await;
+                }
+            }
+        )*
+    };
+    (@all $factory:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $rule() {
+                if let ::core::option::Option::Some((a, b)) = $factory.await {
+                    $crate::test_suite::$rule(::std::vec![a, b]).await;
+                }
+            }
+        )*
+    };
+}
+
 fn record(owner: Option<Principal>, now: Timestamp, ttl_ms: Option<u64>) -> TaskRecord {
     let mut record = TaskRecord::new(TaskId::random(), owner, now);
     record.ttl_ms = ttl_ms;
@@ -1431,6 +1935,166 @@ fn require_multi_thread(rule: &str) {
         tokio::runtime::RuntimeFlavor::MultiThread,
         "[{rule}] this rule checks concurrent writers and must run on a multi-thread tokio runtime"
     );
+}
+
+fn require_nodes<S>(rule: &str, nodes: &[S]) {
+    assert!(
+        nodes.len() >= 2,
+        "[{rule}] this rule needs two or more nodes sharing one store, got {}",
+        nodes.len()
+    );
+}
+
+/// A node as a layer sees it, reporting the id of every `get` once it returned, so
+/// a rule can tell when a worker has read a task.
+#[derive(Debug)]
+struct ReadsReported<S> {
+    node: Arc<S>,
+    reads: mpsc::UnboundedSender<TaskId>,
+}
+
+impl<S: TaskStore> TaskStore for ReadsReported<S> {
+    fn create<'a>(
+        &'a self,
+        record: TaskRecord,
+        limits: CreateLimits,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.node.create(record, limits)
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let found = self.node.get(id, scope, now).await;
+            let _ = self.reads.send(*id);
+            found
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        transition: &'a Transition,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+        self.node.update(id, scope, transition, now)
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: Timestamp,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<usize, StoreError>> {
+        self.node.cleanup(now, retention)
+    }
+
+    fn subscribe(&self) -> Option<ChangeFeed> {
+        self.node.subscribe()
+    }
+}
+
+/// A progress write on `id` through `node` that must be applied.
+async fn ping<S: TaskStore + ?Sized>(rule: &str, node: &S, id: &TaskId) {
+    let ping = Transition::Progress {
+        message: "ping".to_owned(),
+    };
+    let updated = update(rule, node, id, Scope::Any, &ping, Timestamp::now())
+        .await
+        .unwrap_or_else(|| panic!("[{rule}] the warm-up task must be found"));
+    assert!(
+        updated.changed(),
+        "[{rule}] progress on the working warm-up task must be applied"
+    );
+}
+
+/// A node's change feed, as a multi-node rule reads it.
+struct Announcements {
+    feed: ChangeFeed,
+    /// The warm-up task, whose late announcements are skipped.
+    probe: TaskId,
+}
+
+impl Announcements {
+    /// Asserts that the next id announced (after any late warm-up ones) is
+    /// `expected`.
+    async fn next_is(&mut self, rule: &str, expected: TaskId, what: &str) {
+        let announced = loop {
+            match tokio::time::timeout(NODE_PATIENCE, self.feed.recv()).await {
+                Ok(Ok(id)) if id == self.probe => continue,
+                Ok(Ok(id)) => break id,
+                Ok(Err(RecvError::Lagged(n))) => {
+                    panic!("[{rule}] {what}: the feed skipped {n} ids")
+                }
+                Ok(Err(RecvError::Closed)) => panic!("[{rule}] {what}: the feed closed"),
+                Err(_) => {
+                    panic!("[{rule}] {what}: nothing was announced within {NODE_PATIENCE:?}")
+                }
+            }
+        };
+        assert!(
+            announced == expected,
+            "[{rule}] {what}: another task's id was announced first"
+        );
+    }
+
+    /// Asserts that nothing more was announced.
+    fn assert_drained(&mut self, rule: &str, node: &str) {
+        match self.feed.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            Ok(_) => panic!("[{rule}] node {node}'s feed carried one of node {node}'s own writes"),
+            Err(e) => panic!("[{rule}] node {node}'s feed failed: {e}"),
+        }
+    }
+}
+
+/// Subscribes to both nodes' feeds and makes sure each node hears the other before
+/// a rule starts: a store may start listening in the background on `subscribe`, so
+/// its first writes may go unheard. Creates a probe task through `a`, then writes
+/// it through `a` until `b`'s feed announces it, and through `b` until `a`'s does.
+async fn warm_up<S: TaskStore + ?Sized>(
+    rule: &str,
+    a: &S,
+    b: &S,
+) -> (Announcements, Announcements) {
+    let subscribe = |node: &S, name: &str| {
+        node.subscribe().unwrap_or_else(|| {
+            panic!("[{rule}] node {name} must have a change feed: subscribe() returned None")
+        })
+    };
+    let (mut feed_a, mut feed_b) = (subscribe(a, "a"), subscribe(b, "b"));
+    let probe = record(None, Timestamp::now(), Some(HOUR_MS));
+    create(rule, a, probe.clone(), CreateLimits::default()).await;
+    for (writer, feed, what) in [
+        (a, &mut feed_b, "a on b's feed"),
+        (b, &mut feed_a, "b on a's feed"),
+    ] {
+        let deadline = tokio::time::Instant::now() + NODE_PATIENCE;
+        'heard: loop {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "[{rule}] no write by {what} was announced within {NODE_PATIENCE:?}"
+            );
+            ping(rule, writer, &probe.id).await;
+            let tried = tokio::time::Instant::now() + WARM_UP_TRY;
+            while let Ok(announced) = tokio::time::timeout_at(tried, feed.recv()).await {
+                match announced {
+                    Ok(id) if id == probe.id => break 'heard,
+                    Ok(_) => {}
+                    Err(e) => panic!("[{rule}] the change feed failed while warming up: {e}"),
+                }
+            }
+        }
+    }
+    let on = |feed| Announcements {
+        feed,
+        probe: probe.id,
+    };
+    (on(feed_a), on(feed_b))
 }
 
 async fn create<S: TaskStore + ?Sized>(
