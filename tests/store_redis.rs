@@ -1,5 +1,6 @@
-//! `RedisStore` against a live server: the public contract suite, and two store
-//! instances sharing a prefix as two nodes.
+//! `RedisStore` against a live server: the public contract suite, its multi-node
+//! rules on store instances sharing a prefix as nodes, and what is particular to
+//! Redis (native expiry, a store without a change feed).
 //!
 //! The server comes from `REDIS_URL` (e.g. `redis://127.0.0.1:6379`). Without it the
 //! tests fail when `CI` is set and are skipped otherwise. Every store gets a random
@@ -10,14 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::{
-    BoxFuture, ChangeFeed, CreateLimits, InputRequest, InputRequests, MemoryStore, RedisStore,
-    Scope, StoreError, TaskId, TaskRecord, TaskStatus, TaskStore, TasksLayer, Timestamp,
-    Transition, Updated,
+    BoxFuture, ChangeFeed, CreateLimits, MemoryStore, RedisStore, Scope, StoreError, TaskId,
+    TaskRecord, TaskStore, Timestamp, Transition, Updated,
 };
-use serde_json::json;
-use tokio::sync::{Barrier, broadcast};
-
-const DEADLINE: Duration = Duration::from_secs(10);
 
 /// The server to test against; `None` (after saying so) when the tests should be
 /// skipped.
@@ -186,258 +182,16 @@ mod redis_store_contract {
     mcp_tasks::task_store_tests!(super::fresh_store());
 }
 
-fn progress(message: &str) -> Transition {
-    Transition::Progress {
-        message: message.to_owned(),
-    }
-}
-
-/// Keeps writing through `writer` until `feed` announces `id`: the feed's listener
-/// connects in the background, so the first writes may go unheard.
-async fn until_heard(writer: &TestStore, id: &TaskId, feed: &mut broadcast::Receiver<TaskId>) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the other node never heard a write"
-        );
-        let updated = writer
-            .update(id, Scope::Any, &progress("ping"), Timestamp::now())
-            .await
-            .unwrap()
-            .expect("the probe task exists");
-        assert!(updated.changed());
-        match tokio::time::timeout(Duration::from_millis(100), feed.recv()).await {
-            Ok(Ok(heard)) if heard == *id => return,
-            Ok(Ok(_)) | Err(_) => {}
-            Ok(Err(e)) => panic!("the change feed failed: {e}"),
-        }
-    }
-}
-
-async fn create(store: &TestStore, record: &TaskRecord) {
-    store
-        .create(record.clone(), CreateLimits::default())
-        .await
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_node_hears_the_other_and_not_itself() {
-    let Some((a, b)) = two_nodes().await else {
-        return;
-    };
-    let mut feed_a = a.subscribe().expect("a connected store has a change feed");
-    let mut feed_b = b.subscribe().expect("a connected store has a change feed");
-    let probe = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-    create(&a, &probe).await;
-    until_heard(&a, &probe.id, &mut feed_b).await;
-    until_heard(&b, &probe.id, &mut feed_a).await;
-    while feed_a.try_recv().is_ok() {}
-    while feed_b.try_recv().is_ok() {}
-
-    let mine = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-    let theirs = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-    create(&a, &mine).await;
-    create(&b, &theirs).await;
-    a.update(&mine.id, Scope::Any, &progress("a"), Timestamp::now())
-        .await
-        .unwrap()
-        .unwrap();
-    b.update(&theirs.id, Scope::Any, &progress("b"), Timestamp::now())
-        .await
-        .unwrap()
-        .unwrap();
-
-    // Redis delivers announcements in order: had A relayed its own writes, `mine`
-    // would come before `theirs` on A's feed.
-    for expected in [theirs.id, theirs.id] {
-        let heard = tokio::time::timeout(DEADLINE, feed_a.recv())
-            .await
-            .expect("A hears B's writes")
-            .unwrap();
-        assert!(heard == expected, "A's feed carried one of A's own writes");
-    }
-    for expected in [mine.id, mine.id] {
-        let heard = tokio::time::timeout(DEADLINE, feed_b.recv())
-            .await
-            .expect("B hears A's writes")
-            .unwrap();
-        assert!(heard == expected, "B's feed carried one of B's own writes");
-    }
-    assert!(
-        feed_a.try_recv().is_err(),
-        "A's feed must carry only B's two writes"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_on_one_node_wakes_a_worker_waiting_on_the_other() {
-    let Some((a, b)) = two_nodes().await else {
-        return;
-    };
-    let layer = TasksLayer::builder(a.clone())
-        .without_janitor()
-        .build()
-        .unwrap();
-    let tasks = layer.handle();
-
-    // The layer's relay and this probe share A's feed: once the probe hears B, so
-    // does the layer.
-    let mut probe_feed = a.subscribe().unwrap();
-    let probe = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-    create(&b, &probe).await;
-    until_heard(&b, &probe.id, &mut probe_feed).await;
-
-    let id = TaskId::random();
-    create(&a, &TaskRecord::new(id, None, Timestamp::now())).await;
-    let ask = InputRequests::new().with("go", InputRequest::confirm("Go?", "ok"));
-    tasks.require_input(&id, ask).await.unwrap();
-    let waiter = tokio::spawn({
-        let tasks = tasks.clone();
-        async move { tasks.wait_for_input(&id).await }
-    });
-
-    let answer = Transition::Answer {
-        responses: [("go".to_owned(), json!({"action": "accept"}))]
-            .into_iter()
-            .collect(),
-    };
-    let answered = b
-        .update(&id, Scope::Any, &answer, Timestamp::now())
-        .await
-        .unwrap()
-        .expect("node B sees the task node A created");
-    assert!(answered.changed());
-    assert_eq!(answered.record.status, TaskStatus::Working);
-
-    let answers = tokio::time::timeout(DEADLINE, waiter)
-        .await
-        .expect("the worker on node A wakes on node B's answer")
-        .unwrap()
-        .unwrap();
-    assert_eq!(answers["go"]["action"], "accept");
+mod redis_store_nodes {
+    mcp_tasks::task_store_node_tests!(super::two_nodes());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_terminal_write_wins_across_nodes() {
-    let Some((a, b)) = two_nodes().await else {
-        return;
-    };
-    const WRITERS: usize = 32;
-    for round in 0..4 {
-        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-        let id = record.id;
-        create(&a, &record).await;
-        let barrier = Arc::new(Barrier::new(WRITERS));
-        let handles: Vec<_> = (0..WRITERS)
-            .map(|i| {
-                let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-                let barrier = barrier.clone();
-                let transition = if i % 4 < 2 {
-                    Transition::Complete {
-                        result: json!({"content": [{"type": "text", "text": format!("writer {i}")}]}),
-                        message: None,
-                    }
-                } else {
-                    Transition::Cancel
-                };
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    for _ in 0..1_000 {
-                        match store
-                            .update(&id, Scope::Any, &transition, Timestamp::now())
-                            .await
-                        {
-                            Err(StoreError::Contention) => tokio::task::yield_now().await,
-                            other => return (i, other.unwrap().expect("the task exists")),
-                        }
-                    }
-                    panic!("writer {i} kept losing the compare-and-swap");
-                })
-            })
-            .collect();
-        let mut winners = Vec::new();
-        for handle in handles {
-            let (i, updated) = handle.await.unwrap();
-            if updated.changed() {
-                winners.push((i, updated.record));
-            }
-        }
-        assert_eq!(
-            winners.len(),
-            1,
-            "round {round}: exactly one terminal write must win across two nodes"
-        );
-        let (winner, written) = &winners[0];
-        let stored = a
-            .get(&id, Scope::Any, Timestamp::now())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            &stored, written,
-            "round {round}: the stored record is the winner's"
-        );
-        let expected = if winner % 4 < 2 {
-            TaskStatus::Completed
-        } else {
-            TaskStatus::Cancelled
-        };
-        assert_eq!(stored.status, expected);
-        assert_eq!(
-            stored.revision, 1,
-            "round {round}: one change, one revision"
-        );
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_updates_across_nodes_are_never_lost() {
+async fn concurrent_updates_through_four_nodes_are_never_lost() {
     let Some(nodes) = nodes(4).await else {
         return;
     };
-    const WRITERS: usize = 64;
-    let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-    let id = record.id;
-    create(&nodes[0], &record).await;
-    let barrier = Arc::new(Barrier::new(WRITERS));
-    let handles: Vec<_> = (0..WRITERS)
-        .map(|i| {
-            let store = nodes[i % nodes.len()].clone();
-            let barrier = barrier.clone();
-            let ask = Transition::RequireInput {
-                requests: [(
-                    format!("key-{i}"),
-                    InputRequest::confirm("Go?", "ok").as_json().clone(),
-                )]
-                .into_iter()
-                .collect(),
-                message: None,
-            };
-            tokio::spawn(async move {
-                barrier.wait().await;
-                for _ in 0..1_000 {
-                    match store.update(&id, Scope::Any, &ask, Timestamp::now()).await {
-                        Err(StoreError::Contention) => tokio::task::yield_now().await,
-                        other => return other.unwrap().expect("the task exists"),
-                    }
-                }
-                panic!("writer {i} kept losing the compare-and-swap");
-            })
-        })
-        .collect();
-    for handle in handles {
-        let updated = handle.await.unwrap();
-        assert!(updated.changed(), "every fresh key must be applied");
-    }
-    let stored = nodes[3]
-        .get(&id, Scope::Any, Timestamp::now())
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(stored.input_requests.len(), WRITERS, "an update was lost");
-    assert_eq!(stored.revision, WRITERS as u64);
+    mcp_tasks::test_suite::nodes_concurrent_updates_never_lost(nodes).await;
 }
 
 #[tokio::test]
