@@ -3,6 +3,9 @@
 //! - `pass_through`: a bare inner service answering `tools/list` against the same
 //!   service wrapped in `TasksLayer`, on the same modern request. The layer decides
 //!   from the headers alone and must add nothing measurable.
+//! - `pass_through_rmcp`: the same comparison with a real rmcp server (stateless,
+//!   2026-07-28) as the inner service, on a current-thread tokio runtime: what the
+//!   layer costs a real server's `tools/list`.
 //! - `tasks_get`: `tasks/get` answered by the layer from a `MemoryStore` holding
 //!   1 000 and 1 000 000 tasks, for a random existing id each iteration. The cost
 //!   must not grow with the number of stored tasks.
@@ -67,7 +70,8 @@ fn meta() -> serde_json::Value {
 }
 
 fn modern_request(method: &str, name: Option<&str>, body: Bytes) -> Request<Full<Bytes>> {
-    let mut builder = Request::post("/mcp")
+    let mut builder = Request::post("http://127.0.0.1/mcp")
+        .header("host", "127.0.0.1")
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", PROTOCOL_VERSION)
@@ -124,7 +128,7 @@ where
         .call(request)
         .await
         .expect("the service answers");
-    assert!(response.status().is_success());
+    assert!(response.status().is_success(), "status {}", response.status());
     response
         .into_body()
         .collect()
@@ -181,6 +185,116 @@ fn pass_through(c: &mut Criterion) {
     println!(
         "pass_through interleaved: bare {bare_ns:.1} ns, layered {layered_ns:.1} ns, \
          layered/bare {ratio:.4} ({:+.2} %)",
+        (ratio - 1.0) * 100.0
+    );
+}
+
+/// A minimal rmcp server: one tool, nothing else.
+#[derive(Clone)]
+struct RmcpFixture;
+
+impl rmcp::ServerHandler for RmcpFixture {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        rmcp::model::ServerConfig::new(
+            rmcp::model::ServerCapabilities::builder()
+                .enable_tools()
+                .build(),
+        )
+    }
+
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+        std::borrow::Cow::Borrowed(&[rmcp::model::ProtocolVersion::V_2026_07_28])
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::service::RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        Ok(rmcp::model::ListToolsResult::with_all_items(vec![
+            rmcp::model::Tool::new(
+                "echo",
+                "Echoes its input",
+                Arc::new(schema.as_object().cloned().unwrap_or_default()),
+            ),
+        ]))
+    }
+}
+
+fn rmcp_service() -> rmcp::transport::StreamableHttpService<
+    RmcpFixture,
+    rmcp::transport::streamable_http_server::session::never::NeverSessionManager,
+> {
+    rmcp::transport::StreamableHttpService::new(
+        || Ok(RmcpFixture),
+        Arc::default(),
+        rmcp::transport::StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_sse_keep_alive(None)
+            .with_sse_retry(None)
+            .disable_allowed_hosts(),
+    )
+}
+
+fn pass_through_rmcp(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let body = tools_list_body();
+    let request = || modern_request("tools/list", None, body.clone());
+    let mut bare = rmcp_service();
+    let layer = runtime.block_on(async {
+        TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .expect("a valid layer")
+    });
+    let mut layered = layer.layer(rmcp_service());
+    let plain = runtime.block_on(exchange(&mut bare, request()));
+    assert_eq!(runtime.block_on(exchange(&mut layered, request())), plain);
+
+    let mut group = c.benchmark_group("pass_through_rmcp");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(8));
+    group.bench_function("bare", |b| {
+        b.iter_batched(
+            request,
+            |req| runtime.block_on(exchange(&mut bare, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("layered", |b| {
+        b.iter_batched(
+            request,
+            |req| runtime.block_on(exchange(&mut layered, req)),
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    let (bare_ns, layered_ns, ratio) = interleaved_rounds(
+        200,
+        100,
+        |_| request(),
+        |req| {
+            black_box(runtime.block_on(exchange(&mut bare, req)));
+        },
+        |req| {
+            black_box(runtime.block_on(exchange(&mut layered, req)));
+        },
+    );
+    println!(
+        "pass_through_rmcp interleaved: bare {:.2} us, layered {:.2} us, \
+         layered/bare {ratio:.4} ({:+.2} %)",
+        bare_ns / 1000.0,
+        layered_ns / 1000.0,
         (ratio - 1.0) * 100.0
     );
 }
@@ -299,22 +413,33 @@ const BATCH: usize = 1_000;
 /// per-call time of each, in nanoseconds, and the median of the per-round ratios
 /// b/a.
 fn interleaved<I>(
+    make: impl FnMut(usize) -> I,
+    a: impl FnMut(I),
+    b: impl FnMut(I),
+) -> (f64, f64, f64) {
+    interleaved_rounds(ROUNDS, BATCH, make, a, b)
+}
+
+/// [`interleaved`] with an explicit number of rounds and calls per batch.
+fn interleaved_rounds<I>(
+    rounds: usize,
+    batch: usize,
     mut make: impl FnMut(usize) -> I,
     mut a: impl FnMut(I),
     mut b: impl FnMut(I),
 ) -> (f64, f64, f64) {
-    let mut times_a = Vec::with_capacity(ROUNDS);
-    let mut times_b = Vec::with_capacity(ROUNDS);
-    let mut ratios = Vec::with_capacity(ROUNDS);
-    for round in 0..ROUNDS {
-        let inputs_a: Vec<I> = (0..BATCH).map(|_| make(0)).collect();
-        let inputs_b: Vec<I> = (0..BATCH).map(|_| make(1)).collect();
+    let mut times_a = Vec::with_capacity(rounds);
+    let mut times_b = Vec::with_capacity(rounds);
+    let mut ratios = Vec::with_capacity(rounds);
+    for round in 0..rounds {
+        let inputs_a: Vec<I> = (0..batch).map(|_| make(0)).collect();
+        let inputs_b: Vec<I> = (0..batch).map(|_| make(1)).collect();
         let mut time = |side: usize, inputs: Vec<I>| {
             let started = Instant::now();
             for input in inputs {
                 if side == 0 { a(input) } else { b(input) }
             }
-            started.elapsed().as_nanos() as f64 / BATCH as f64
+            started.elapsed().as_nanos() as f64 / batch as f64
         };
         let (ta, tb) = if round % 2 == 0 {
             let ta = time(0, inputs_a);
@@ -340,6 +465,9 @@ fn benches() {
     let mut criterion = Criterion::default().configure_from_args();
     if selected(&["pass_through/bare", "pass_through/layered"]) {
         pass_through(&mut criterion);
+    }
+    if selected(&["pass_through_rmcp/bare", "pass_through_rmcp/layered"]) {
+        pass_through_rmcp(&mut criterion);
     }
     if selected(&["tasks_get/1k", "tasks_get/1M"]) {
         tasks_get(&mut criterion);

@@ -32,17 +32,27 @@ pub(crate) const HEADER_SESSION_ID: HeaderName = HeaderName::from_static("mcp-se
 
 /// The methods the layer itself handles or inspects; everything else passes through.
 pub(crate) fn is_owned_method(method: &str) -> bool {
+    owns(method.as_bytes())
+}
+
+/// [`is_owned_method`] on raw header bytes, with no UTF-8 check on the fast path.
+fn owns(method: &[u8]) -> bool {
     matches!(
         method,
-        "tasks/get"
-            | "tasks/update"
-            | "tasks/cancel"
-            | "tasks/list"
-            | "tasks/result"
-            | "tools/call"
-            | "server/discover"
-            | "subscriptions/listen"
+        b"tasks/get"
+            | b"tasks/update"
+            | b"tasks/cancel"
+            | b"tasks/list"
+            | b"tasks/result"
+            | b"tools/call"
+            | b"server/discover"
+            | b"subscriptions/listen"
     )
+}
+
+fn is_legacy_version(value: &[u8]) -> bool {
+    let value = value.trim_ascii();
+    LEGACY_VERSIONS.iter().any(|v| v.as_bytes() == value)
 }
 
 /// What the headers alone say about a request.
@@ -65,7 +75,7 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
         return HeaderRoute::Passthrough;
     }
     if let Some(m) = headers.get(HEADER_METHOD)
-        && !is_owned_method(trim(m.as_bytes()))
+        && !owns(m.as_bytes().trim_ascii())
     {
         return HeaderRoute::Passthrough;
     }
@@ -73,13 +83,9 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
         return HeaderRoute::Legacy;
     }
     match headers.get(HEADER_PROTOCOL_VERSION) {
-        Some(version) if LEGACY_VERSIONS.contains(&trim(version.as_bytes())) => HeaderRoute::Legacy,
+        Some(version) if is_legacy_version(version.as_bytes()) => HeaderRoute::Legacy,
         _ => HeaderRoute::Inspect,
     }
-}
-
-fn trim(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).map(str::trim).unwrap_or("\u{0}")
 }
 
 /// A parsed JSON-RPC request (only what the layer needs).
@@ -146,7 +152,7 @@ impl Envelope {
         }
         match headers.get(HEADER_PROTOCOL_VERSION) {
             None => true,
-            Some(v) => LEGACY_VERSIONS.contains(&trim(v.as_bytes())),
+            Some(v) => is_legacy_version(v.as_bytes()),
         }
     }
 
@@ -169,7 +175,7 @@ impl Envelope {
             .get(META_CLIENT_CAPABILITIES)
             .and_then(Value::as_object)
             .ok_or_else(|| RpcError::missing_meta("Missing _meta clientCapabilities"))?;
-        if trim(header_version.as_bytes()) != version {
+        if header_version.as_bytes().trim_ascii() != version.as_bytes() {
             return Err(RpcError::header_mismatch(
                 "MCP-Protocol-Version header does not match _meta",
             ));
