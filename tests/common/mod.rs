@@ -4,6 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../support/server.rs"]
+mod server;
+
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,18 +22,19 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, he
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use mcp_tasks::{
     EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION, Principal,
     RequestBody, RpcError, TaskContext, TaskMode, TaskSpec, Tasks, TasksLayer, TasksLayerBuilder,
 };
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-use tower::{Layer as _, ServiceExt as _};
+use tower::Layer as _;
 
-/// The longest any single HTTP exchange may take before the test fails.
-pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+pub use server::Reply;
+// Not every test crate reads SSE bodies itself.
+#[allow(unused_imports)]
+pub use server::sse_messages;
+use server::{TestServer, authenticate};
+
 /// The longest a test polls for a state it expects.
 pub const POLL_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -530,60 +534,23 @@ pub struct Server {
     pub inner: Inner,
     /// The worker handle of the layer.
     pub tasks: Tasks,
-    accept: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
-}
-
-/// The demo authentication step: `Authorization: Bearer <name>` makes `<name>` the
-/// request's principal; no header is anonymous.
-pub fn authenticate<B>(req: &mut Request<B>) {
-    let name = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    if let Some(name) = name {
-        req.extensions_mut().insert(Principal::from(name));
-    }
+    /// The HTTP server; it stops with this.
+    http: TestServer,
 }
 
 impl Server {
     /// Serves `layer` around `inner` on 127.0.0.1, port 0.
     pub async fn start(layer: TasksLayer, inner: Inner) -> Server {
         let tasks = layer.handle();
-        let service = layer.layer(inner.service::<Incoming>());
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                stream.set_nodelay(true).unwrap();
-                let service = service.clone();
-                tokio::spawn(async move {
-                    let hyper_service =
-                        hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                            authenticate(&mut req);
-                            service.clone().oneshot(req)
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), hyper_service)
-                        .await;
-                });
-            }
-        });
+        let service = tower::ServiceBuilder::new()
+            .map_request(authenticate::<Incoming>)
+            .service(layer.layer(inner.service::<Incoming>()));
+        let http = server::serve(service).await;
         Server {
-            addr,
+            addr: http.addr,
             inner,
             tasks,
-            accept,
+            http,
         }
     }
 
@@ -611,44 +578,8 @@ impl Server {
 // ---------------------------------------------------------------------------
 // The client
 
-/// An HTTP response, read whole.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// The response headers.
-    pub headers: HeaderMap,
-    /// The body, byte for byte.
-    pub body: Bytes,
-    /// The JSON-RPC response: the body, or for SSE the response event; `Null` when
-    /// there is none.
-    pub json: Value,
-}
-
+/// The harness's own checks on a [`Reply`].
 impl Reply {
-    /// `error.code`, if this is an error.
-    pub fn code(&self) -> Option<i64> {
-        self.json["error"]["code"].as_i64()
-    }
-
-    /// The `result` object (`Null` if absent).
-    pub fn result(&self) -> &Value {
-        &self.json["result"]
-    }
-
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The `Content-Type`, or "".
-    pub fn content_type(&self) -> &str {
-        self.headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
     /// Asserts a JSON-RPC error with this code, travelling with this HTTP status,
     /// as a well-formed `application/json` body.
     #[track_caller]
@@ -683,46 +614,6 @@ impl Reply {
         );
         self
     }
-
-    /// Asserts an HTTP 200 success and returns the result.
-    #[track_caller]
-    pub fn ok(&self) -> &Value {
-        assert_eq!(self.status, StatusCode::OK, "{}", self.text());
-        assert!(
-            self.json.get("error").is_none() && self.json["result"].is_object(),
-            "expected a result, got {}",
-            self.text()
-        );
-        &self.json["result"]
-    }
-}
-
-/// The JSON-RPC messages in an SSE body, in order.
-pub fn sse_messages(body: &[u8]) -> Vec<Value> {
-    String::from_utf8_lossy(body)
-        .split("\n\n")
-        .filter_map(|event| {
-            event
-                .lines()
-                .find_map(|l| l.strip_prefix("data:"))
-                .and_then(|d| serde_json::from_str(d.trim_start()).ok())
-        })
-        .collect()
-}
-
-fn response_message(headers: &HeaderMap, body: &[u8]) -> Value {
-    let sse = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !sse {
-        return serde_json::from_slice(body).unwrap_or(Value::Null);
-    }
-    sse_messages(body)
-        .into_iter()
-        .rev()
-        .find(|m| m.get("id").is_some() && m.get("method").is_none())
-        .unwrap_or(Value::Null)
 }
 
 /// A hyper HTTP/1 client for one server; every exchange uses a fresh connection.
@@ -753,29 +644,7 @@ impl Client {
             header::HOST,
             HeaderValue::from_str(&self.addr.to_string()).unwrap(),
         );
-        let exchange = async {
-            let stream = TcpStream::connect(self.addr).await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake::<_, Frames>(TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let response = sender.send_request(request).await.unwrap();
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            (parts, body)
-        };
-        let (parts, body) = tokio::time::timeout(EXCHANGE_TIMEOUT, exchange)
-            .await
-            .expect("the exchange did not finish in time");
-        let json = response_message(&parts.headers, &body);
-        Reply {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-            json,
-        }
+        server::exchange(self.addr, request).await
     }
 
     /// A modern request for `method`, declaring the tasks extension unless told
