@@ -412,8 +412,8 @@ async fn cancel_and_expiry_drop_a_raw_inner_future() {
         .without_janitor()
         .build()
         .unwrap();
-    let (addr, accept) = serve(layer, inner).await;
-    let client = Client::new(addr);
+    let server = serve(layer, inner).await;
+    let client = Client::new(server.addr);
 
     let id = client.create_task("hang", json!({})).await;
     assert_eq!(next(&mut seen).await, "started");
@@ -426,5 +426,4 @@ async fn cancel_and_expiry_drop_a_raw_inner_future() {
     assert_eq!(next(&mut seen).await, "dropped");
     let failed = client.get(&id).await;
     assert_eq!(failed.ok()["status"], "failed", "{}", failed.text());
-    accept.abort();
 }

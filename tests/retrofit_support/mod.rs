@@ -4,6 +4,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../support/server.rs"]
+mod server;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -11,24 +14,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, header};
 use http_body::Body;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use mcp_tasks::{
     BoxError, EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
     Principal, RequestBody, TaskContext, TaskRefused, TasksLayer, TasksLayerBuilder,
 };
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
 use tower::{Layer as _, Service, ServiceExt as _};
 
 use crate::retrofit_app::{Counters, Retrofit, mcp_service};
 
-/// The longest one HTTP exchange may take.
-pub const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a test waits for a state it expects.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -80,22 +78,11 @@ impl Inbox {
     }
 }
 
-/// The demo authentication step: `Authorization: Bearer <name>`.
-pub fn authenticate<B>(req: &mut Request<B>) {
-    let name = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_owned);
-    if let Some(name) = name {
-        req.extensions_mut().insert(Principal::from(name));
-    }
-}
+pub use server::{Reply, TestServer};
 
-/// Serves `layer` around `inner` on 127.0.0.1 port 0, behind the demo auth step,
-/// with `TCP_NODELAY` on every accepted socket.
-pub async fn serve<S, ResBody>(layer: TasksLayer, inner: S) -> (SocketAddr, JoinHandle<()>)
+/// Serves `layer` around `inner` on 127.0.0.1 port 0, behind the demo auth step
+/// (`Authorization: Bearer <name>`), until the returned server is dropped.
+pub async fn serve<S, ResBody>(layer: TasksLayer, inner: S) -> TestServer
 where
     S: Service<Request<RequestBody<Incoming>>, Response = Response<ResBody>, Error = Infallible>
         + Clone
@@ -105,29 +92,12 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let service = layer.layer(inner);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accept = tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
-            };
-            stream.set_nodelay(true).unwrap();
-            let service = service.clone();
-            tokio::spawn(async move {
-                let hyper_service =
-                    hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                        authenticate(&mut req);
-                        service.clone().oneshot(req)
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), hyper_service)
-                    .await;
-            });
-        }
-    });
-    (addr, accept)
+    server::serve(
+        tower::ServiceBuilder::new()
+            .map_request(server::authenticate::<Incoming>)
+            .service(layer.layer(inner)),
+    )
+    .await
 }
 
 /// The example server, running.
@@ -139,13 +109,8 @@ pub struct Server {
     pub counters: Arc<Counters>,
     /// What the inner server received.
     pub inbox: Inbox,
-    accept: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
+    /// The HTTP server; it stops with this.
+    http: TestServer,
 }
 
 impl Server {
@@ -174,12 +139,12 @@ impl Server {
             }
         });
         let layer = builder.without_janitor().build().unwrap();
-        let (addr, accept) = serve(layer, spy).await;
+        let http = serve(layer, spy).await;
         Server {
-            addr,
+            addr: http.addr,
             counters,
             inbox,
-            accept,
+            http,
         }
     }
 
@@ -214,62 +179,6 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
-}
-
-/// An HTTP reply, read whole.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The HTTP status.
-    pub status: StatusCode,
-    /// The headers.
-    pub headers: HeaderMap,
-    /// The body.
-    pub body: Bytes,
-    /// The JSON-RPC response (for SSE, the response event).
-    pub json: Value,
-}
-
-impl Reply {
-    /// The body as text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The `Content-Type`.
-    pub fn content_type(&self) -> &str {
-        self.headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-    }
-
-    /// The result of a successful reply.
-    #[track_caller]
-    pub fn ok(&self) -> &Value {
-        assert_eq!(self.status, StatusCode::OK, "{}", self.text());
-        assert!(self.json["result"].is_object(), "{}", self.text());
-        &self.json["result"]
-    }
-}
-
-fn response_message(headers: &HeaderMap, body: &[u8]) -> Value {
-    let sse = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if !sse {
-        return serde_json::from_slice(body).unwrap_or(Value::Null);
-    }
-    String::from_utf8_lossy(body)
-        .split("\n\n")
-        .filter_map(|event| {
-            event
-                .lines()
-                .find_map(|l| l.strip_prefix("data:"))
-                .and_then(|d| serde_json::from_str::<Value>(d.trim_start()).ok())
-        })
-        .find(|m| m.get("id").is_some() && m.get("method").is_none())
-        .unwrap_or(Value::Null)
 }
 
 /// The text of a tool result's first content block.
@@ -338,32 +247,13 @@ impl Client {
 
     /// Opens a connection and sends `request`; the response head once it arrives.
     pub async fn open(&self, request: Request<Full<Bytes>>) -> Response<Incoming> {
-        let stream = TcpStream::connect(self.addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let (mut sender, _connection) = server::connect(self.addr).await;
         sender.send_request(request).await.unwrap()
     }
 
     /// Sends `request` and reads the whole reply.
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
-        let exchange = async {
-            let response = self.open(request).await;
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            (parts, body)
-        };
-        let (parts, body) = tokio::time::timeout(EXCHANGE_TIMEOUT, exchange)
-            .await
-            .expect("the exchange did not finish in time");
-        Reply {
-            json: response_message(&parts.headers, &body),
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        }
+        server::exchange(self.addr, request).await
     }
 
     /// `tools/call` of `tool` as alice.
