@@ -668,8 +668,8 @@ mod rmcp_inner {
                     .with_sse_retry(None)
                     .disable_allowed_hosts(),
             );
-            let (addr, server) = serve(layer.layer(rmcp)).await;
-            let client = Client::new(addr);
+            let server = serve(layer.layer(rmcp)).await;
+            let client = Client::new(server.addr);
             let task = client.create_task(Some("alice")).await;
             let mut stream = client
                 .listen_with(

@@ -5,6 +5,9 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../support/server.rs"]
+mod server;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +21,6 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use mcp_tasks::{
     BoxFuture, CreateLimits, EXTENSION_ID, ListenNotifier, META_CLIENT_CAPABILITIES,
     META_PROTOCOL_VERSION, MemoryStore, PROTOCOL_VERSION, Principal, RequestBody, Scope,
@@ -26,10 +28,9 @@ use mcp_tasks::{
     TasksLayerBuilder, Timestamp, Transition, Updated,
 };
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tower::{Layer as _, ServiceExt as _};
+use tower::Layer as _;
 
 /// The longest any single step may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(10);
@@ -267,13 +268,8 @@ pub struct Server {
     /// The layer's listen registry.
     pub listen: ListenNotifier,
     inner: Arc<InnerState>,
-    accept: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.accept.abort();
-    }
+    /// The HTTP server; it stops with this.
+    http: TestServer,
 }
 
 impl Server {
@@ -292,13 +288,13 @@ impl Server {
         });
         let state = inner.clone();
         let service = layer.layer(tower::service_fn(move |req| handle(state.clone(), req)));
-        let (addr, accept) = serve(service).await;
+        let http = serve(service).await;
         Server {
-            addr,
+            addr: http.addr,
             tasks: layer.handle(),
             listen: layer.listen_notifier(),
             inner,
-            accept,
+            http,
         }
     }
 
@@ -343,39 +339,7 @@ impl Server {
     }
 }
 
-/// Serves `service` on 127.0.0.1:0 (HTTP/1.1, `TCP_NODELAY`) until the returned
-/// task is aborted.
-pub async fn serve<S, B>(service: S) -> (SocketAddr, JoinHandle<()>)
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<mcp_tasks::BoxError>,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let accept = tokio::spawn(async move {
-        loop {
-            let Ok((socket, _)) = listener.accept().await else {
-                continue;
-            };
-            socket.set_nodelay(true).unwrap();
-            let service = service.clone();
-            tokio::spawn(async move {
-                let hyper_service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    service.clone().oneshot(req)
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(socket), hyper_service)
-                    .await;
-            });
-        }
-    });
-    (addr, accept)
-}
+pub use server::{TestServer, serve};
 
 /// The `_meta` of a modern request.
 pub fn meta(declare: bool) -> Value {
@@ -421,23 +385,6 @@ pub struct Client {
     addr: SocketAddr,
 }
 
-async fn connect(
-    addr: SocketAddr,
-) -> (
-    hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
-    JoinHandle<()>,
-) {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    stream.set_nodelay(true).unwrap();
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    (sender, conn)
-}
-
 impl Client {
     /// A client of the server at `addr`.
     pub fn new(addr: SocketAddr) -> Client {
@@ -451,7 +398,7 @@ impl Client {
         message: &Value,
         name: Option<&str>,
     ) -> (Response<Incoming>, JoinHandle<()>) {
-        let (mut sender, conn) = connect(self.addr).await;
+        let (mut sender, conn) = server::connect(self.addr).await;
         let mut request = Request::post("/mcp")
             .header(header::HOST, self.addr.to_string())
             .header(header::CONTENT_TYPE, "application/json")
