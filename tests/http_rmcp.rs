@@ -2,18 +2,19 @@
 //! HTTP: with JSON replies and with SSE replies, next to the same rmcp server without
 //! the layer.
 
+#[path = "support/server.rs"]
+mod server;
+
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
+use hyper_util::rt::TokioExecutor;
 use mcp_tasks::{
     InputRequest, InputRequests, MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer,
 };
@@ -28,7 +29,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use server::{TestServer, serve};
 use tower::{ServiceBuilder, ServiceExt as _};
 
 const EXT: &str = "io.modelcontextprotocol/tasks";
@@ -120,45 +121,6 @@ impl ServerHandler for Fixture {
     }
 }
 
-struct Server {
-    url: String,
-    _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-async fn start<S, B>(service: S) -> Server
-where
-    S: tower::Service<Request<hyper::body::Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<mcp_tasks::BoxError>,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = &mut stopped => return,
-                accepted = listener.accept() => accepted.unwrap(),
-            };
-            stream.set_nodelay(true).unwrap();
-            let service = service.clone();
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-                    .await;
-            });
-        }
-    });
-    Server {
-        url: format!("http://{addr}/mcp"),
-        _stop: stop,
-    }
-}
-
 fn rmcp_service(
     fixture: Fixture,
     json_response: bool,
@@ -175,11 +137,11 @@ fn rmcp_service(
     )
 }
 
-async fn bare(json_response: bool) -> Server {
-    start(rmcp_service(Fixture { tasks: None }, json_response)).await
+async fn bare(json_response: bool) -> TestServer {
+    serve(rmcp_service(Fixture { tasks: None }, json_response)).await
 }
 
-async fn layered(json_response: bool) -> Server {
+async fn layered(json_response: bool) -> TestServer {
     let layer = TasksLayer::builder(MemoryStore::new())
         .with_server_info("rmcp-fixture", "1.0.0")
         .without_janitor()
@@ -195,7 +157,7 @@ async fn layered(json_response: bool) -> Server {
         })
         .layer(layer)
         .service(rmcp_service(fixture, json_response));
-    start(app).await
+    serve(app).await
 }
 
 struct Reply {
