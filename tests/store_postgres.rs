@@ -6,14 +6,17 @@
 //! skipped with a message, except under CI (`CI` set), where they fail. Every test
 //! works on a table of its own, dropped at the end, so the tests run in parallel.
 
+#[path = "support/scratch_store.rs"]
+mod scratch_store;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
 use mcp_tasks::sqlx::{self, AssertSqlSafe, Connection, Executor};
 use mcp_tasks::{
-    BoxFuture, ChangeFeed, CreateLimits, MemoryStore, PostgresStore, Scope, StoreError, TaskId,
-    TaskRecord, TaskStore, Timestamp, Transition, Updated,
+    ChangeFeed, CreateLimits, MemoryStore, PostgresStore, StoreError, TaskId, TaskRecord,
+    TaskStore, Timestamp,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -97,52 +100,7 @@ impl Drop for DropTable {
 }
 
 /// A `PostgresStore` on a fresh table that goes away with the last instance on it.
-#[derive(Debug, Clone)]
-struct Scratch {
-    store: PostgresStore,
-    _table: Arc<DropTable>,
-}
-
-impl TaskStore for Scratch {
-    fn create<'a>(
-        &'a self,
-        record: TaskRecord,
-        limits: CreateLimits,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.store.create(record, limits)
-    }
-
-    fn get<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        self.store.get(id, scope, now)
-    }
-
-    fn update<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        transition: &'a Transition,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
-        self.store.update(id, scope, transition, now)
-    }
-
-    fn cleanup<'a>(
-        &'a self,
-        now: Timestamp,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<usize, StoreError>> {
-        self.store.cleanup(now, retention)
-    }
-
-    fn subscribe(&self) -> Option<ChangeFeed> {
-        self.store.subscribe()
-    }
-}
+type Scratch = scratch_store::Scratch<PostgresStore, DropTable>;
 
 /// A fresh store for one rule of the suite. Without a database (outside CI) there is
 /// nothing to test: the rule then runs against `MemoryStore`, and says so.
@@ -151,10 +109,7 @@ async fn fresh_store() -> Arc<dyn TaskStore> {
         Some(url) => {
             let table = scratch_table();
             let store = node(&url, &table).await;
-            Arc::new(Scratch {
-                store,
-                _table: Arc::new(DropTable { url, table }),
-            })
+            Arc::new(Scratch::new(store, Arc::new(DropTable { url, table })))
         }
         None => {
             eprintln!("this rule ran against MemoryStore, not PostgresStore");
@@ -181,16 +136,7 @@ async fn two_nodes() -> Option<(Scratch, Scratch)> {
             .expect("the listener starts");
     }
     let table = Arc::new(DropTable { url, table });
-    Some((
-        Scratch {
-            store: a,
-            _table: table.clone(),
-        },
-        Scratch {
-            store: b,
-            _table: table,
-        },
-    ))
+    Some((Scratch::new(a, table.clone()), Scratch::new(b, table)))
 }
 
 mod nodes {

@@ -7,12 +7,15 @@
 //! key prefix, so the tests run in parallel on one server; their keys are deleted
 //! when the store is dropped.
 
+#[path = "support/scratch_store.rs"]
+mod scratch_store;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::{
-    BoxFuture, ChangeFeed, CreateLimits, MemoryStore, RedisStore, Scope, StoreError, TaskId,
-    TaskRecord, TaskStore, Timestamp, Transition, Updated,
+    CreateLimits, MemoryStore, RedisStore, Scope, StoreError, TaskId, TaskRecord, TaskStore,
+    Timestamp,
 };
 
 /// The server to test against; `None` (after saying so) when the tests should be
@@ -41,12 +44,9 @@ fn unique_prefix() -> String {
     format!("mcp-tasks-test:{hex}:")
 }
 
-/// A `RedisStore` under a prefix of its own, whose keys are deleted on drop.
-#[derive(Debug, Clone)]
-struct TestStore {
-    store: RedisStore,
-    _keys: Arc<KeyJanitor>,
-}
+/// A `RedisStore` under a prefix of its own, whose keys are deleted when the last
+/// instance under it is dropped.
+type TestStore = scratch_store::Scratch<RedisStore, KeyJanitor>;
 
 #[derive(Debug)]
 struct KeyJanitor {
@@ -93,10 +93,7 @@ async fn node(url: &str, prefix: &str, keys: &Arc<KeyJanitor>) -> TestStore {
         .await
         .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
         .with_prefix(prefix);
-    TestStore {
-        store,
-        _keys: keys.clone(),
-    }
+    TestStore::new(store, keys.clone())
 }
 
 /// `n` nodes (separate connections and node ids) sharing one fresh prefix.
@@ -119,47 +116,6 @@ async fn two_nodes() -> Option<(TestStore, TestStore)> {
     let b = nodes.pop()?;
     let a = nodes.pop()?;
     Some((a, b))
-}
-
-impl TaskStore for TestStore {
-    fn create<'a>(
-        &'a self,
-        record: TaskRecord,
-        limits: CreateLimits,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.store.create(record, limits)
-    }
-
-    fn get<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        self.store.get(id, scope, now)
-    }
-
-    fn update<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        transition: &'a Transition,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
-        self.store.update(id, scope, transition, now)
-    }
-
-    fn cleanup<'a>(
-        &'a self,
-        now: Timestamp,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<usize, StoreError>> {
-        self.store.cleanup(now, retention)
-    }
-
-    fn subscribe(&self) -> Option<ChangeFeed> {
-        self.store.subscribe()
-    }
 }
 
 /// A fresh, empty store for one rule of the suite. Without `REDIS_URL` (outside CI)
