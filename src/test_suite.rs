@@ -1147,209 +1147,14 @@ pub async fn revision_increments_on_every_change<S: TaskStore>(store: S) {
 /// winner's, every writer that was told its change applied finds it in the record,
 /// and the revision counts every applied change.
 pub async fn concurrent_terminal_writes_one_wins<S: TaskStore>(store: S) {
-    const RULE: &str = "concurrent_terminal_writes_one_wins";
-    require_multi_thread(RULE);
-    let now = Timestamp::now();
-    let store = Arc::new(store);
-    for round in 0..8u64 {
-        let task = record(Some(Principal::from("alice")), now, Some(HOUR_MS));
-        let id = task.id;
-        create(RULE, &*store, task, CreateLimits::default()).await;
-        let writers: Vec<(usize, Transition)> = (0..WRITERS)
-            .map(|i| {
-                let transition = match i % 4 {
-                    0 => Transition::Complete {
-                        result: json!({"content": [{"type": "text", "text": format!("writer {i}")}]}),
-                        message: None,
-                    },
-                    1 => Transition::Cancel,
-                    _ => Transition::RequireInput {
-                        requests: input_requests(&[&format!("key-{i}")]),
-                        message: Some(format!("writer {i}")),
-                    },
-                };
-                (i, transition)
-            })
-            .collect();
-        let results = race(writers.clone(), {
-            let store = store.clone();
-            move |(i, transition): (usize, Transition)| {
-                let store = store.clone();
-                async move {
-                    update_retrying(&*store, &id, &transition, now.plus_ms(1 + (i as u64 % 7)))
-                        .await
-                }
-            }
-        })
-        .await;
-        let mut winners = Vec::new();
-        let mut applied_keys = BTreeSet::new();
-        let mut refused_keys = BTreeSet::new();
-        let mut changes = 0u64;
-        for ((i, transition), result) in writers.iter().zip(results) {
-            let updated = match result {
-                Ok(Some(updated)) => updated,
-                Ok(None) => panic!("[{RULE}] round {round}: writer {i} did not find the task"),
-                Err(e) => panic!("[{RULE}] round {round}: writer {i} got Err({e})"),
-            };
-            if updated.changed() {
-                changes += 1;
-            }
-            match transition {
-                Transition::Complete { .. } | Transition::Cancel => {
-                    if updated.changed() {
-                        winners.push((*i, transition));
-                    } else {
-                        let expected = if matches!(transition, Transition::Cancel) {
-                            Ok(Applied::Unchanged)
-                        } else {
-                            Err(TransitionError::Terminal)
-                        };
-                        assert_eq!(
-                            updated.outcome, expected,
-                            "[{RULE}] round {round}: a losing terminal write must be refused as the state machine says"
-                        );
-                    }
-                }
-                _ => {
-                    let key = format!("key-{i}");
-                    match updated.outcome {
-                        Ok(Applied::Changed) => applied_keys.insert(key),
-                        Err(TransitionError::Terminal) => refused_keys.insert(key),
-                        other => panic!(
-                            "[{RULE}] round {round}: writer {i}'s fresh key must be applied or refused as Terminal, got {other:?}"
-                        ),
-                    };
-                }
-            }
-        }
-        assert_eq!(
-            winners.len(),
-            1,
-            "[{RULE}] round {round}: exactly one terminal write must win among {WRITERS} writers, {} did",
-            winners.len()
-        );
-        let (winner, winning) = winners[0];
-        let final_record = get(RULE, &*store, &id, Scope::Any, now.plus_ms(10))
-            .await
-            .unwrap_or_else(|| panic!("[{RULE}] round {round}: the task must still be found"));
-        let expected_status = match winning {
-            Transition::Cancel => TaskStatus::Cancelled,
-            _ => TaskStatus::Completed,
-        };
-        assert_eq!(
-            final_record.status, expected_status,
-            "[{RULE}] round {round}: the final status must be the winner's"
-        );
-        if expected_status == TaskStatus::Completed {
-            assert_eq!(
-                final_record.result,
-                Some(json!({"content": [{"type": "text", "text": format!("writer {winner}")}]})),
-                "[{RULE}] round {round}: the stored result must be the winning writer's"
-            );
-        }
-        for key in &applied_keys {
-            assert!(
-                final_record.issued_keys.contains(key),
-                "[{RULE}] round {round}: {key} was reported applied but is missing: an update was lost"
-            );
-        }
-        for key in &refused_keys {
-            assert!(
-                !final_record.issued_keys.contains(key),
-                "[{RULE}] round {round}: {key} was refused but is in the record"
-            );
-        }
-        assert_eq!(
-            final_record.revision, changes,
-            "[{RULE}] round {round}: the revision must count every applied change"
-        );
-    }
+    race_terminal_writes("concurrent_terminal_writes_one_wins", vec![store], 8).await;
 }
 
 /// Contention: 64 concurrent `RequireInput` writers, each with a
 /// distinct key, plus as many `Progress` writers, on ONE working task. None may be
 /// lost: every key is outstanding afterwards and the revision counts every write.
 pub async fn concurrent_updates_never_lost<S: TaskStore>(store: S) {
-    const RULE: &str = "concurrent_updates_never_lost";
-    require_multi_thread(RULE);
-    let now = Timestamp::now();
-    let store = Arc::new(store);
-    let task = record(None, now, Some(HOUR_MS));
-    let id = task.id;
-    create(RULE, &*store, task, CreateLimits::default()).await;
-    let writers: Vec<(usize, Transition)> = (0..2 * WRITERS)
-        .map(|i| {
-            let transition = if i % 2 == 0 {
-                Transition::RequireInput {
-                    requests: input_requests(&[&format!("key-{i}")]),
-                    message: None,
-                }
-            } else {
-                Transition::Progress {
-                    message: format!("progress {i}"),
-                }
-            };
-            (i, transition)
-        })
-        .collect();
-    let results =
-        race(writers.clone(), {
-            let store = store.clone();
-            move |(i, transition): (usize, Transition)| {
-                let store = store.clone();
-                async move {
-                    update_retrying(&*store, &id, &transition, now.plus_ms(1 + i as u64)).await
-                }
-            }
-        })
-        .await;
-    for ((i, transition), result) in writers.iter().zip(results) {
-        match result {
-            Ok(Some(updated)) if updated.changed() => {}
-            other => panic!(
-                "[{RULE}] writer {i} ({transition:?}) on a live task must be applied, got {:?}",
-                other.map(|o| o.map(|u| u.outcome))
-            ),
-        }
-    }
-    let final_record = get(
-        RULE,
-        &*store,
-        &id,
-        Scope::Any,
-        now.plus_ms(1 + 2 * WRITERS as u64),
-    )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
-    let expected: BTreeSet<String> = (0..2 * WRITERS)
-        .step_by(2)
-        .map(|i| format!("key-{i}"))
-        .collect();
-    let lost: Vec<&String> = expected
-        .iter()
-        .filter(|k| !final_record.input_requests.contains_key(*k))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "[{RULE}] {} of {WRITERS} concurrent input requests were lost: {lost:?}",
-        lost.len()
-    );
-    assert_eq!(
-        final_record.issued_keys, expected,
-        "[{RULE}] issued_keys must hold exactly the {WRITERS} keys asked for"
-    );
-    assert_eq!(
-        final_record.status,
-        TaskStatus::InputRequired,
-        "[{RULE}] the task must be input_required"
-    );
-    assert_eq!(
-        final_record.revision,
-        2 * WRITERS as u64,
-        "[{RULE}] the revision must count all {} applied writes",
-        2 * WRITERS
-    );
+    race_updates("concurrent_updates_never_lost", vec![store]).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -1574,203 +1379,24 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
     );
 }
 
-/// Multi-node contention: 64 concurrent writers spread over `nodes` (two or more
-/// instances sharing state) race on ONE task, a third each `Complete`, `Cancel`
-/// and `Progress`. In every round exactly one terminal write wins across all the
-/// nodes, every node then reads the very record the winner's `update` returned,
-/// and the revision counts every applied change. Needs a multi-thread runtime.
+/// Multi-node contention: the race of [`concurrent_terminal_writes_one_wins`] with
+/// its writers spread over `nodes` (two or more instances sharing state). In every
+/// round exactly one terminal write wins across all the nodes, and every node then
+/// reads the very record the winner's `update` returned. Needs a multi-thread
+/// runtime.
 pub async fn nodes_concurrent_terminal_writes_one_wins<S: TaskStore>(nodes: Vec<S>) {
     const RULE: &str = "nodes_concurrent_terminal_writes_one_wins";
-    require_multi_thread(RULE);
     require_nodes(RULE, &nodes);
-    let nodes = Arc::new(nodes);
-    let alice = Principal::from("alice");
-    for round in 0..NODE_ROUNDS {
-        let now = Timestamp::now();
-        let task = record(Some(alice.clone()), now, Some(HOUR_MS));
-        let id = task.id;
-        create(RULE, &nodes[0], task, CreateLimits::default()).await;
-        let writers: Vec<(usize, Transition)> = (0..WRITERS)
-            .map(|i| {
-                let transition = match i % 3 {
-                    0 => Transition::Complete {
-                        result: json!({"content": [{"type": "text", "text": format!("writer {i}")}]}),
-                        message: None,
-                    },
-                    1 => Transition::Cancel,
-                    _ => Transition::Progress {
-                        message: format!("writer {i}"),
-                    },
-                };
-                (i, transition)
-            })
-            .collect();
-        let results = race(writers.clone(), {
-            let nodes = nodes.clone();
-            move |(i, transition): (usize, Transition)| {
-                let nodes = nodes.clone();
-                async move {
-                    let node = &nodes[i % nodes.len()];
-                    update_retrying(node, &id, &transition, now.plus_ms(1 + (i as u64 % 7))).await
-                }
-            }
-        })
-        .await;
-        let mut winners = Vec::new();
-        let mut changes = 0u64;
-        for ((i, transition), result) in writers.iter().zip(results) {
-            let updated = match result {
-                Ok(Some(updated)) => updated,
-                Ok(None) => panic!("[{RULE}] round {round}: writer {i} did not find the task"),
-                Err(e) => panic!("[{RULE}] round {round}: writer {i} got Err({e})"),
-            };
-            if updated.changed() {
-                changes += 1;
-            }
-            match transition {
-                Transition::Progress { .. } => assert!(
-                    matches!(
-                        updated.outcome,
-                        Ok(Applied::Changed) | Err(TransitionError::Terminal)
-                    ),
-                    "[{RULE}] round {round}: writer {i}'s progress must be applied or refused as Terminal, got {:?}",
-                    updated.outcome
-                ),
-                _ if updated.changed() => winners.push((*i, transition, updated.record)),
-                _ => {
-                    let expected = if matches!(transition, Transition::Cancel) {
-                        Ok(Applied::Unchanged)
-                    } else {
-                        Err(TransitionError::Terminal)
-                    };
-                    assert_eq!(
-                        updated.outcome, expected,
-                        "[{RULE}] round {round}: a losing terminal write must be refused as the state machine says"
-                    );
-                }
-            }
-        }
-        assert_eq!(
-            winners.len(),
-            1,
-            "[{RULE}] round {round}: exactly one terminal write must win across {} nodes, {} did",
-            nodes.len(),
-            winners.len()
-        );
-        let (winner, winning, written) = &winners[0];
-        for (n, node) in nodes.iter().enumerate() {
-            let scope = if n % 2 == 0 {
-                Scope::Any
-            } else {
-                Scope::Owner(Some(&alice))
-            };
-            let stored = get(RULE, node, &id, scope, now.plus_ms(10)).await;
-            assert_eq!(
-                stored.as_ref(),
-                Some(written),
-                "[{RULE}] round {round}: node {n} must read the record the winning write returned"
-            );
-        }
-        match winning {
-            Transition::Cancel => assert_eq!(
-                written.status,
-                TaskStatus::Cancelled,
-                "[{RULE}] round {round}: a winning cancel must leave the task cancelled"
-            ),
-            _ => {
-                assert_eq!(
-                    written.status,
-                    TaskStatus::Completed,
-                    "[{RULE}] round {round}: a winning complete must leave the task completed"
-                );
-                assert_eq!(
-                    written.result,
-                    Some(
-                        json!({"content": [{"type": "text", "text": format!("writer {winner}")}]})
-                    ),
-                    "[{RULE}] round {round}: the stored result must be the winning writer's"
-                );
-            }
-        }
-        assert_eq!(
-            written.revision, changes,
-            "[{RULE}] round {round}: the revision must count every applied change"
-        );
-    }
+    race_terminal_writes(RULE, nodes, NODE_ROUNDS).await;
 }
 
-/// Multi-node contention: 64 concurrent `RequireInput` writers, each with a
-/// distinct key, spread over `nodes` (two or more instances sharing state), on ONE
-/// working task. None may be lost: every node reads every key outstanding and a
-/// revision that counts every write. Needs a multi-thread runtime.
+/// Multi-node contention: the writers of [`concurrent_updates_never_lost`] spread
+/// over `nodes` (two or more instances sharing state). None may be lost, and every
+/// node reads the same record. Needs a multi-thread runtime.
 pub async fn nodes_concurrent_updates_never_lost<S: TaskStore>(nodes: Vec<S>) {
     const RULE: &str = "nodes_concurrent_updates_never_lost";
-    require_multi_thread(RULE);
     require_nodes(RULE, &nodes);
-    let nodes = Arc::new(nodes);
-    let now = Timestamp::now();
-    let task = record(None, now, Some(HOUR_MS));
-    let id = task.id;
-    create(RULE, &nodes[0], task, CreateLimits::default()).await;
-    let writers: Vec<usize> = (0..WRITERS).collect();
-    let results = race(writers.clone(), {
-        let nodes = nodes.clone();
-        move |i: usize| {
-            let nodes = nodes.clone();
-            async move {
-                let ask = Transition::RequireInput {
-                    requests: input_requests(&[&format!("key-{i}")]),
-                    message: None,
-                };
-                let node = &nodes[i % nodes.len()];
-                update_retrying(node, &id, &ask, now.plus_ms(1 + i as u64)).await
-            }
-        }
-    })
-    .await;
-    for (i, result) in writers.iter().zip(results) {
-        match result {
-            Ok(Some(updated)) if updated.changed() => {}
-            other => panic!(
-                "[{RULE}] writer {i}'s fresh key on node {} must be applied, got {:?}",
-                i % nodes.len(),
-                other.map(|o| o.map(|u| u.outcome))
-            ),
-        }
-    }
-    let expected: BTreeSet<String> = (0..WRITERS).map(|i| format!("key-{i}")).collect();
-    let at = now.plus_ms(1 + WRITERS as u64);
-    let first = get(RULE, &nodes[0], &id, Scope::Any, at)
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
-    let outstanding: BTreeSet<String> = first.input_requests.keys().cloned().collect();
-    let lost: Vec<&String> = expected.difference(&outstanding).collect();
-    assert!(
-        lost.is_empty(),
-        "[{RULE}] {} of {WRITERS} input requests written through {} nodes were lost: {lost:?}",
-        lost.len(),
-        nodes.len()
-    );
-    assert_eq!(
-        first.issued_keys, expected,
-        "[{RULE}] issued_keys must hold exactly the {WRITERS} keys asked for"
-    );
-    assert_eq!(
-        first.status,
-        TaskStatus::InputRequired,
-        "[{RULE}] the task must be input_required"
-    );
-    assert_eq!(
-        first.revision, WRITERS as u64,
-        "[{RULE}] the revision must count all {WRITERS} applied writes"
-    );
-    for (n, node) in nodes.iter().enumerate().skip(1) {
-        assert_eq!(
-            get(RULE, node, &id, Scope::Any, at).await.as_ref(),
-            Some(&first),
-            "[{RULE}] node {n} must read the same record as node 0"
-        );
-    }
+    race_updates(RULE, nodes).await;
 }
 
 /// Runs every rule of the suite as a `#[tokio::test]` on a multi-thread runtime.
@@ -2145,6 +1771,226 @@ async fn cleanup<S: TaskStore + ?Sized>(
         .cleanup(now, retention)
         .await
         .unwrap_or_else(|e| panic!("[{rule}] cleanup failed: {e}"))
+}
+
+/// The terminal race of [`concurrent_terminal_writes_one_wins`], `rounds` times,
+/// writer `i` writing through `nodes[i % nodes.len()]`; afterwards every node must
+/// read the winner's record.
+async fn race_terminal_writes<S: TaskStore>(rule: &'static str, nodes: Vec<S>, rounds: u64) {
+    require_multi_thread(rule);
+    let nodes = Arc::new(nodes);
+    let alice = Principal::from("alice");
+    for round in 0..rounds {
+        let now = Timestamp::now();
+        let task = record(Some(alice.clone()), now, Some(HOUR_MS));
+        let id = task.id;
+        create(rule, &nodes[0], task, CreateLimits::default()).await;
+        let writers: Vec<(usize, Transition)> = (0..WRITERS)
+            .map(|i| {
+                let transition = match i % 4 {
+                    0 => Transition::Complete {
+                        result: json!({"content": [{"type": "text", "text": format!("writer {i}")}]}),
+                        message: None,
+                    },
+                    1 => Transition::Cancel,
+                    _ => Transition::RequireInput {
+                        requests: input_requests(&[&format!("key-{i}")]),
+                        message: Some(format!("writer {i}")),
+                    },
+                };
+                (i, transition)
+            })
+            .collect();
+        let results = race(writers.clone(), {
+            let nodes = nodes.clone();
+            move |(i, transition): (usize, Transition)| {
+                let nodes = nodes.clone();
+                async move {
+                    let node = &nodes[i % nodes.len()];
+                    update_retrying(node, &id, &transition, now.plus_ms(1 + (i as u64 % 7))).await
+                }
+            }
+        })
+        .await;
+        let mut winners = Vec::new();
+        let mut applied_keys = BTreeSet::new();
+        let mut refused_keys = BTreeSet::new();
+        let mut changes = 0u64;
+        for ((i, transition), result) in writers.iter().zip(results) {
+            let updated = match result {
+                Ok(Some(updated)) => updated,
+                Ok(None) => panic!("[{rule}] round {round}: writer {i} did not find the task"),
+                Err(e) => panic!("[{rule}] round {round}: writer {i} got Err({e})"),
+            };
+            if updated.changed() {
+                changes += 1;
+            }
+            match transition {
+                Transition::Complete { .. } | Transition::Cancel => {
+                    if updated.changed() {
+                        winners.push((*i, transition, updated.record));
+                    } else {
+                        let expected = if matches!(transition, Transition::Cancel) {
+                            Ok(Applied::Unchanged)
+                        } else {
+                            Err(TransitionError::Terminal)
+                        };
+                        assert_eq!(
+                            updated.outcome, expected,
+                            "[{rule}] round {round}: a losing terminal write must be refused as the state machine says"
+                        );
+                    }
+                }
+                _ => {
+                    let key = format!("key-{i}");
+                    match updated.outcome {
+                        Ok(Applied::Changed) => applied_keys.insert(key),
+                        Err(TransitionError::Terminal) => refused_keys.insert(key),
+                        other => panic!(
+                            "[{rule}] round {round}: writer {i}'s fresh key must be applied or refused as Terminal, got {other:?}"
+                        ),
+                    };
+                }
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "[{rule}] round {round}: exactly one terminal write must win among {WRITERS} writers on {} node(s), {} did",
+            nodes.len(),
+            winners.len()
+        );
+        let (winner, winning, written) = &winners[0];
+        for (n, node) in nodes.iter().enumerate() {
+            let scope = if n % 2 == 0 {
+                Scope::Any
+            } else {
+                Scope::Owner(Some(&alice))
+            };
+            let stored = get(rule, node, &id, scope, now.plus_ms(10)).await;
+            assert_eq!(
+                stored.as_ref(),
+                Some(written),
+                "[{rule}] round {round}: node {n} must read the record the winning write returned"
+            );
+        }
+        let expected_status = match winning {
+            Transition::Cancel => TaskStatus::Cancelled,
+            _ => TaskStatus::Completed,
+        };
+        assert_eq!(
+            written.status, expected_status,
+            "[{rule}] round {round}: the final status must be the winner's"
+        );
+        if expected_status == TaskStatus::Completed {
+            assert_eq!(
+                written.result,
+                Some(json!({"content": [{"type": "text", "text": format!("writer {winner}")}]})),
+                "[{rule}] round {round}: the stored result must be the winning writer's"
+            );
+        }
+        for key in &applied_keys {
+            assert!(
+                written.issued_keys.contains(key),
+                "[{rule}] round {round}: {key} was reported applied but is missing: an update was lost"
+            );
+        }
+        for key in &refused_keys {
+            assert!(
+                !written.issued_keys.contains(key),
+                "[{rule}] round {round}: {key} was refused but is in the record"
+            );
+        }
+        assert_eq!(
+            written.revision, changes,
+            "[{rule}] round {round}: the revision must count every applied change"
+        );
+    }
+}
+
+/// The writers of [`concurrent_updates_never_lost`], writer `i` writing through
+/// `nodes[i % nodes.len()]`; afterwards every node must read the same record.
+async fn race_updates<S: TaskStore>(rule: &'static str, nodes: Vec<S>) {
+    require_multi_thread(rule);
+    let nodes = Arc::new(nodes);
+    let now = Timestamp::now();
+    let task = record(None, now, Some(HOUR_MS));
+    let id = task.id;
+    create(rule, &nodes[0], task, CreateLimits::default()).await;
+    let writers: Vec<(usize, Transition)> = (0..2 * WRITERS)
+        .map(|i| {
+            let transition = if i % 2 == 0 {
+                Transition::RequireInput {
+                    requests: input_requests(&[&format!("key-{i}")]),
+                    message: None,
+                }
+            } else {
+                Transition::Progress {
+                    message: format!("progress {i}"),
+                }
+            };
+            (i, transition)
+        })
+        .collect();
+    let results = race(writers.clone(), {
+        let nodes = nodes.clone();
+        move |(i, transition): (usize, Transition)| {
+            let nodes = nodes.clone();
+            async move {
+                let node = &nodes[i % nodes.len()];
+                update_retrying(node, &id, &transition, now.plus_ms(1 + i as u64)).await
+            }
+        }
+    })
+    .await;
+    for ((i, transition), result) in writers.iter().zip(results) {
+        match result {
+            Ok(Some(updated)) if updated.changed() => {}
+            other => panic!(
+                "[{rule}] writer {i} ({transition:?}) on a live task must be applied, got {:?}",
+                other.map(|o| o.map(|u| u.outcome))
+            ),
+        }
+    }
+    let at = now.plus_ms(1 + 2 * WRITERS as u64);
+    let final_record = get(rule, &nodes[0], &id, Scope::Any, at)
+        .await
+        .unwrap_or_else(|| panic!("[{rule}] the task must be found"));
+    let expected: BTreeSet<String> = (0..2 * WRITERS)
+        .step_by(2)
+        .map(|i| format!("key-{i}"))
+        .collect();
+    let lost: Vec<&String> = expected
+        .iter()
+        .filter(|k| !final_record.input_requests.contains_key(*k))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "[{rule}] {} of {WRITERS} concurrent input requests were lost: {lost:?}",
+        lost.len()
+    );
+    assert_eq!(
+        final_record.issued_keys, expected,
+        "[{rule}] issued_keys must hold exactly the {WRITERS} keys asked for"
+    );
+    assert_eq!(
+        final_record.status,
+        TaskStatus::InputRequired,
+        "[{rule}] the task must be input_required"
+    );
+    assert_eq!(
+        final_record.revision,
+        2 * WRITERS as u64,
+        "[{rule}] the revision must count all {} applied writes",
+        2 * WRITERS
+    );
+    for (n, node) in nodes.iter().enumerate().skip(1) {
+        assert_eq!(
+            get(rule, node, &id, Scope::Any, at).await.as_ref(),
+            Some(&final_record),
+            "[{rule}] node {n} must read the same record as node 0"
+        );
+    }
 }
 
 /// An update that retries [`StoreError::Contention`], which promises nothing was
