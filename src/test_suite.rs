@@ -1179,25 +1179,16 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_announce_to_the_other_node_only";
     let (mut on_a, mut on_b) = warm_up(RULE, &a, &b).await;
     let now = Timestamp::now();
-    let progress = Transition::Progress {
-        message: "half way".to_owned(),
-    };
 
     let x = record(None, now, Some(HOUR_MS));
     create(RULE, &b, x.clone(), CreateLimits::default()).await;
     on_a.next_is(RULE, x.id, "b's create of x on a's feed")
         .await;
-    let updated = update(RULE, &b, &x.id, Scope::Any, &progress, now.plus_ms(1))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] node b must find the task it created"));
-    assert!(
-        updated.changed(),
-        "[{RULE}] progress on a working task must be applied"
-    );
+    progress(RULE, &b, &x.id).await;
     on_a.next_is(RULE, x.id, "b's update of x on a's feed")
         .await;
     let stray = answer_for(&["nobody-asked"]);
-    let ignored = update(RULE, &b, &x.id, Scope::Any, &stray, now.plus_ms(2))
+    let ignored = update(RULE, &b, &x.id, Scope::Any, &stray, Timestamp::now())
         .await
         .unwrap_or_else(|| panic!("[{RULE}] node b must find the task it created"));
     assert_eq!(
@@ -1220,13 +1211,7 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
     create(RULE, &a, w.clone(), CreateLimits::default()).await;
     on_b.next_is(RULE, w.id, "a's create of w on b's feed")
         .await;
-    let updated = update(RULE, &a, &w.id, Scope::Any, &progress, now.plus_ms(3))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] node a must find the task it created"));
-    assert!(
-        updated.changed(),
-        "[{RULE}] progress on a working task must be applied"
-    );
+    progress(RULE, &a, &w.id).await;
     on_b.next_is(RULE, w.id, "a's update of w on b's feed")
         .await;
     on_a.assert_drained(RULE, "a");
@@ -1269,7 +1254,7 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
             tokio::time::Instant::now() < deadline,
             "[{RULE}] no write through b reached a's notifier within {NODE_PATIENCE:?}"
         );
-        ping(RULE, &b, &probe.id).await;
+        progress(RULE, &b, &probe.id).await;
         let tried = tokio::time::Instant::now() + WARM_UP_TRY;
         while let Ok(event) = tokio::time::timeout_at(tried, notified.recv()).await {
             match event {
@@ -1624,17 +1609,18 @@ impl<S: TaskStore> TaskStore for ReadsReported<S> {
     }
 }
 
-/// A progress write on `id` through `node` that must be applied.
-async fn ping<S: TaskStore + ?Sized>(rule: &str, node: &S, id: &TaskId) {
-    let ping = Transition::Progress {
+/// A progress write on the working task `id` through `node`, which must find the
+/// task and apply the write.
+async fn progress<S: TaskStore + ?Sized>(rule: &str, node: &S, id: &TaskId) {
+    let progress = Transition::Progress {
         message: "ping".to_owned(),
     };
-    let updated = update(rule, node, id, Scope::Any, &ping, Timestamp::now())
+    let updated = update(rule, node, id, Scope::Any, &progress, Timestamp::now())
         .await
-        .unwrap_or_else(|| panic!("[{rule}] the warm-up task must be found"));
+        .unwrap_or_else(|| panic!("[{rule}] the task must be found through every node"));
     assert!(
         updated.changed(),
-        "[{rule}] progress on the working warm-up task must be applied"
+        "[{rule}] progress on a working task must be applied"
     );
 }
 
@@ -1705,7 +1691,7 @@ async fn warm_up<S: TaskStore + ?Sized>(
                 tokio::time::Instant::now() < deadline,
                 "[{rule}] no write by {what} was announced within {NODE_PATIENCE:?}"
             );
-            ping(rule, writer, &probe.id).await;
+            progress(rule, writer, &probe.id).await;
             let tried = tokio::time::Instant::now() + WARM_UP_TRY;
             while let Ok(announced) = tokio::time::timeout_at(tried, feed.recv()).await {
                 match announced {
@@ -1801,17 +1787,7 @@ async fn race_terminal_writes<S: TaskStore>(rule: &'static str, nodes: Vec<S>, r
                 (i, transition)
             })
             .collect();
-        let results = race(writers.clone(), {
-            let nodes = nodes.clone();
-            move |(i, transition): (usize, Transition)| {
-                let nodes = nodes.clone();
-                async move {
-                    let node = &nodes[i % nodes.len()];
-                    update_retrying(node, &id, &transition, now.plus_ms(1 + (i as u64 % 7))).await
-                }
-            }
-        })
-        .await;
+        let results = race_over(&nodes, id, &writers, |i| now.plus_ms(1 + (i as u64 % 7))).await;
         let mut winners = Vec::new();
         let mut applied_keys = BTreeSet::new();
         let mut refused_keys = BTreeSet::new();
@@ -1932,17 +1908,7 @@ async fn race_updates<S: TaskStore>(rule: &'static str, nodes: Vec<S>) {
             (i, transition)
         })
         .collect();
-    let results = race(writers.clone(), {
-        let nodes = nodes.clone();
-        move |(i, transition): (usize, Transition)| {
-            let nodes = nodes.clone();
-            async move {
-                let node = &nodes[i % nodes.len()];
-                update_retrying(node, &id, &transition, now.plus_ms(1 + i as u64)).await
-            }
-        }
-    })
-    .await;
+    let results = race_over(&nodes, id, &writers, |i| now.plus_ms(1 + i as u64)).await;
     for ((i, transition), result) in writers.iter().zip(results) {
         match result {
             Ok(Some(updated)) if updated.changed() => {}
@@ -1991,6 +1957,25 @@ async fn race_updates<S: TaskStore>(rule: &'static str, nodes: Vec<S>) {
             "[{rule}] node {n} must read the same record as node 0"
         );
     }
+}
+
+/// Runs every writer at once, writer `i` applying its transition to `id` at `at(i)`
+/// through `nodes[i % nodes.len()]`; the results in writer order.
+async fn race_over<S: TaskStore>(
+    nodes: &Arc<Vec<S>>,
+    id: TaskId,
+    writers: &[(usize, Transition)],
+    at: impl Fn(usize) -> Timestamp,
+) -> Vec<Result<Option<Updated>, StoreError>> {
+    race(writers.to_vec(), |(i, transition): (usize, Transition)| {
+        let nodes = nodes.clone();
+        let at = at(i);
+        async move {
+            let node = &nodes[i % nodes.len()];
+            update_retrying(node, &id, &transition, at).await
+        }
+    })
+    .await
 }
 
 /// An update that retries [`StoreError::Contention`], which promises nothing was
