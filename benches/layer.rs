@@ -128,7 +128,11 @@ where
         .call(request)
         .await
         .expect("the service answers");
-    assert!(response.status().is_success(), "status {}", response.status());
+    assert!(
+        response.status().is_success(),
+        "status {}",
+        response.status()
+    );
     response
         .into_body()
         .collect()
