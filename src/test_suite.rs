@@ -1218,7 +1218,7 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
     on_b.assert_drained(RULE, "b");
 }
 
-/// Multi-node: a [`TasksLayer`](crate::TasksLayer) built over node `a` sees what is
+/// Multi-node: a [`TasksLayer`] built over node `a` sees what is
 /// written through node `b`. An answer given through `b` wakes
 /// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) on `a`, and a cancel
 /// through `b` reaches `a`'s notifier and [`Tasks::is_cancelled`](crate::Tasks::is_cancelled).
@@ -1464,7 +1464,7 @@ macro_rules! task_store_tests {
 ///         let url = std::env::var("MY_STORE_URL").ok()?;
 ///         Some((connect(&url).await, connect(&url).await))
 ///     }
-///     # async fn connect(_url: &str) -> Arc<dyn TaskStore> { unimplemented!() }
+///     # async fn connect(_url: &str) -> Arc<dyn TaskStore> { Arc::new(mcp_tasks::MemoryStore::new()) }
 ///
 ///     mcp_tasks::task_store_node_tests!(two_nodes());
 /// }
