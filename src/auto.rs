@@ -35,8 +35,7 @@ use crate::service::{Reply, reply};
 use crate::shared::Shared;
 use crate::sse;
 use crate::task::{
-    ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
-    TransitionError,
+    ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition, TransitionError,
 };
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
@@ -323,21 +322,6 @@ impl Drop for Registered {
     }
 }
 
-/// A wake-up registration that is dropped even when the runner is aborted.
-struct Watch<'a> {
-    shared: &'a Shared,
-    task: TaskId,
-    notify: Option<Arc<tokio::sync::Notify>>,
-}
-
-impl Drop for Watch<'_> {
-    fn drop(&mut self) {
-        if let Some(notify) = self.notify.take() {
-            self.shared.unwatch(&self.task, notify);
-        }
-    }
-}
-
 struct Runner<S> {
     shared: Arc<Shared>,
     /// An unpolled clone for the MRTR retries (made ready before each use).
@@ -521,34 +505,13 @@ impl<S> Runner<S> {
     /// Waits until no input request is outstanding; the answers collected so far.
     /// `None` when the task ended or vanished meanwhile.
     async fn answers(&mut self, task: TaskId) -> Option<Map<String, Value>> {
-        let watch = Watch {
-            shared: &self.shared,
-            task,
-            notify: Some(self.shared.watch(&task)),
-        };
-        let notify = watch.notify.clone()?;
-        loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let record = match self
-                .shared
-                .store
-                .get(&task, Scope::Any, Timestamp::now())
-                .await
-            {
-                Ok(Some(record)) => record,
-                Ok(None) => return None,
-                Err(e) => {
-                    tracing::error!(error = %e, "task store failed while waiting for input");
-                    return None;
-                }
-            };
-            match record.status {
-                TaskStatus::InputRequired => notified.await,
-                TaskStatus::Working => return Some(record.input_responses),
-                _ => return None,
+        match self.shared.wait_for_answers(&task).await {
+            Ok(answers) => Some(answers),
+            Err(crate::TaskError::Store(e)) => {
+                tracing::error!(error = %e, "task store failed while waiting for input");
+                None
             }
+            Err(_) => None,
         }
     }
 

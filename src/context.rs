@@ -45,7 +45,7 @@ impl TaskSpec {
         Self::default()
     }
 
-    /// Lifetime counted from creation (must be longer than zero).
+    /// Lifetime counted from creation (longer than zero, at most [`MAX_TTL`](crate::MAX_TTL)).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(Some(ttl));
         self
@@ -111,6 +111,8 @@ pub enum TaskRefused {
     Disabled,
     /// `create` was already called for this request.
     AlreadyCreated,
+    /// The layer already answered this call: a task asked for now would be lost.
+    AlreadyAnswered,
 }
 
 impl fmt::Display for TaskRefused {
@@ -122,6 +124,7 @@ impl fmt::Display for TaskRefused {
             TaskRefused::ToolNeverTask => "this tool is configured never to become a task",
             TaskRefused::Disabled => "the tasks extension is disabled",
             TaskRefused::AlreadyCreated => "a task was already requested for this call",
+            TaskRefused::AlreadyAnswered => "the call was already answered",
         })
     }
 }
@@ -157,14 +160,22 @@ pub struct TaskContext {
 
 #[derive(Clone)]
 enum ContextState {
-    Open(Arc<Mutex<Option<TaskSpec>>>),
+    Open(Arc<Mutex<Slot>>),
     Refused(TaskRefused),
+}
+
+/// Where an open context stands: nothing asked yet, a task asked for, or the layer
+/// has already answered the call (a late `create` would be lost, so it is refused).
+enum Slot {
+    Empty,
+    Requested(TaskSpec),
+    Decided,
 }
 
 impl TaskContext {
     pub(crate) fn open() -> Self {
         TaskContext {
-            state: ContextState::Open(Arc::new(Mutex::new(None))),
+            state: ContextState::Open(Arc::new(Mutex::new(Slot::Empty))),
         }
     }
 
@@ -188,9 +199,10 @@ impl TaskContext {
     pub fn check(&self) -> Result<(), TaskRefused> {
         match &self.state {
             ContextState::Refused(reason) => Err(*reason),
-            ContextState::Open(slot) => match lock(slot).is_some() {
-                true => Err(TaskRefused::AlreadyCreated),
-                false => Ok(()),
+            ContextState::Open(slot) => match &*lock(slot) {
+                Slot::Empty => Ok(()),
+                Slot::Requested(_) => Err(TaskRefused::AlreadyCreated),
+                Slot::Decided => Err(TaskRefused::AlreadyAnswered),
             },
         }
     }
@@ -201,11 +213,14 @@ impl TaskContext {
             ContextState::Refused(reason) => Err(*reason),
             ContextState::Open(slot) => {
                 let mut slot = lock(slot);
-                if slot.is_some() {
-                    return Err(TaskRefused::AlreadyCreated);
+                match &*slot {
+                    Slot::Empty => {
+                        *slot = Slot::Requested(spec);
+                        Ok(())
+                    }
+                    Slot::Requested(_) => Err(TaskRefused::AlreadyCreated),
+                    Slot::Decided => Err(TaskRefused::AlreadyAnswered),
                 }
-                *slot = Some(spec);
-                Ok(())
             }
         }
     }
@@ -214,9 +229,13 @@ impl TaskContext {
         matches!(self.state, ContextState::Open(_))
     }
 
+    /// The requested spec, if any; afterwards every `create` is refused.
     pub(crate) fn take(&self) -> Option<TaskSpec> {
         match &self.state {
-            ContextState::Open(slot) => lock(slot).take(),
+            ContextState::Open(slot) => match std::mem::replace(&mut *lock(slot), Slot::Decided) {
+                Slot::Requested(spec) => Some(spec),
+                Slot::Empty | Slot::Decided => None,
+            },
             ContextState::Refused(_) => None,
         }
     }
@@ -310,6 +329,17 @@ mod tests {
         );
         assert!(ctx.take().is_some());
         assert!(ctx.take().is_none());
+    }
+
+    #[test]
+    fn a_create_after_the_layer_decided_is_refused_not_lost() {
+        let ctx = TaskContext::open();
+        assert!(ctx.take().is_none());
+        assert_eq!(
+            ctx.create(TaskSpec::new()),
+            Err(TaskRefused::AlreadyAnswered)
+        );
+        assert_eq!(ctx.check(), Err(TaskRefused::AlreadyAnswered));
     }
 
     #[test]

@@ -69,22 +69,26 @@ pub(crate) enum HeaderRoute {
 /// Decides from headers only, without touching the body.
 ///
 /// `Mcp-Method` comes first: a modern request for a method the layer does not own
-/// passes after a single header lookup. Legacy clients do not send it.
+/// passes after a single header lookup, and one for a method it owns is read, so the
+/// body decides its era (only modern clients send the header). Without it, a session
+/// id or a legacy version header marks legacy traffic.
 pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> HeaderRoute {
     if method != http::Method::POST {
         return HeaderRoute::Passthrough;
     }
-    if let Some(m) = headers.get(HEADER_METHOD)
-        && !owns(m.as_bytes().trim_ascii())
-    {
-        return HeaderRoute::Passthrough;
+    if let Some(m) = headers.get(HEADER_METHOD) {
+        return match owns(m.as_bytes().trim_ascii()) {
+            true => HeaderRoute::Inspect,
+            false => HeaderRoute::Passthrough,
+        };
     }
-    if headers.contains_key(HEADER_SESSION_ID) {
-        return HeaderRoute::Legacy;
-    }
-    match headers.get(HEADER_PROTOCOL_VERSION) {
-        Some(version) if is_legacy_version(version.as_bytes()) => HeaderRoute::Legacy,
-        _ => HeaderRoute::Inspect,
+    let legacy = headers.contains_key(HEADER_SESSION_ID)
+        || headers
+            .get(HEADER_PROTOCOL_VERSION)
+            .is_some_and(|v| is_legacy_version(v.as_bytes()));
+    match legacy {
+        true => HeaderRoute::Legacy,
+        false => HeaderRoute::Inspect,
     }
 }
 
@@ -144,9 +148,12 @@ impl Envelope {
         self.param("_meta").and_then(Value::as_object)
     }
 
-    /// Legacy by the dual-era rule: no `_meta`, and the version header is missing
-    /// or names a legacy version.
+    /// Legacy by the dual-era rule: a session id, or no `_meta` and a version header
+    /// that is missing or names a legacy version.
     pub(crate) fn is_legacy(&self, headers: &HeaderMap) -> bool {
+        if headers.contains_key(HEADER_SESSION_ID) {
+            return true;
+        }
         if self.meta().is_some() {
             return false;
         }
@@ -377,6 +384,20 @@ mod tests {
             ),
         ]);
         assert_eq!(call.validate(&h), Ok(Declared(true)));
+    }
+
+    #[test]
+    fn an_owned_method_header_is_read_whatever_the_version_header_says() {
+        let post = http::Method::POST;
+        let h = headers(&[
+            ("mcp-method", "tasks/get"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ]);
+        assert_eq!(route_by_headers(&post, &h), HeaderRoute::Inspect);
+        let with_meta = modern("tasks/get", json!({"taskId": "abc"}));
+        assert!(!with_meta.is_legacy(&h));
+        let session = headers(&[("mcp-method", "tasks/get"), ("mcp-session-id", "s")]);
+        assert!(with_meta.is_legacy(&session));
     }
 
     #[test]

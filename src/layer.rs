@@ -31,6 +31,11 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
 /// Interval between keep-alive comments on an idle listen stream.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The longest task lifetime the layer accepts (ten years); longer ones are refused
+/// (use an unlimited TTL instead).
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// The longest keep-alive interval the layer accepts (one hour).
+pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 
 /// The tower layer that adds the Tasks extension (`io.modelcontextprotocol/tasks`)
 /// to an MCP Streamable HTTP service.
@@ -57,7 +62,7 @@ pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct TasksLayer {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl TasksLayer {
@@ -324,9 +329,7 @@ impl TasksLayerBuilder {
         if c.default_ttl.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_ttl"));
         }
-        if c.default_ttl
-            .is_some_and(|d| d.as_millis() > u128::from(u64::MAX))
-        {
+        if c.default_ttl.is_some_and(|d| d > MAX_TTL) {
             return Err(ConfigError::TooLarge("default_ttl"));
         }
         if c.default_poll_interval.is_some_and(|d| d.is_zero()) {
@@ -334,6 +337,9 @@ impl TasksLayerBuilder {
         }
         if c.keep_alive.is_zero() {
             return Err(ConfigError::ZeroDuration("keep_alive"));
+        }
+        if c.keep_alive > MAX_KEEP_ALIVE {
+            return Err(ConfigError::TooLarge("keep_alive"));
         }
         if let Some((interval, _)) = c.janitor
             && interval.is_zero()
@@ -396,8 +402,11 @@ async fn relay_remote_changes(shared: std::sync::Weak<Shared>, mut feed: ChangeF
             Err(RecvError::Lagged(skipped)) => {
                 tracing::warn!(
                     skipped,
-                    "mcp-tasks: fell behind on changes from other nodes"
+                    "mcp-tasks: fell behind on changes from other nodes; waking every waiting worker"
                 );
+                if let Some(shared) = shared.upgrade() {
+                    shared.wake_all();
+                }
                 continue;
             }
             Err(RecvError::Closed) => return,

@@ -23,20 +23,22 @@
 //! then drives the task through the worker handle [`Tasks`]:
 //!
 //! ```
-//! use mcp_tasks::{MemoryStore, TaskContext, TaskSpec, Tasks, TasksLayer};
-//! use serde_json::json;
+//! use mcp_tasks::{TaskContext, TaskRefused, TaskSpec, Tasks};
+//! use serde_json::{Value, json};
 //!
-//! fn handler(parts: &http::request::Parts, tasks: Tasks) -> Option<serde_json::Value> {
-//!     let ctx = TaskContext::from_parts(parts)?;
+//! fn handler(parts: &http::request::Parts, tasks: Tasks) -> Value {
 //!     let spec = TaskSpec::new().status_message("Queued").start(move |id| {
 //!         tokio::spawn(async move {
 //!             let _ = tasks.progress(&id, "Working").await;
 //!             let _ = tasks.complete(&id, json!({"content": [{"type": "text", "text": "done"}]})).await;
 //!         });
 //!     });
-//!     match ctx.create(spec) {
-//!         Ok(()) => None, // the layer answers with the task; what we return is dropped
-//!         Err(_refused) => Some(json!({"content": [{"type": "text", "text": "done now"}]})),
+//!     let made = TaskContext::from_parts(parts).map_or(Err(TaskRefused::NotToolCall), |ctx| ctx.create(spec));
+//!     match made {
+//!         // The layer answers with the task; what the handler returns is dropped.
+//!         Ok(()) => json!({"content": []}),
+//!         // No layer, or no task allowed for this request: do the work now.
+//!         Err(_refused) => json!({"content": [{"type": "text", "text": "done now"}]}),
 //!     }
 //! }
 //! # let _ = handler;
@@ -99,7 +101,7 @@ pub use jsonrpc::{
 };
 pub use layer::{
     DEFAULT_KEEP_ALIVE, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_ROWS,
-    DEFAULT_TTL, MAX_LISTEN_TASK_IDS, TasksLayer, TasksLayerBuilder,
+    DEFAULT_TTL, MAX_KEEP_ALIVE, MAX_LISTEN_TASK_IDS, MAX_TTL, TasksLayer, TasksLayerBuilder,
 };
 pub use notify::ListenNotifier;
 pub use notify::TaskNotifier;

@@ -102,6 +102,11 @@ where
                     return ResponseFuture::owned(Box::pin(inspect(shared, ready, req)));
                 }
             }
+        } else {
+            // Switched off: the request passes as it is, and a handler that looks
+            // for a task context learns why it may not make a task.
+            req.extensions_mut()
+                .insert(TaskContext::refused(TaskRefused::Disabled));
         }
         ResponseFuture::passthrough(self.inner.call(req.map(RequestBody::stream)))
     }

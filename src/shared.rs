@@ -9,10 +9,12 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use crate::context::{TaskMode, TaskPolicy, TaskSpec};
-use crate::error::{RpcError, StoreError};
+use crate::error::{RpcError, StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::store::{CreateLimits, TaskStore, Updated};
-use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::task::{
+    ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
+};
 
 pub(crate) type PrincipalFn =
     Arc<dyn Fn(&http::request::Parts) -> Option<Principal> + Send + Sync + 'static>;
@@ -186,21 +188,39 @@ impl Shared {
         Ok(updated)
     }
 
-    /// The wake-up handle for a worker waiting on `id`; dropped with [`Self::unwatch`].
-    pub(crate) fn watch(&self, id: &TaskId) -> Arc<Notify> {
-        self.waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(*id)
-            .or_default()
-            .clone()
+    /// Waits until `id` has no outstanding input request and returns every answer
+    /// collected so far. Wakes on the change itself (a write in this process, or one
+    /// relayed from another node), never by polling.
+    pub(crate) async fn wait_for_answers(
+        &self,
+        id: &TaskId,
+    ) -> Result<Map<String, Value>, TaskError> {
+        let watch = Watch::new(self, *id);
+        loop {
+            let notified = watch.notify().notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let task = self
+                .store
+                .get(id, Scope::Any, Timestamp::now())
+                .await?
+                .ok_or(TaskError::NotFound)?;
+            if task.status.is_terminal() {
+                return Err(TaskError::Terminal);
+            }
+            if task.status != TaskStatus::InputRequired {
+                return Ok(task.input_responses);
+            }
+            notified.await;
+        }
     }
 
-    pub(crate) fn unwatch(&self, id: &TaskId, notify: Arc<Notify>) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        drop(notify);
-        if waiters.get(id).is_some_and(|n| Arc::strong_count(n) == 1) {
-            waiters.remove(id);
+    /// Wakes every waiting worker to re-read its task: after changes from other nodes
+    /// may have been missed.
+    pub(crate) fn wake_all(&self) {
+        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        for notify in waiters.values() {
+            notify.notify_waiters();
         }
     }
 
@@ -214,15 +234,15 @@ impl Shared {
             Some(ttl) => ttl,
             None => self.config.default_ttl,
         };
-        let ttl_ms = match ttl.map(duration_ms) {
-            Some(Some(0)) | Some(None) => {
+        let ttl_ms = match ttl {
+            None => None,
+            Some(t) if t.is_zero() || t > crate::layer::MAX_TTL => {
                 tracing::warn!(
-                    "task spec rejected: the ttl must be longer than zero and fit in milliseconds"
+                    "task spec rejected: the ttl must be longer than zero and at most MAX_TTL"
                 );
                 return Err(RpcError::internal("Internal error"));
             }
-            Some(Some(ms)) => Some(ms),
-            None => None,
+            Some(t) => duration_ms(t),
         };
         let poll_ms = match spec.poll_interval.map(duration_ms) {
             Some(Some(0)) | Some(None) => {
@@ -265,6 +285,52 @@ impl Shared {
     }
 }
 
+/// A waiting worker's registration, removed when the wait ends or its future is
+/// dropped.
+struct Watch<'a> {
+    shared: &'a Shared,
+    task: TaskId,
+    notify: Option<Arc<Notify>>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(shared: &'a Shared, task: TaskId) -> Self {
+        let notify = shared
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(task)
+            .or_default()
+            .clone();
+        Watch {
+            shared,
+            task,
+            notify: Some(notify),
+        }
+    }
+
+    fn notify(&self) -> &Notify {
+        self.notify.as_deref().expect("present until dropped")
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        let mut waiters = self
+            .shared
+            .waiters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        drop(self.notify.take());
+        if waiters
+            .get(&self.task)
+            .is_some_and(|n| Arc::strong_count(n) == 1)
+        {
+            waiters.remove(&self.task);
+        }
+    }
+}
+
 fn duration_ms(d: Duration) -> Option<u64> {
     u64::try_from(d.as_millis()).ok()
 }
@@ -275,5 +341,95 @@ impl std::fmt::Debug for Shared {
             .field("store", &self.store)
             .field("config", &self.config)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use crate::store::{CreateLimits, MemoryStore};
+    use crate::task::{TaskId, TaskRecord, Timestamp, Transition};
+    use crate::{TaskError, TasksLayer};
+
+    fn waiting_count(layer: &TasksLayer) -> usize {
+        layer.shared.waiters.lock().unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_wait_dropped_midway_leaves_no_registration() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let id = TaskId::random();
+        let record = TaskRecord::new(id, None, Timestamp::now());
+        layer
+            .shared
+            .store
+            .create(record, CreateLimits::default())
+            .await
+            .unwrap();
+        let ask = Transition::RequireInput {
+            requests: [("k".to_string(), json!({"method": "roots/list"}))]
+                .into_iter()
+                .collect(),
+            message: None,
+        };
+        layer.handle().apply(&id, ask).await.unwrap();
+        let waited = tokio::time::timeout(
+            Duration::from_millis(20),
+            layer.shared.wait_for_answers(&id),
+        )
+        .await;
+        assert!(waited.is_err(), "nobody answered, so the wait times out");
+        assert_eq!(waiting_count(&layer), 0);
+    }
+
+    #[tokio::test]
+    async fn waking_everyone_makes_waiters_re_read_their_task() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let id = TaskId::random();
+        layer
+            .shared
+            .store
+            .create(
+                TaskRecord::new(id, None, Timestamp::now()),
+                CreateLimits::default(),
+            )
+            .await
+            .unwrap();
+        let ask = Transition::RequireInput {
+            requests: [("k".to_string(), json!({"method": "roots/list"}))]
+                .into_iter()
+                .collect(),
+            message: None,
+        };
+        layer.handle().apply(&id, ask).await.unwrap();
+        let shared = layer.shared.clone();
+        let waiter = tokio::spawn(async move { shared.wait_for_answers(&id).await });
+        while waiting_count(&layer) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // A write the layer never saw (as when a change feed lagged).
+        let cancel = Transition::Cancel;
+        layer
+            .shared
+            .store
+            .update(&id, crate::Scope::Any, &cancel, Timestamp::now())
+            .await
+            .unwrap();
+        layer.shared.wake_all();
+        let outcome = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiter wakes")
+            .unwrap();
+        assert!(matches!(outcome, Err(TaskError::Terminal)));
+        assert_eq!(waiting_count(&layer), 0);
     }
 }

@@ -132,25 +132,7 @@ impl Tasks {
     /// Waits until no input request is outstanding, then returns every answer
     /// collected so far, by key. Wakes on the change itself, without polling.
     pub async fn wait_for_input(&self, id: &TaskId) -> Result<Map<String, Value>, TaskError> {
-        let notify = self.shared.watch(id);
-        let result = loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let task = match self.status(id).await {
-                Ok(task) => task,
-                Err(e) => break Err(e),
-            };
-            if task.status.is_terminal() {
-                break Err(TaskError::Terminal);
-            }
-            if task.status != TaskStatus::InputRequired {
-                break Ok(task.input_responses);
-            }
-            notified.await;
-        };
-        self.shared.unwatch(id, notify);
-        result
+        self.shared.wait_for_answers(id).await
     }
 
     /// Applies any transition and returns the record after it.

@@ -877,8 +877,11 @@ async fn a_disabled_layer_passes_everything_through() {
         .params(json!({"name": "work", "arguments": {}}))
         .send()
         .await;
-    assert_eq!(reply.ok(), &sync_fallback("absent"));
-    assert_eq!(server.inner.last_received().context, None);
+    assert_eq!(reply.ok(), &sync_fallback("Disabled"));
+    assert_eq!(
+        server.inner.last_received().context.as_deref(),
+        Some("TaskContext::Refused(Disabled)")
+    );
 
     let reply = client
         .request("tools/call")
@@ -886,7 +889,7 @@ async fn a_disabled_layer_passes_everything_through() {
         .declare(false)
         .send()
         .await;
-    assert_eq!(reply.ok(), &sync_fallback("absent"));
+    assert_eq!(reply.ok(), &sync_fallback("Disabled"));
 }
 
 #[tokio::test]

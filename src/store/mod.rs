@@ -120,7 +120,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// The layer re-reads each announced task and tells its notifier and any worker
     /// waiting on it, so listen streams and `wait_for_input` on this node see changes
-    /// made on another. A lagging receiver may skip ids; the next change catches up.
+    /// made on another. A receiver that lags skips ids; the layer then wakes every
+    /// waiting worker to re-read its task, and listen streams get the next change.
     fn subscribe(&self) -> Option<ChangeFeed> {
         None
     }
