@@ -380,10 +380,7 @@ impl<S> Runner<S> {
         if let Ok(me) = me.await {
             self.shared.register_runner(task, me);
         }
-        let mut created = Map::with_capacity(10);
-        created.insert("resultType".into(), Value::String("task".into()));
-        created.extend(record.to_summary_json());
-        self.shared.result_meta(&mut created);
+        let created = self.shared.create_task_result(&record);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
         if answer.send(Ok(handle)).is_err() {
             // The client left before it learned the id: no one can reach the task.

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::error::{EXTENSION_ID, RpcError, json_response};
 
@@ -263,8 +263,10 @@ pub(crate) fn result_response(
     id: Option<&Value>,
     result: Map<String, Value>,
 ) -> http::Response<Bytes> {
-    let body =
-        json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "result": result});
+    let mut body = Map::with_capacity(3);
+    body.insert("jsonrpc".into(), Value::String("2.0".into()));
+    body.insert("id".into(), id.cloned().unwrap_or(Value::Null));
+    body.insert("result".into(), Value::Object(result));
     json_response(
         StatusCode::OK,
         Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
@@ -275,6 +277,7 @@ pub(crate) fn result_response(
 mod tests {
     use super::*;
     use http::HeaderValue;
+    use serde_json::json;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -307,7 +307,7 @@ async fn task_method(
                 .ok_or_else(not_found)?;
             let mut result = Map::with_capacity(12);
             result.insert("resultType".into(), Value::String("complete".into()));
-            result.extend(task.to_detailed_json());
+            result.extend(task.into_detailed_json());
             result
         }
         method => {
@@ -395,10 +395,7 @@ where
     drop(read);
     match shared.create_task(owner, spec).await {
         Ok(task) => {
-            let mut result = Map::with_capacity(10);
-            result.insert("resultType".into(), Value::String("task".into()));
-            result.extend(task.to_summary_json());
-            shared.result_meta(&mut result);
+            let result = shared.create_task_result(&task);
             Ok(result_response(id, result).map(ResponseBody::full))
         }
         Err(e) => Ok(reply(e, id)),

@@ -149,6 +149,15 @@ impl Shared {
         }
     }
 
+    /// The `CreateTaskResult` answering the call that made `task`.
+    pub(crate) fn create_task_result(&self, task: &TaskRecord) -> Map<String, Value> {
+        let mut result = Map::with_capacity(10);
+        result.insert("resultType".into(), Value::String("task".into()));
+        result.extend(task.to_summary_json());
+        self.result_meta(&mut result);
+        result
+    }
+
     /// Runs after every store write that changed a task, in this process.
     pub(crate) fn changed(&self, record: &TaskRecord) {
         if let Some(notifier) = &self.notifier

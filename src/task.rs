@@ -508,30 +508,31 @@ impl TaskRecord {
     /// `ttlMs` is always present (`null` when unlimited); every other absent field is
     /// left out, never `null`.
     pub fn to_detailed_json(&self) -> Map<String, Value> {
+        self.clone().into_detailed_json()
+    }
+
+    /// [`to_detailed_json`](Self::to_detailed_json) for a record the caller no longer
+    /// needs: the result, error or input requests move into the JSON instead of being
+    /// copied (the `tasks/get` path).
+    pub fn into_detailed_json(mut self) -> Map<String, Value> {
         let mut map = self.to_summary_json();
-        match self.status {
-            TaskStatus::InputRequired => {
-                map.insert(
-                    "inputRequests".into(),
-                    Value::Object(self.input_requests.clone()),
-                );
-            }
-            TaskStatus::Completed => {
-                if let Some(result) = &self.result {
-                    map.insert("result".into(), result.clone());
-                }
-            }
+        let detail = match self.status {
+            TaskStatus::InputRequired => Some((
+                "inputRequests",
+                Value::Object(std::mem::take(&mut self.input_requests)),
+            )),
+            TaskStatus::Completed => self.result.take().map(|r| ("result", r)),
             TaskStatus::Failed => {
                 let error = self
                     .error
-                    .clone()
+                    .take()
                     .unwrap_or_else(|| ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed"));
-                map.insert(
-                    "error".into(),
-                    serde_json::to_value(error).unwrap_or(Value::Null),
-                );
+                Some(("error", serde_json::to_value(error).unwrap_or(Value::Null)))
             }
-            TaskStatus::Working | TaskStatus::Cancelled => {}
+            TaskStatus::Working | TaskStatus::Cancelled => None,
+        };
+        if let Some((key, value)) = detail {
+            map.insert(key.into(), value);
         }
         map
     }

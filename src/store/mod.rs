@@ -127,6 +127,30 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     }
 }
 
+/// A random tag for one store instance, so that it can tell its own change
+/// announcements from other nodes'.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) fn node_id() -> String {
+    TaskId::random().as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Spreads out writers that keep losing a compare-and-swap on one task: a yield for
+/// the first retries, then a random pause that grows with `attempt`.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) async fn back_off(attempt: u32) {
+    use rand::TryRng as _;
+    if attempt < 2 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let spread = 250u64 << attempt.min(4);
+    let jitter = rand::rngs::SysRng.try_next_u64().unwrap_or(0) % spread;
+    tokio::time::sleep(Duration::from_micros(1 + jitter)).await;
+}
+
 /// A feed of changed task ids, from [`TaskStore::subscribe`].
 pub type ChangeFeed = tokio::sync::broadcast::Receiver<TaskId>;
 

@@ -3,13 +3,13 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 use tokio::sync::{broadcast, oneshot, watch};
 
-use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated, back_off, node_id};
 use crate::error::{BoxError, StoreError};
 use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -683,22 +683,6 @@ async fn connect_listener(
     Ok(listener)
 }
 
-/// Waits a little before the next compare-and-swap attempt: a yield at first, then
-/// a random pause whose bound doubles up to a few milliseconds.
-async fn back_off(attempt: u32) {
-    if attempt < 2 {
-        tokio::task::yield_now().await;
-        return;
-    }
-    let bound_us = 50u64 << attempt.min(7);
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::from(d.subsec_nanos()))
-        .unwrap_or(0);
-    let wait = Duration::from_micros(1 + seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % bound_us);
-    tokio::time::sleep(wait).await;
-}
-
 fn validate_table(table: &str) -> Result<(), StoreError> {
     let mut chars = table.chars();
     let starts_well = chars
@@ -712,14 +696,6 @@ fn validate_table(table: &str) -> Result<(), StoreError> {
             "the table name must be a plain identifier: a letter or _, then letters, digits or _, at most 48 characters",
         )))
     }
-}
-
-/// A random tag for this store instance's notifications.
-fn node_id() -> String {
-    TaskId::random().as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The second half of the advisory lock key for one owner's creates. Collisions only

@@ -31,7 +31,7 @@ use redis::{Client, IntoConnectionInfo, Script};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated, back_off, node_id};
 use crate::error::{BoxError, StoreError};
 use crate::task::{Applied, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -295,7 +295,7 @@ impl RedisStore {
         RedisStore {
             conn,
             keys: Arc::new(Keys::new(Self::DEFAULT_PREFIX)),
-            node: node_id(),
+            node: node_id().into(),
             feed: None,
             writers: (0..WRITE_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
@@ -635,28 +635,6 @@ fn owner_tag(owner: Option<&Principal>) -> String {
 
 fn optional<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(String::new, |v| v.to_string())
-}
-
-/// A random id for this store instance, tagging its announcements.
-fn node_id() -> Arc<str> {
-    let bytes = TaskId::random();
-    bytes.as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>()
-        .into()
-}
-
-/// Spreads out writers that keep colliding on one task.
-async fn back_off(attempt: u32) {
-    if attempt < 2 {
-        tokio::task::yield_now().await;
-        return;
-    }
-    use rand::TryRng as _;
-    let spread = 250u64 << attempt.min(4);
-    let jitter = rand::rngs::SysRng.try_next_u64().unwrap_or(0) % spread;
-    tokio::time::sleep(Duration::from_micros(jitter)).await;
 }
 
 fn encode(record: &TaskRecord) -> Result<String, StoreError> {
