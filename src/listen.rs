@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::body::{BoxBody, RequestBody, ResponseBody};
+use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused};
 use crate::error::{BoxError, RpcError};
 use crate::jsonrpc::{Envelope, META_SUBSCRIPTION_ID};
@@ -134,6 +134,32 @@ where
         .await?;
     let (mut head, body) = response.into_parts();
     if !head.status.is_success() || !sse::is_event_stream(&head.headers) {
+        // Only "no such method" means the inner service has no listen support; any
+        // other refusal (a bad filter, a header problem) is the client's to see.
+        let passed_on = match head.status {
+            StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => None,
+            status if !status.is_success() => {
+                return Ok(Response::from_parts(head, ResponseBody::inner(body)));
+            }
+            _ => match read_up_to(body, shared.config.max_response_bytes).await {
+                Ok(ReadOutcome::Complete(bytes)) => {
+                    let code = sse::find_response(&bytes, false)
+                        .and_then(|m| m.get("error")?.get("code")?.as_i64());
+                    (code != Some(RpcError::METHOD_NOT_FOUND)).then_some(bytes)
+                }
+                Ok(ReadOutcome::Overflow(prefix, rest)) => {
+                    let rest: BoxBody = Box::pin(rest.map_err(Into::into));
+                    return Ok(Response::from_parts(
+                        head,
+                        ResponseBody::prefixed(prefix, rest),
+                    ));
+                }
+                Err(_) => None,
+            },
+        };
+        if let Some(answer) = passed_on {
+            return Ok(Response::from_parts(head, ResponseBody::full(answer)));
+        }
         tracing::debug!(
             status = head.status.as_u16(),
             "the inner service has no listen stream; serving task notifications alone"

@@ -704,3 +704,17 @@ mod rmcp_inner {
         }
     }
 }
+
+#[tokio::test]
+async fn an_inner_refusal_other_than_method_not_found_reaches_the_client() {
+    let server = Server::start(ListenSupport::Rejects).await;
+    let client = server.client();
+    let task = client.create_task(Some("alice")).await;
+    let answer = client.listen(Some("alice"), json!(3), &[&task]).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers["content-type"], "application/json");
+    let message = answer.json().await;
+    assert_eq!(message["id"], 3);
+    assert_eq!(message["error"]["code"], -32602);
+    assert_eq!(server.listen.stream_count(), 0);
+}

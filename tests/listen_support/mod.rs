@@ -54,6 +54,8 @@ pub enum ListenSupport {
     NotFound,
     /// HTTP 200, an SSE stream holding only a -32601 error.
     SseError,
+    /// HTTP 200 with a JSON -32602 error: the inner service refuses this filter.
+    Rejects,
 }
 
 /// One listen stream the inner service is serving, as the test drives it.
@@ -162,6 +164,10 @@ async fn handle(
             ListenSupport::NotFound => Ok(json_response(
                 StatusCode::NOT_FOUND,
                 &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+            )),
+            ListenSupport::Rejects => Ok(json_response(
+                StatusCode::OK,
+                &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "Unsupported filter"}}),
             )),
             ListenSupport::SseError => Ok(sse_response(full(sse_event(
                 &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
@@ -605,6 +611,16 @@ impl Listen {
                 None => return None,
             }
         }
+    }
+
+    /// Everything left on the stream, as one JSON document (for answers that are not
+    /// streams at all).
+    pub async fn json(mut self) -> Value {
+        let mut bytes = BytesMut::new();
+        while let Some((chunk, _)) = within("the rest of the answer", self.next_chunk_at()).await {
+            bytes.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&bytes).expect("a JSON answer")
     }
 
     /// The next bytes read from the stream, unparsed, and when they were read
