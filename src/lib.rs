@@ -71,6 +71,7 @@ struct ReadmeDoctests;
 mod auto;
 mod body;
 mod context;
+mod decide;
 mod error;
 mod future;
 mod input;

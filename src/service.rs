@@ -14,6 +14,7 @@ use tracing::Instrument as _;
 
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskMode, TaskRefused, TaskSpec};
+use crate::decide::{DecidingBody, Decision};
 use crate::error::{BoxError, EXTENSION_ID, RpcError};
 use crate::future::{ResponseFuture, refuse_stray_task};
 use crate::jsonrpc::{Envelope, HeaderRoute, is_owned_method, result_response, route_by_headers};
@@ -347,7 +348,7 @@ async fn task_method(
 /// Forwards a `tools/call`; if the handler asked for a task, stores it and answers
 /// with a `CreateTaskResult` in place of the inner response.
 async fn tools_call<S, B, ResBody>(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     mut inner: S,
     mut parts: http::request::Parts,
     bytes: Bytes,
@@ -373,8 +374,24 @@ where
         }
         return Ok(Response::from_parts(head, ResponseBody::inner(body)));
     }
-    // The handler has surely finished once its whole response is in (with SSE the
-    // head may come first), so read it before deciding.
+    if sse::is_event_stream(&head.headers) {
+        // The head came before the handler finished: stream its events through and
+        // hold back only the response until the handler's choice is known.
+        head.headers.remove(header::CONTENT_LENGTH);
+        let decision = Decision {
+            shared: shared.clone(),
+            context,
+            spec: spec_on_response,
+            owner,
+            id: id.cloned(),
+        };
+        let body = DecidingBody::new(Box::pin(body.map_err(Into::into)), decision);
+        return Ok(Response::from_parts(
+            head,
+            ResponseBody::boxed(Box::pin(body)),
+        ));
+    }
+    // A JSON answer is the handler's last word: read it before deciding.
     let read = match read_up_to(body, shared.config.max_response_bytes).await {
         Ok(read) => read,
         Err(e) => {

@@ -284,7 +284,13 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
         )
         .await;
         assert_eq!(reply.status, 200);
-        assert_eq!(reply.content_type, "application/json");
+        // The task handle travels the way the server answers: a JSON body, or the
+        // response event of its SSE stream.
+        let expected = match json_response {
+            true => "application/json",
+            false => "text/event-stream",
+        };
+        assert_eq!(reply.content_type, expected);
         let created = reply.message()["result"].clone();
         assert_eq!(created["resultType"], "task", "{created}");
         assert_eq!(created["status"], "working");

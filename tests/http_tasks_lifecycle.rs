@@ -316,10 +316,19 @@ async fn an_sse_answer_with_a_task_becomes_a_create_task_result() {
         .params(json!({"name": "sse_task", "arguments": {"then": "complete"}}))
         .send()
         .await;
+    // The stream stays a stream: the inner events before the response pass through
+    // unchanged, and the response event is replaced by the task handle.
     assert!(
-        reply.content_type().starts_with("application/json"),
+        reply.content_type().starts_with("text/event-stream"),
         "{reply:?}"
     );
+    let messages = sse_messages(&reply.body);
+    assert_eq!(messages.len(), 2, "{}", reply.text());
+    assert_eq!(messages[0]["method"], "notifications/progress");
+    let sent = String::from_utf8_lossy(&server.inner.last_sent()).into_owned();
+    let first_event = sent.split_inclusive("\n\n").next().unwrap().to_owned();
+    assert!(reply.text().starts_with(&first_event), "{}", reply.text());
+    assert_eq!(messages[1], reply.json);
     let created = reply.ok();
     assert_create_task_result(created);
     let id = created["taskId"].as_str().unwrap();
