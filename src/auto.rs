@@ -22,7 +22,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, header};
 use http_body::Body;
-use http_body_util::BodyExt as _;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tower_service::Service;
@@ -230,7 +229,7 @@ where
         }
         Exchange::Large(head, prefix, rest) => Ok(Response::from_parts(
             head,
-            ResponseBody::prefixed(prefix, Box::pin(rest.map_err(Into::into))),
+            ResponseBody::prefixed(prefix, rest),
         )),
         Exchange::Broken => Ok(reply(RpcError::internal("Internal error"), id)),
         Exchange::Failed(e) => Err(e),

@@ -127,11 +127,16 @@ impl<B> ResponseBody<B> {
     }
 
     /// Bytes already read from `rest`, followed by whatever `rest` still yields.
-    pub(crate) fn prefixed(prefix: Bytes, rest: BoxBody) -> Self {
+    pub(crate) fn prefixed<R>(prefix: Bytes, rest: Pin<Box<R>>) -> Self
+    where
+        R: Body<Data = Bytes> + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
+        use http_body_util::BodyExt as _;
         ResponseBody {
             kind: ResponseKind::Prefixed {
                 prefix: (!prefix.is_empty()).then_some(prefix),
-                rest,
+                rest: Box::pin(rest.map_err(Into::into)),
             },
         }
     }
@@ -216,6 +221,20 @@ pub(crate) enum ReadOutcome<B> {
     Complete(Bytes),
     /// The cap was hit: what was read, and the rest of the stream.
     Overflow(Bytes, Pin<Box<B>>),
+}
+
+impl<R> ReadOutcome<R>
+where
+    R: Body<Data = Bytes> + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    /// The body to send on unchanged: the bytes read, then the rest of the stream.
+    pub(crate) fn into_body<B>(self) -> ResponseBody<B> {
+        match self {
+            ReadOutcome::Complete(bytes) => ResponseBody::full(bytes),
+            ReadOutcome::Overflow(prefix, rest) => ResponseBody::prefixed(prefix, rest),
+        }
+    }
 }
 
 /// Reads a body until it ends or more than `cap` bytes arrived. Trailers are dropped.

@@ -147,12 +147,8 @@ where
                         .and_then(|m| m.get("error")?.get("code")?.as_i64());
                     (code != Some(RpcError::METHOD_NOT_FOUND)).then_some(bytes)
                 }
-                Ok(ReadOutcome::Overflow(prefix, rest)) => {
-                    let rest: BoxBody = Box::pin(rest.map_err(Into::into));
-                    return Ok(Response::from_parts(
-                        head,
-                        ResponseBody::prefixed(prefix, rest),
-                    ));
+                Ok(overflow @ ReadOutcome::Overflow(..)) => {
+                    return Ok(Response::from_parts(head, overflow.into_body()));
                 }
                 Err(_) => None,
             },

@@ -401,13 +401,7 @@ where
         }
     };
     let Some(spec) = spec_on_response.or_else(|| context.take()) else {
-        let body = match read {
-            ReadOutcome::Complete(bytes) => ResponseBody::full(bytes),
-            ReadOutcome::Overflow(prefix, rest) => {
-                ResponseBody::prefixed(prefix, Box::pin(rest.map_err(Into::into)))
-            }
-        };
-        return Ok(Response::from_parts(head, body));
+        return Ok(Response::from_parts(head, read.into_body()));
     };
     drop(read);
     match shared.create_task(owner, spec).await {
@@ -451,9 +445,7 @@ where
                 None => ResponseBody::full(bytes),
             }
         }
-        Ok(ReadOutcome::Overflow(prefix, rest)) => {
-            ResponseBody::prefixed(prefix, Box::pin(rest.map_err(Into::into)))
-        }
+        Ok(overflow @ ReadOutcome::Overflow(..)) => overflow.into_body(),
         Err(e) => {
             let e: BoxError = e.into();
             tracing::error!(error = %e, "the inner service's discover response failed mid-stream");
