@@ -431,9 +431,7 @@ pub async fn rejected_transition_changes_nothing<S: TaskStore>(store: S) {
         message: Some("Need two answers".to_owned()),
     };
     update(RULE, &store, &id, Scope::Any, &ask, now.plus_ms(1)).await;
-    let before = get(RULE, &store, &id, Scope::Any, now.plus_ms(1))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    let before = get_found(RULE, &store, &id, Scope::Any, now.plus_ms(1)).await;
     let mut mixed = Map::new();
     mixed.insert("a".to_owned(), answer());
     mixed.insert("b".to_owned(), json!("not an object"));
@@ -455,7 +453,7 @@ pub async fn rejected_transition_changes_nothing<S: TaskStore>(store: S) {
         },
     ];
     for (i, transition) in refused.iter().enumerate() {
-        let outcome = update(
+        let outcome = update_found(
             RULE,
             &store,
             &id,
@@ -464,7 +462,6 @@ pub async fn rejected_transition_changes_nothing<S: TaskStore>(store: S) {
             now.plus_ms(10 + i as u64),
         )
         .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"))
         .outcome;
         assert!(
             outcome.is_err(),
@@ -487,7 +484,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
     let task = record(None, now, Some(HOUR_MS));
     let id = task.id;
     create(RULE, &store, task, CreateLimits::default()).await;
-    let early = update(
+    let early = update_found(
         RULE,
         &store,
         &id,
@@ -495,8 +492,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         &answer_for(&["a"]),
         now.plus_ms(1),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         early.outcome,
         Ok(Applied::Unchanged),
@@ -511,10 +507,8 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         message: None,
     };
     update(RULE, &store, &id, Scope::Any, &ask, now.plus_ms(2)).await;
-    let asked = get(RULE, &store, &id, Scope::Any, now.plus_ms(2))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
-    let stray = update(
+    let asked = get_found(RULE, &store, &id, Scope::Any, now.plus_ms(2)).await;
+    let stray = update_found(
         RULE,
         &store,
         &id,
@@ -522,8 +516,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         &answer_for(&["zzz"]),
         now.plus_ms(3),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         stray.outcome,
         Ok(Applied::Unchanged),
@@ -536,7 +529,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         Some(&asked),
         "[{RULE}] an ignored answer must not write anything"
     );
-    let first = update(
+    let first = update_found(
         RULE,
         &store,
         &id,
@@ -544,14 +537,13 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         &answer_for(&["a"]),
         now.plus_ms(4),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         first.outcome,
         Ok(Applied::Changed),
         "[{RULE}] an answer for an outstanding key must be applied"
     );
-    let again = update(
+    let again = update_found(
         RULE,
         &store,
         &id,
@@ -559,8 +551,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         &answer_for(&["a"]),
         now.plus_ms(5),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         again.outcome,
         Ok(Applied::Unchanged),
@@ -570,7 +561,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         again.record.revision, first.record.revision,
         "[{RULE}] an ignored answer must not bump the revision"
     );
-    let mixed = update(
+    let mixed = update_found(
         RULE,
         &store,
         &id,
@@ -578,8 +569,7 @@ pub async fn answers_for_keys_not_outstanding_are_ignored<S: TaskStore>(store: S
         &answer_for(&["b", "zzz"]),
         now.plus_ms(6),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         mixed.outcome,
         Ok(Applied::Changed),
@@ -618,9 +608,7 @@ pub async fn partial_answers_keep_input_required<S: TaskStore>(store: S) {
             now.plus_ms(2 + step as u64),
         )
         .await;
-        let task = get(RULE, &store, &id, Scope::Any, now.plus_ms(5))
-            .await
-            .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+        let task = get_found(RULE, &store, &id, Scope::Any, now.plus_ms(5)).await;
         assert_eq!(
             task.status,
             TaskStatus::InputRequired,
@@ -641,9 +629,7 @@ pub async fn partial_answers_keep_input_required<S: TaskStore>(store: S) {
         now.plus_ms(4),
     )
     .await;
-    let task = get(RULE, &store, &id, Scope::Any, now.plus_ms(5))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    let task = get_found(RULE, &store, &id, Scope::Any, now.plus_ms(5)).await;
     assert_eq!(
         task.status,
         TaskStatus::Working,
@@ -675,10 +661,8 @@ pub async fn duplicate_input_keys_rejected<S: TaskStore>(store: S) {
         message: None,
     };
     update(RULE, &store, &id, Scope::Any, &ask(&["a"]), now.plus_ms(1)).await;
-    let outstanding = get(RULE, &store, &id, Scope::Any, now.plus_ms(1))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
-    let refused = update(
+    let outstanding = get_found(RULE, &store, &id, Scope::Any, now.plus_ms(1)).await;
+    let refused = update_found(
         RULE,
         &store,
         &id,
@@ -686,8 +670,7 @@ pub async fn duplicate_input_keys_rejected<S: TaskStore>(store: S) {
         &ask(&["a", "b"]),
         now.plus_ms(2),
     )
-    .await
-    .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    .await;
     assert_eq!(
         refused.outcome,
         Err(TransitionError::DuplicateKeys(vec!["a".to_owned()])),
@@ -709,17 +692,13 @@ pub async fn duplicate_input_keys_rejected<S: TaskStore>(store: S) {
         now.plus_ms(3),
     )
     .await;
-    let refused = update(RULE, &store, &id, Scope::Any, &ask(&["a"]), now.plus_ms(4))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    let refused = update_found(RULE, &store, &id, Scope::Any, &ask(&["a"]), now.plus_ms(4)).await;
     assert_eq!(
         refused.outcome,
         Err(TransitionError::DuplicateKeys(vec!["a".to_owned()])),
         "[{RULE}] re-issuing an answered key must be refused as DuplicateKeys([\"a\"])"
     );
-    let fresh = update(RULE, &store, &id, Scope::Any, &ask(&["b"]), now.plus_ms(5))
-        .await
-        .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+    let fresh = update_found(RULE, &store, &id, Scope::Any, &ask(&["b"]), now.plus_ms(5)).await;
     assert_eq!(
         fresh.outcome,
         Ok(Applied::Changed),
@@ -1110,9 +1089,7 @@ pub async fn revision_increments_on_every_change<S: TaskStore>(store: S) {
     let mut updated_at = now;
     for (i, (transition, changes)) in steps.iter().enumerate() {
         let at = now.plus_ms(1 + i as u64);
-        let updated = update(RULE, &store, &id, Scope::Any, transition, at)
-            .await
-            .unwrap_or_else(|| panic!("[{RULE}] the task must be found"));
+        let updated = update_found(RULE, &store, &id, Scope::Any, transition, at).await;
         assert_eq!(
             updated.changed(),
             *changes,
@@ -1747,6 +1724,33 @@ async fn update<S: TaskStore + ?Sized>(
         .unwrap_or_else(|e| panic!("[{rule}] update ({transition:?}) failed: {e}"))
 }
 
+/// [`get`], panicking when the task is not there.
+async fn get_found<S: TaskStore + ?Sized>(
+    rule: &str,
+    store: &S,
+    id: &TaskId,
+    scope: Scope<'_>,
+    now: Timestamp,
+) -> TaskRecord {
+    get(rule, store, id, scope, now)
+        .await
+        .unwrap_or_else(|| panic!("[{rule}] the task must be found"))
+}
+
+/// [`update`], panicking when the task is not there.
+async fn update_found<S: TaskStore + ?Sized>(
+    rule: &str,
+    store: &S,
+    id: &TaskId,
+    scope: Scope<'_>,
+    transition: &Transition,
+    now: Timestamp,
+) -> Updated {
+    update(rule, store, id, scope, transition, now)
+        .await
+        .unwrap_or_else(|| panic!("[{rule}] the task must be found"))
+}
+
 async fn cleanup<S: TaskStore + ?Sized>(
     rule: &str,
     store: &S,
@@ -1919,9 +1923,7 @@ async fn race_updates<S: TaskStore>(rule: &'static str, nodes: Vec<S>) {
         }
     }
     let at = now.plus_ms(1 + 2 * WRITERS as u64);
-    let final_record = get(rule, &nodes[0], &id, Scope::Any, at)
-        .await
-        .unwrap_or_else(|| panic!("[{rule}] the task must be found"));
+    let final_record = get_found(rule, &nodes[0], &id, Scope::Any, at).await;
     let expected: BTreeSet<String> = (0..2 * WRITERS)
         .step_by(2)
         .map(|i| format!("key-{i}"))
