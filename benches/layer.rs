@@ -30,10 +30,11 @@ use criterion::{BatchSize, Criterion, criterion_main};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt as _, Full};
-use mcp_tasks::{
-    BoxError, CreateLimits, EXTENSION_ID, MemoryStore, PROTOCOL_VERSION, RequestBody, TaskId,
-    TaskRecord, TaskStore, TasksLayer, Timestamp,
-};
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::error::BoxError;
+use mcp_tasks::store::{CreateLimits, Timestamp};
+use mcp_tasks::wire::{EXTENSION_ID, PROTOCOL_VERSION};
+use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
 use serde_json::json;
 use tower::{Layer as _, Service, ServiceExt as _};
 
@@ -319,7 +320,7 @@ fn filled_layer(count: usize) -> (TasksLayer, Vec<String>) {
     }
     assert_eq!(store.len(), count);
     let layer = TasksLayer::builder(store)
-        .with_unlimited_rows()
+        .without_max_rows()
         .without_janitor()
         .build()
         .expect("a valid layer");

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use mcp_tasks::{MemoryStore, TASK_ID_LEN, TaskId};
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::{ListenSupport, Server, builder};
 use tokio::sync::mpsc;
@@ -38,7 +38,7 @@ struct Row {
 fn task_of(event: &[u8], index: &HashMap<String, usize>) -> Option<usize> {
     const KEY: &[u8] = b"\"taskId\":\"";
     let at = event.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
-    let id = event.get(at..at + TASK_ID_LEN)?;
+    let id = event.get(at..at + TaskId::LEN)?;
     index.get(std::str::from_utf8(id).ok()?).copied()
 }
 

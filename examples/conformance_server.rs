@@ -31,10 +31,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, RpcError, TaskId, TaskMode, TaskSpec, Tasks,
-    TasksLayer,
-};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::{MemoryStore, RpcError, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation,
@@ -205,7 +203,7 @@ async fn confirm_delete_worker(tasks: Tasks, id: TaskId, filename: String) {
             "confirm",
             InputRequest::confirm(format!("Delete {filename}?"), "confirm"),
         )
-        .status_message(format!("Waiting for confirmation to delete {filename}"));
+        .with_status_message(format!("Waiting for confirmation to delete {filename}"));
     if tasks.require_input(&id, question).await.is_err() {
         return;
     }
@@ -232,7 +230,7 @@ async fn multi_input_worker(tasks: Tasks, id: TaskId) {
             ),
         )
         .with("confirm", InputRequest::confirm("Proceed?", "confirm"))
-        .status_message("Waiting for two answers");
+        .with_status_message("Waiting for two answers");
     if tasks.require_input(&id, questions).await.is_err() {
         return;
     }
@@ -342,7 +340,7 @@ impl Fixtures {
             return false;
         };
         let tasks = self.tasks.clone();
-        let spec = TaskSpec::new().start(move |id| {
+        let spec = TaskSpec::new().with_start(move |id| {
             tokio::spawn(work(tasks, id));
         });
         context.create(spec).is_ok()

@@ -23,9 +23,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer,
-};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::{MemoryStore, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
@@ -67,7 +66,7 @@ impl Demo {
                 "confirm",
                 InputRequest::confirm(format!("Deploy to {target}?"), "confirm"),
             )
-            .status_message("Waiting for confirmation");
+            .with_status_message("Waiting for confirmation");
         if tasks.require_input(&id, question).await.is_err() {
             return;
         }
@@ -132,9 +131,9 @@ impl ServerHandler for Demo {
                     .min(600);
                 let tasks = self.tasks.clone();
                 let spec = TaskSpec::new()
-                    .poll_interval(Duration::from_secs(1))
-                    .status_message("Queued")
-                    .start(move |id| {
+                    .with_poll_interval(Duration::from_secs(1))
+                    .with_status_message("Queued")
+                    .with_start(move |id| {
                         tokio::spawn(Demo::build(tasks, id, seconds));
                     });
                 if task_context(&context).is_some_and(|ctx| ctx.create(spec).is_ok()) {
@@ -151,7 +150,7 @@ impl ServerHandler for Demo {
                     .unwrap_or("staging")
                     .to_owned();
                 let tasks = self.tasks.clone();
-                let spec = TaskSpec::new().start(move |id| {
+                let spec = TaskSpec::new().with_start(move |id| {
                     tokio::spawn(Demo::deploy(tasks, id, target));
                 });
                 match task_context(&context).map(|ctx| ctx.create(spec)) {

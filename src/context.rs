@@ -22,10 +22,10 @@ type StartFn = Box<dyn FnOnce(TaskId) + Send + 'static>;
 /// use mcp_tasks::TaskSpec;
 ///
 /// let spec = TaskSpec::new()
-///     .ttl(Duration::from_secs(1800))
-///     .poll_interval(Duration::from_secs(2))
-///     .status_message("Queued")
-///     .start(|id| {
+///     .with_ttl(Duration::from_secs(1800))
+///     .with_poll_interval(Duration::from_secs(2))
+///     .with_status_message("Queued")
+///     .with_start(|id| {
 ///         tokio::spawn(async move { let _ = id; /* drive the task with `Tasks` */ });
 ///     });
 /// # drop(spec);
@@ -45,34 +45,35 @@ impl TaskSpec {
         Self::default()
     }
 
-    /// Lifetime counted from creation (longer than zero, at most [`MAX_TTL`](crate::MAX_TTL)).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
+    /// Lifetime counted from creation (longer than zero, at most [`MAX_TTL`](crate::defaults::MAX_TTL), 10 years;
+    /// default: the layer's, 1 hour unless set).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(Some(ttl));
         self
     }
 
     /// No lifetime limit: the task is evicted only once terminal and older than the
     /// janitor's retention.
-    pub fn unlimited_ttl(mut self) -> Self {
+    pub fn without_ttl(mut self) -> Self {
         self.ttl = Some(None);
         self
     }
 
     /// The polling interval suggested to clients (must be longer than zero).
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
+    pub fn with_poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = Some(interval);
         self
     }
 
     /// The initial status message.
-    pub fn status_message(mut self, message: impl Into<String>) -> Self {
+    pub fn with_status_message(mut self, message: impl Into<String>) -> Self {
         self.status_message = Some(message.into());
         self
     }
 
     /// The function that starts the work, called with the new task's id once the
     /// task is stored.
-    pub fn start(mut self, start: impl FnOnce(TaskId) + Send + 'static) -> Self {
+    pub fn with_start(mut self, start: impl FnOnce(TaskId) + Send + 'static) -> Self {
         self.start = Some(Arc::new(Mutex::new(Some(Box::new(start)))));
         self
     }
@@ -148,7 +149,7 @@ impl std::error::Error for TaskRefused {}
 ///
 /// fn maybe_task(parts: &http::request::Parts) -> bool {
 ///     TaskContext::from_parts(parts)
-///         .is_some_and(|ctx| ctx.create(TaskSpec::new().start(|_id| {})).is_ok())
+///         .is_some_and(|ctx| ctx.create(TaskSpec::new().with_start(|_id| {})).is_ok())
 /// }
 /// # let (parts, _) = http::Request::new(()).into_parts();
 /// # assert!(!maybe_task(&parts));
@@ -278,7 +279,7 @@ pub enum TaskMode {
     /// that did not declare the extension gets the plain synchronous call.
     ///
     /// A task with a TTL stops its inner call shortly before the TTL runs out (in
-    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`] before) and becomes
+    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`](crate::defaults::AUTO_EXPIRY_MARGIN), 5 s, before) and becomes
     /// `failed` with -32603, so that a poller learns why before the task expires.
     ///
     /// The inner handler sees a request without the tasks extension in its
@@ -289,10 +290,6 @@ pub enum TaskMode {
         after: Duration,
     },
 }
-
-/// The longest margin before its TTL at which a running
-/// [`TaskMode::Auto`] task is stopped and marked `failed`.
-pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 
 pub(crate) type PolicyFn =
     dyn Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static;
@@ -352,7 +349,7 @@ mod tests {
 
     #[test]
     fn start_runs_at_most_once() {
-        let spec = TaskSpec::new().start(|_| {});
+        let spec = TaskSpec::new().with_start(|_| {});
         let copy = spec.clone();
         assert!(spec.take_start().is_some());
         assert!(copy.take_start().is_none());

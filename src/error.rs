@@ -1,183 +1,38 @@
-//! Errors: JSON-RPC errors on the wire, configuration errors at build time, store
-//! and worker errors in code.
+//! The crate's errors in code: configuration errors at build time, store errors,
+//! the state machine's refusals, and what worker calls fail with. JSON-RPC errors
+//! on the wire are [`RpcError`](crate::RpcError), in [`wire`](crate::wire).
+//!
+//! Each error's `Display` says what went wrong at its own level; the cause, when
+//! there is one, comes from [`source`](std::error::Error::source), so a reporter
+//! that walks the chain prints every level once.
+//!
+//! ```
+//! use mcp_tasks::{StoreError, TaskError};
+//! use mcp_tasks::store::TransitionError;
+//!
+//! let refused = TaskError::from(TransitionError::Terminal);
+//! assert!(refused.is_terminal());
+//! let failed = TaskError::from(StoreError::Backend("connection reset".into()));
+//! assert_eq!(failed.to_string(), "the task store failed");
+//! let cause = std::error::Error::source(&failed).unwrap();
+//! assert_eq!(cause.to_string(), "the task store backend failed");
+//! assert_eq!(cause.source().unwrap().to_string(), "connection reset");
+//! ```
 
-use std::borrow::Cow;
 use std::fmt;
-
-use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
-use serde_json::{Value, json};
-
-use crate::task::TransitionError;
 
 /// A boxed error, as tower uses.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The tasks extension's identifier, as declared by clients and advertised by servers.
-pub const EXTENSION_ID: &str = "io.modelcontextprotocol/tasks";
-
-/// A JSON-RPC error the layer answers with, and the HTTP status it travels with.
+/// A setting is out of range; reported when the layer or a store is built, never at
+/// request time.
 ///
-/// Constructors exist for each code the tasks surface uses; [`RpcError::to_response`]
-/// builds the HTTP response with the status the specification requires.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RpcError {
-    code: i64,
-    message: Cow<'static, str>,
-    data: Option<Value>,
-    status: StatusCode,
-}
-
-impl RpcError {
-    /// The body was not valid JSON.
-    pub const PARSE_ERROR: i64 = -32700;
-    /// The body was JSON but not a JSON-RPC request.
-    pub const INVALID_REQUEST: i64 = -32600;
-    /// The method does not exist (including methods the specification removed).
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    /// The params were missing or malformed, or the task does not exist.
-    pub const INVALID_PARAMS: i64 = -32602;
-    /// The server failed.
-    pub const INTERNAL_ERROR: i64 = -32603;
-    /// A standard header is missing, differs from the body or is malformed.
-    pub const HEADER_MISMATCH: i64 = -32020;
-    /// The request did not declare a client capability it needs.
-    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-    /// The protocol version is not one this server implements.
-    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-
-    /// An error with an explicit code, message and HTTP status.
-    pub fn new(code: i64, message: impl Into<Cow<'static, str>>, status: StatusCode) -> Self {
-        RpcError {
-            code,
-            message: message.into(),
-            data: None,
-            status,
-        }
-    }
-
-    /// -32700 with HTTP 400.
-    pub fn parse_error() -> Self {
-        Self::new(Self::PARSE_ERROR, "Parse error", StatusCode::BAD_REQUEST)
-    }
-
-    /// -32600 with HTTP 400.
-    pub fn invalid_request(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(Self::INVALID_REQUEST, message, StatusCode::BAD_REQUEST)
-    }
-
-    /// -32601 with HTTP 404.
-    pub fn method_not_found() -> Self {
-        Self::new(
-            Self::METHOD_NOT_FOUND,
-            "Method not found",
-            StatusCode::NOT_FOUND,
-        )
-    }
-
-    /// -32602 with HTTP 200.
-    pub fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(Self::INVALID_PARAMS, message, StatusCode::OK)
-    }
-
-    /// -32602 with HTTP 400: a required `_meta` field is missing.
-    pub fn missing_meta(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(Self::INVALID_PARAMS, message, StatusCode::BAD_REQUEST)
-    }
-
-    /// -32603 with HTTP 200. Keep details out of `message`: clients see it.
-    pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(Self::INTERNAL_ERROR, message, StatusCode::OK)
-    }
-
-    /// -32020 with HTTP 400.
-    pub fn header_mismatch(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(Self::HEADER_MISMATCH, message, StatusCode::BAD_REQUEST)
-    }
-
-    /// -32021 with HTTP 400, naming the tasks extension as the missing capability.
-    pub fn tasks_extension_required() -> Self {
-        Self::new(
-            Self::MISSING_REQUIRED_CLIENT_CAPABILITY,
-            "Missing required client capability",
-            StatusCode::BAD_REQUEST,
-        )
-        .with_data(json!({"requiredCapabilities": {"extensions": {EXTENSION_ID: {}}}}))
-    }
-
-    /// -32022 with HTTP 400, listing what is supported and echoing what was asked.
-    pub fn unsupported_protocol_version(supported: &[&str], requested: &str) -> Self {
-        Self::new(
-            Self::UNSUPPORTED_PROTOCOL_VERSION,
-            "Unsupported protocol version",
-            StatusCode::BAD_REQUEST,
-        )
-        .with_data(json!({"supported": supported, "requested": requested}))
-    }
-
-    /// Adds structured detail (`error.data`).
-    pub fn with_data(mut self, data: Value) -> Self {
-        self.data = Some(data);
-        self
-    }
-
-    /// The JSON-RPC code.
-    pub fn code(&self) -> i64 {
-        self.code
-    }
-
-    /// The message clients see.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// The structured detail, if any.
-    pub fn data(&self) -> Option<&Value> {
-        self.data.as_ref()
-    }
-
-    /// The HTTP status this error travels with.
-    pub fn http_status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The JSON-RPC error response body for the request `id` (`null` when unknown).
-    pub fn to_body(&self, id: Option<&Value>) -> Bytes {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(data) = &self.data {
-            error["data"] = data.clone();
-        }
-        let body =
-            json!({"jsonrpc": "2.0", "id": id.cloned().unwrap_or(Value::Null), "error": error});
-        Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
-    }
-
-    /// The full HTTP response: JSON body, `Content-Type: application/json`, the
-    /// spec's status.
-    pub fn to_response(&self, id: Option<&Value>) -> Response<Bytes> {
-        json_response(self.status, self.to_body(id))
-    }
-}
-
-impl fmt::Display for RpcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "JSON-RPC error {}: {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for RpcError {}
-
-pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> {
-    let mut response = Response::new(body);
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// A setting given to the layer builder is out of range.
+/// ```
+/// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+///
+/// let refused = TasksLayer::builder(MemoryStore::new()).with_max_rows(0).build();
+/// assert_eq!(refused.unwrap_err(), ConfigError::ZeroLimit("max_rows"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
@@ -189,6 +44,8 @@ pub enum ConfigError {
     TooLarge(&'static str),
     /// The server name given for `serverInfo` is empty.
     EmptyServerName,
+    /// A name (a table, a key prefix) is not one the backend accepts, with the rule.
+    InvalidName(&'static str),
 }
 
 impl fmt::Display for ConfigError {
@@ -200,6 +57,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::TooLarge(what) => write!(f, "mcp-tasks: {what} is too large"),
             ConfigError::EmptyServerName => f.write_str("mcp-tasks: the server name is empty"),
+            ConfigError::InvalidName(rule) => write!(f, "mcp-tasks: invalid name: {rule}"),
         }
     }
 }
@@ -207,6 +65,14 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// A store operation failed.
+///
+/// ```
+/// use mcp_tasks::StoreError;
+///
+/// let e = StoreError::Backend("pool timed out".into());
+/// assert_eq!(e.to_string(), "the task store backend failed");
+/// assert_eq!(std::error::Error::source(&e).unwrap().to_string(), "pool timed out");
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -216,18 +82,25 @@ pub enum StoreError {
     Duplicate,
     /// A compare-and-swap lost too many times in a row.
     Contention,
-    /// The backend failed; the cause is kept.
+    /// The backend failed; the cause is its [`source`](std::error::Error::source).
     Backend(BoxError),
+}
+
+impl StoreError {
+    /// Wraps a backend's own error, keeping it as the cause.
+    pub fn backend(error: impl Into<BoxError>) -> Self {
+        StoreError::Backend(error.into())
+    }
 }
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::LimitReached => f.write_str("task limit reached"),
-            StoreError::Duplicate => f.write_str("a task with this id already exists"),
-            StoreError::Contention => f.write_str("too much contention on one task"),
-            StoreError::Backend(e) => write!(f, "task store backend failed: {e}"),
-        }
+        f.write_str(match self {
+            StoreError::LimitReached => "task limit reached",
+            StoreError::Duplicate => "a task with this id already exists",
+            StoreError::Contention => "too much contention on one task",
+            StoreError::Backend(_) => "the task store backend failed",
+        })
     }
 }
 
@@ -240,45 +113,117 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// What a worker call on [`Tasks`](crate::Tasks) can fail with.
-#[derive(Debug)]
+/// The text was not a task id this crate could have issued.
+///
+/// ```
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::error::InvalidTaskId;
+///
+/// assert_eq!("not-an-id".parse::<TaskId>(), Err(InvalidTaskId));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidTaskId;
+
+impl fmt::Display for InvalidTaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not a valid task id")
+    }
+}
+
+impl std::error::Error for InvalidTaskId {}
+
+/// Why the state machine refused a transition.
+///
+/// ```
+/// use mcp_tasks::store::{Timestamp, Transition, TransitionError};
+/// use mcp_tasks::{TaskId, TaskRecord};
+///
+/// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// task.apply(&Transition::Cancel, Timestamp::now()).unwrap();
+/// let late = Transition::Progress { message: "still going".into() };
+/// assert_eq!(task.apply(&late, Timestamp::now()), Err(TransitionError::Terminal));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum TaskError {
-    /// No such task (or it expired).
-    NotFound,
-    /// The task is already `completed`, `failed` or `cancelled`: terminal states are final.
+pub enum TransitionError {
+    /// The task is already `completed`, `failed` or `cancelled`.
     Terminal,
-    /// Input keys that this task already used; each key is single-use.
+    /// Input keys that were issued before in this task's life.
     DuplicateKeys(Vec<String>),
     /// A malformed value, with the reason.
     Invalid(&'static str),
-    /// The store failed.
-    Store(StoreError),
 }
 
-impl fmt::Display for TaskError {
+impl fmt::Display for TransitionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskError::NotFound => f.write_str("task not found"),
-            TaskError::Terminal => f.write_str("the task is already in a terminal state"),
-            TaskError::DuplicateKeys(keys) => {
+            TransitionError::Terminal => f.write_str("the task is already in a terminal state"),
+            TransitionError::DuplicateKeys(keys) => {
                 write!(
                     f,
                     "input keys already used by this task: {}",
                     keys.join(", ")
                 )
             }
-            TaskError::Invalid(reason) => f.write_str(reason),
-            TaskError::Store(e) => write!(f, "{e}"),
+            TransitionError::Invalid(reason) => f.write_str(reason),
         }
+    }
+}
+
+impl std::error::Error for TransitionError {}
+
+/// What a worker call on [`Tasks`](crate::Tasks) can fail with.
+///
+/// ```
+/// use mcp_tasks::TaskError;
+/// use mcp_tasks::store::TransitionError;
+///
+/// fn describe(e: &TaskError) -> &'static str {
+///     match e {
+///         TaskError::NotFound => "gone",
+///         TaskError::Refused(TransitionError::Terminal) => "already finished",
+///         TaskError::Refused(_) => "refused",
+///         TaskError::Store(_) => "store down",
+///         _ => "other",
+///     }
+/// }
+/// assert_eq!(describe(&TransitionError::Terminal.into()), "already finished");
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// No such task (or it expired).
+    NotFound,
+    /// The state machine refused the change; the reason is the source.
+    Refused(TransitionError),
+    /// The store failed; the cause is the source.
+    Store(StoreError),
+}
+
+impl TaskError {
+    /// Whether the task was already `completed`, `failed` or `cancelled`: terminal
+    /// states are final.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, TaskError::Refused(TransitionError::Terminal))
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TaskError::NotFound => "task not found",
+            TaskError::Refused(_) => "the task refused the change",
+            TaskError::Store(_) => "the task store failed",
+        })
     }
 }
 
 impl std::error::Error for TaskError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
+            TaskError::NotFound => None,
+            TaskError::Refused(e) => Some(e),
             TaskError::Store(e) => Some(e),
-            _ => None,
         }
     }
 }
@@ -291,47 +236,34 @@ impl From<StoreError> for TaskError {
 
 impl From<TransitionError> for TaskError {
     fn from(e: TransitionError) -> Self {
-        match e {
-            TransitionError::Terminal => TaskError::Terminal,
-            TransitionError::DuplicateKeys(keys) => TaskError::DuplicateKeys(keys),
-            TransitionError::Invalid(reason) => TaskError::Invalid(reason),
-        }
+        TaskError::Refused(e)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
 
     #[test]
-    fn capability_error_names_the_extension_and_is_400() {
-        let e = RpcError::tasks_extension_required();
-        let response = e.to_response(Some(&json!(4)));
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
-        let body: Value = serde_json::from_slice(response.body()).unwrap();
-        assert_eq!(body["id"], 4);
-        assert_eq!(body["error"]["code"], -32021);
-        assert!(
-            body["error"]["data"]["requiredCapabilities"]["extensions"][EXTENSION_ID].is_object()
+    fn no_level_repeats_its_cause() {
+        let e = TaskError::from(StoreError::backend("disk full"));
+        let mut chain = vec![e.to_string()];
+        let mut source = e.source();
+        while let Some(s) = source {
+            chain.push(s.to_string());
+            source = s.source();
+        }
+        assert_eq!(
+            chain,
+            [
+                "the task store failed",
+                "the task store backend failed",
+                "disk full"
+            ]
         );
-    }
-
-    #[test]
-    fn statuses_follow_the_spec() {
-        assert_eq!(RpcError::method_not_found().http_status(), 404);
-        assert_eq!(RpcError::header_mismatch("x").http_status(), 400);
-        assert_eq!(RpcError::missing_meta("x").http_status(), 400);
-        assert_eq!(RpcError::parse_error().http_status(), 400);
-        let v = RpcError::unsupported_protocol_version(&["2026-07-28"], "v9");
-        assert_eq!(v.http_status(), 400);
-        assert_eq!(v.data().unwrap()["requested"], "v9");
-    }
-
-    #[test]
-    fn error_without_id_echoes_null() {
-        let body: Value = serde_json::from_slice(&RpcError::parse_error().to_body(None)).unwrap();
-        assert!(body["id"].is_null());
-        assert!(body["error"].get("data").is_none());
+        let refused = TaskError::from(TransitionError::DuplicateKeys(vec!["a".into()]));
+        assert!(!refused.to_string().contains("input keys"));
+        assert!(refused.source().unwrap().to_string().ends_with(": a"));
     }
 }

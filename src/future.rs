@@ -9,8 +9,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use crate::body::ResponseBody;
-use crate::context::TaskSpec;
-use crate::error::RpcError;
+use crate::routes::refuse_stray_task;
 use crate::store::BoxFuture;
 
 pin_project! {
@@ -59,22 +58,6 @@ where
             KindProj::Owned { future } => future.as_mut().poll(cx),
         }
     }
-}
-
-/// A task outcome outside a `tools/call` the layer inspected (another method, the
-/// legacy era, the extension switched off) is logged and answered -32603, echoing
-/// the request id when the layer read it (`null` on the header-only fast path).
-pub(crate) fn refuse_stray_task<B>(
-    mut response: Response<B>,
-    id: Option<&serde_json::Value>,
-) -> Response<ResponseBody<B>> {
-    if response.extensions_mut().remove::<TaskSpec>().is_none() {
-        return response.map(ResponseBody::inner);
-    }
-    tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
-    RpcError::internal("Internal error")
-        .to_response(id)
-        .map(ResponseBody::full)
 }
 
 impl<F, B, E> fmt::Debug for ResponseFuture<F, B, E> {

@@ -61,7 +61,7 @@ impl InputRequest {
 /// Keys are single-use over a task's whole life.
 ///
 /// ```
-/// use mcp_tasks::{InputRequest, InputRequests};
+/// use mcp_tasks::input::{InputRequest, InputRequests};
 ///
 /// let requests = InputRequests::new()
 ///     .with("confirm-1", InputRequest::confirm("Delete a.txt?", "confirm"))
@@ -89,7 +89,7 @@ impl InputRequests {
 
     /// The status message shown while the task waits.
     #[must_use]
-    pub fn status_message(mut self, message: impl Into<String>) -> Self {
+    pub fn with_status_message(mut self, message: impl Into<String>) -> Self {
         self.status_message = Some(message.into());
         self
     }

@@ -7,35 +7,16 @@ use std::time::Duration;
 use serde_json::json;
 use tower_layer::Layer;
 
+use crate::config::{Config, PrincipalFn};
 use crate::context::{TaskMode, TaskPolicy};
+use crate::defaults;
+use crate::engine::{Engine, relay_remote_changes};
 use crate::error::ConfigError;
-use crate::janitor::{DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION, Janitor};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::shared::{Config, PrincipalFn, Shared};
-use crate::store::{ChangeFeed, TaskStore};
+use crate::store::{Janitor, TaskStore};
 use crate::task::Principal;
 use crate::worker::Tasks;
-
-/// Most tasks a store holds by default; a client looping a task-making tool cannot
-/// grow it without bound.
-pub const DEFAULT_MAX_ROWS: usize = 10_000;
-/// Task lifetime when a tool does not set one.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
-/// Largest request body the layer reads for the methods it inspects.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
-/// Largest inner response the layer buffers while deciding whether a call became a
-/// task; a larger one streams through unchanged.
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-/// Most task ids one `subscriptions/listen` may name.
-pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
-/// Interval between keep-alive comments on an idle listen stream.
-pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(15);
-/// The longest task lifetime the layer accepts (ten years); longer ones are refused
-/// (use an unlimited TTL instead).
-pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-/// The longest keep-alive interval the layer accepts (one hour).
-pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 
 /// The tower layer that adds the Tasks extension (`io.modelcontextprotocol/tasks`)
 /// to an MCP Streamable HTTP service.
@@ -62,7 +43,7 @@ pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(3600);
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct TasksLayer {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) engine: Arc<Engine>,
 }
 
 impl TasksLayer {
@@ -79,36 +60,31 @@ impl TasksLayer {
         TasksLayerBuilder::new(Arc::new(store))
     }
 
-    /// A builder over a store that is already shared.
-    pub fn builder_shared(store: Arc<dyn TaskStore>) -> TasksLayerBuilder {
-        TasksLayerBuilder::new(store)
-    }
-
     /// The worker API over this layer's store and notifier.
     pub fn handle(&self) -> Tasks {
-        Tasks::new(self.shared.clone())
+        Tasks::new(self.engine.clone())
     }
 
     /// A janitor over this layer's store with its configured timings (or the
     /// defaults), to run yourself.
     pub fn janitor(&self) -> Janitor {
         let (interval, retention) = self
-            .shared
+            .engine
             .config
             .janitor
-            .unwrap_or((DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION));
-        Janitor::new(self.shared.store.clone(), interval, retention)
+            .unwrap_or((defaults::JANITOR_INTERVAL, defaults::RETENTION));
+        Janitor::new(self.engine.store.clone(), interval, retention)
     }
 
     /// The notifier that feeds this layer's listen streams (see
     /// [`TasksLayerBuilder::listen_notifier`]).
     pub fn listen_notifier(&self) -> ListenNotifier {
-        self.shared.listen.clone()
+        self.engine.listen.clone()
     }
 
     /// Whether the extension is switched on.
     pub fn is_enabled(&self) -> bool {
-        self.shared.config.enabled
+        self.engine.config.enabled
     }
 }
 
@@ -116,7 +92,7 @@ impl<S> Layer<S> for TasksLayer {
     type Service = TasksService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        TasksService::new(inner, self.shared.clone())
+        TasksService::new(inner, self.engine.clone())
     }
 }
 
@@ -138,19 +114,19 @@ impl TasksLayerBuilder {
             store,
             config: Config {
                 enabled: true,
-                max_rows: Some(DEFAULT_MAX_ROWS),
+                max_rows: Some(defaults::MAX_ROWS),
                 max_per_owner: None,
-                default_ttl: Some(DEFAULT_TTL),
+                default_ttl: Some(defaults::TTL),
                 default_poll_interval: None,
-                max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
-                max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+                max_request_bytes: defaults::MAX_REQUEST_BYTES,
+                max_response_bytes: defaults::MAX_RESPONSE_BYTES,
                 server_info: None,
                 tool_modes: HashMap::new(),
                 default_mode: TaskMode::Optional,
                 task_policy: None,
-                janitor: Some((DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION)),
-                max_listen_task_ids: MAX_LISTEN_TASK_IDS,
-                keep_alive: DEFAULT_KEEP_ALIVE,
+                janitor: Some((defaults::JANITOR_INTERVAL, defaults::RETENTION)),
+                max_listen_task_ids: defaults::MAX_LISTEN_TASK_IDS,
+                keep_alive: defaults::KEEP_ALIVE,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -167,26 +143,33 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// The row cap (default [`DEFAULT_MAX_ROWS`]); a create beyond it answers
-    /// -32603 "Task limit reached".
+    /// The row cap (default [`defaults::MAX_ROWS`], 10 000); a create beyond it
+    /// answers -32603 "Task limit reached".
     pub fn with_max_rows(mut self, max_rows: usize) -> Self {
         self.config.max_rows = Some(max_rows);
         self
     }
 
     /// No row cap at all. Only for stores bounded some other way.
-    pub fn with_unlimited_rows(mut self) -> Self {
+    pub fn without_max_rows(mut self) -> Self {
         self.config.max_rows = None;
         self
     }
 
-    /// A cap on the tasks one principal (or all anonymous callers together) may hold.
+    /// A cap on the tasks one principal (or all anonymous callers together) may
+    /// hold (default: none).
     pub fn with_max_tasks_per_owner(mut self, max: usize) -> Self {
         self.config.max_per_owner = Some(max);
         self
     }
 
-    /// The lifetime of a task whose tool sets none (default [`DEFAULT_TTL`]).
+    /// No cap per principal (the default): only the row cap applies.
+    pub fn without_max_tasks_per_owner(mut self) -> Self {
+        self.config.max_per_owner = None;
+        self
+    }
+
+    /// The lifetime of a task whose tool sets none (default [`defaults::TTL`], 1 hour).
     pub fn with_default_ttl(mut self, ttl: Duration) -> Self {
         self.config.default_ttl = Some(ttl);
         self
@@ -199,14 +182,15 @@ impl TasksLayerBuilder {
     }
 
     /// The largest request body the layer reads (default
-    /// [`DEFAULT_MAX_REQUEST_BYTES`]); larger ones get HTTP 413 with a JSON-RPC error.
+    /// [`defaults::MAX_REQUEST_BYTES`], 4 MiB); larger ones get HTTP 413 with a
+    /// JSON-RPC error.
     pub fn with_max_request_bytes(mut self, bytes: usize) -> Self {
         self.config.max_request_bytes = bytes;
         self
     }
 
     /// The largest inner response buffered while deciding whether a call became a
-    /// task (default [`DEFAULT_MAX_RESPONSE_BYTES`]).
+    /// task (default [`defaults::MAX_RESPONSE_BYTES`], 16 MiB).
     pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
         self.config.max_response_bytes = bytes;
         self
@@ -278,9 +262,15 @@ impl TasksLayerBuilder {
     ///
     /// A custom notifier that should keep listen delivery calls
     /// [`listen_notifier`](Self::listen_notifier) from its `task_changed`. `None`
-    /// turns notifications off: a listen then agrees to no task ids.
-    pub fn with_notifier(mut self, notifier: Option<Arc<dyn TaskNotifier>>) -> Self {
-        self.notifier = notifier;
+    /// [`without_notifier`](Self::without_notifier) turns notifications off.
+    pub fn with_notifier(mut self, notifier: impl TaskNotifier) -> Self {
+        self.notifier = Some(Arc::new(notifier));
+        self
+    }
+
+    /// No notifier at all: a listen then agrees to no task ids.
+    pub fn without_notifier(mut self) -> Self {
+        self.notifier = None;
         self
     }
 
@@ -290,8 +280,9 @@ impl TasksLayerBuilder {
         self.listen.clone()
     }
 
-    /// Janitor timings: sweep every `interval`; keep terminal tasks without a TTL for
-    /// `retention`.
+    /// Janitor timings: sweep every `interval` (default
+    /// [`defaults::JANITOR_INTERVAL`], 60 s); keep terminal tasks without a TTL for
+    /// `retention` (default [`defaults::RETENTION`], 1 hour).
     pub fn with_janitor(mut self, interval: Duration, retention: Duration) -> Self {
         self.config.janitor = Some((interval, retention));
         self
@@ -304,7 +295,8 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// The interval of keep-alive comments on idle listen streams.
+    /// The interval of keep-alive comments on idle listen streams (default
+    /// [`defaults::KEEP_ALIVE`], 15 s; at most [`defaults::MAX_KEEP_ALIVE`], 1 hour).
     pub fn with_keep_alive(mut self, interval: Duration) -> Self {
         self.config.keep_alive = interval;
         self
@@ -329,7 +321,7 @@ impl TasksLayerBuilder {
         if c.default_ttl.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_ttl"));
         }
-        if c.default_ttl.is_some_and(|d| d > MAX_TTL) {
+        if c.default_ttl.is_some_and(|d| d > defaults::MAX_TTL) {
             return Err(ConfigError::TooLarge("default_ttl"));
         }
         if c.default_poll_interval.is_some_and(|d| d.is_zero()) {
@@ -338,7 +330,7 @@ impl TasksLayerBuilder {
         if c.keep_alive.is_zero() {
             return Err(ConfigError::ZeroDuration("keep_alive"));
         }
-        if c.keep_alive > MAX_KEEP_ALIVE {
+        if c.keep_alive > defaults::MAX_KEEP_ALIVE {
             return Err(ConfigError::TooLarge("keep_alive"));
         }
         if let Some((interval, _)) = c.janitor
@@ -354,15 +346,15 @@ impl TasksLayerBuilder {
         }
         let janitor = self.config.janitor;
         let enabled = self.config.enabled;
-        let shared = Arc::new(
-            Shared::new(self.store, self.config, self.notifier, self.principal)
+        let engine = Arc::new(
+            Engine::new(self.store, self.config, self.notifier, self.principal)
                 .with_listen(self.listen),
         );
-        let layer = TasksLayer { shared };
-        if enabled && let Some(feed) = layer.shared.store.subscribe() {
+        let layer = TasksLayer { engine };
+        if enabled && let Some(feed) = layer.engine.store.subscribe() {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(relay_remote_changes(Arc::downgrade(&layer.shared), feed));
+                    runtime.spawn(relay_remote_changes(Arc::downgrade(&layer.engine), feed));
                 }
                 Err(_) => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
@@ -378,7 +370,7 @@ impl TasksLayerBuilder {
                         let _ = stopped.await;
                     }));
                     *layer
-                        .shared
+                        .engine
                         ._janitor_stop
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(stop);
@@ -389,42 +381,6 @@ impl TasksLayerBuilder {
             }
         }
         Ok(layer)
-    }
-}
-
-/// Re-reads each task another node changed and tells this node's notifier and
-/// waiting workers. Ends when the layer is gone or the feed closes.
-async fn relay_remote_changes(shared: std::sync::Weak<Shared>, mut feed: ChangeFeed) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        let id = match feed.recv().await {
-            Ok(id) => id,
-            Err(RecvError::Lagged(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "mcp-tasks: fell behind on changes from other nodes; waking every waiting worker"
-                );
-                if let Some(shared) = shared.upgrade() {
-                    shared.wake_all();
-                }
-                continue;
-            }
-            Err(RecvError::Closed) => return,
-        };
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        match shared
-            .store
-            .get(&id, crate::task::Scope::Any, crate::task::Timestamp::now())
-            .await
-        {
-            Ok(Some(record)) => shared.changed(&record),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node")
-            }
-        }
     }
 }
 

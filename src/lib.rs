@@ -27,7 +27,7 @@
 //! use serde_json::{Value, json};
 //!
 //! fn handler(parts: &http::request::Parts, tasks: Tasks) -> Value {
-//!     let spec = TaskSpec::new().status_message("Queued").start(move |id| {
+//!     let spec = TaskSpec::new().with_status_message("Queued").with_start(move |id| {
 //!         tokio::spawn(async move {
 //!             let _ = tasks.progress(&id, "Working").await;
 //!             let _ = tasks.complete(&id, json!({"content": [{"type": "text", "text": "done"}]})).await;
@@ -68,62 +68,46 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod auto;
-mod body;
+pub mod body;
+mod config;
 mod context;
-mod decide;
-mod error;
-mod future;
-mod input;
-mod janitor;
-mod jsonrpc;
+pub mod defaults;
+mod engine;
+pub mod error;
+pub mod future;
+pub mod input;
 mod layer;
-mod listen;
-mod notify;
+pub mod notify;
+mod routes;
 mod service;
-mod shared;
-mod sse;
-mod store;
+pub mod store;
 mod task;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_suite;
+pub mod wire;
 mod worker;
 
-pub use body::{RequestBody, ResponseBody};
-pub use context::{AUTO_EXPIRY_MARGIN, TaskContext, TaskMode, TaskRefused, TaskSpec};
-pub use error::{BoxError, ConfigError, EXTENSION_ID, RpcError, StoreError, TaskError};
-pub use future::ResponseFuture;
-pub use input::{InputRequest, InputRequests};
-pub use janitor::{DEFAULT_JANITOR_INTERVAL, DEFAULT_RETENTION, Janitor};
-pub use jsonrpc::{
-    META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, META_SERVER_INFO, META_SUBSCRIPTION_ID,
-    PROTOCOL_VERSION, SUPPORTED_VERSIONS,
-};
-pub use layer::{
-    DEFAULT_KEEP_ALIVE, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_MAX_ROWS,
-    DEFAULT_TTL, MAX_KEEP_ALIVE, MAX_LISTEN_TASK_IDS, MAX_TTL, TasksLayer, TasksLayerBuilder,
-};
-pub use notify::ListenNotifier;
-pub use notify::TaskNotifier;
+pub use context::{TaskContext, TaskMode, TaskRefused, TaskSpec};
+pub use error::{ConfigError, StoreError, TaskError};
+pub use layer::{TasksLayer, TasksLayerBuilder};
 pub use service::TasksService;
-pub use store::{BoxFuture, ChangeFeed, CreateLimits, MemoryStore, TaskStore, Updated};
-pub use task::{
-    Applied, ErrorObject, InvalidTaskId, Principal, Scope, TASK_ID_BYTES, TASK_ID_LEN, TaskId,
-    TaskRecord, TaskStatus, Timestamp, Transition, TransitionError,
-};
+pub use store::{MemoryStore, TaskStore};
+pub use task::{Principal, TaskId, TaskRecord, TaskStatus};
+pub use wire::RpcError;
 pub use worker::Tasks;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use sqlx;
+pub use store::PostgresStore;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use store::RedisStore;
+
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::PostgresStore;
+pub use sqlx;
 
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use redis;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::RedisStore;

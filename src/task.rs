@@ -16,12 +16,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::error::RpcError;
-
-/// Number of random bytes behind a [`TaskId`].
-pub const TASK_ID_BYTES: usize = 32;
-/// Length of a [`TaskId`] in its text form (base64url, no padding).
-pub const TASK_ID_LEN: usize = 43;
+use crate::error::{InvalidTaskId, TransitionError};
+use crate::wire::RpcError;
 
 /// An unguessable task identifier: 32 bytes from the operating system's CSPRNG.
 ///
@@ -30,9 +26,14 @@ pub const TASK_ID_LEN: usize = 43;
 /// Its text form (`Display`, `FromStr`, serde) is 43 characters of base64url, safe to
 /// carry in an `Mcp-Name` header as is.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TaskId([u8; TASK_ID_BYTES]);
+pub struct TaskId([u8; TaskId::BYTES]);
 
 impl TaskId {
+    /// Number of random bytes behind an id (32).
+    pub const BYTES: usize = 32;
+    /// Length of an id in its text form (43: base64url, no padding).
+    pub const LEN: usize = 43;
+
     /// Draws a fresh id from the operating system's random source.
     ///
     /// # Panics
@@ -41,7 +42,7 @@ impl TaskId {
     /// case no id could be safe.
     pub fn random() -> Self {
         use rand::TryRng as _;
-        let mut bytes = [0u8; TASK_ID_BYTES];
+        let mut bytes = [0u8; Self::BYTES];
         rand::rngs::SysRng
             .try_fill_bytes(&mut bytes)
             .expect("the operating system's random source is unavailable");
@@ -49,12 +50,12 @@ impl TaskId {
     }
 
     /// The raw random bytes, for stores that key on binary values.
-    pub fn as_bytes(&self) -> &[u8; TASK_ID_BYTES] {
+    pub fn as_bytes(&self) -> &[u8; Self::BYTES] {
         &self.0
     }
 
     /// Rebuilds an id from the bytes returned by [`TaskId::as_bytes`].
-    pub fn from_bytes(bytes: [u8; TASK_ID_BYTES]) -> Self {
+    pub fn from_bytes(bytes: [u8; Self::BYTES]) -> Self {
         TaskId(bytes)
     }
 }
@@ -67,7 +68,7 @@ impl fmt::Debug for TaskId {
 
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut buf = [0u8; TASK_ID_LEN];
+        let mut buf = [0u8; Self::LEN];
         let n = URL_SAFE_NO_PAD
             .encode_slice(self.0, &mut buf)
             .map_err(|_| fmt::Error)?;
@@ -75,30 +76,18 @@ impl fmt::Display for TaskId {
     }
 }
 
-/// The text was not a task id this crate could have issued.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidTaskId;
-
-impl fmt::Display for InvalidTaskId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("not a valid task id")
-    }
-}
-
-impl std::error::Error for InvalidTaskId {}
-
 impl FromStr for TaskId {
     type Err = InvalidTaskId;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.len() != TASK_ID_LEN {
+        if s.len() != Self::LEN {
             return Err(InvalidTaskId);
         }
-        let mut bytes = [0u8; TASK_ID_BYTES + 2];
+        let mut bytes = [0u8; Self::BYTES + 2];
         match URL_SAFE_NO_PAD.decode_slice(s, &mut bytes) {
-            Ok(TASK_ID_BYTES) => {
-                let mut id = [0u8; TASK_ID_BYTES];
-                id.copy_from_slice(&bytes[..TASK_ID_BYTES]);
+            Ok(Self::BYTES) => {
+                let mut id = [0u8; Self::BYTES];
+                id.copy_from_slice(&bytes[..Self::BYTES]);
                 Ok(TaskId(id))
             }
             _ => Err(InvalidTaskId),
@@ -191,9 +180,24 @@ impl Scope<'_> {
 /// Stores receive the current time as an argument so that tests control it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct Timestamp(pub u64);
+pub struct Timestamp(u64);
 
 impl Timestamp {
+    /// The time `ms` milliseconds after the Unix epoch.
+    pub const fn from_millis(ms: u64) -> Self {
+        Timestamp(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> u64 {
+        self.0
+    }
+
+    /// This time minus `ms` milliseconds, saturating at the epoch.
+    pub fn minus_ms(self, ms: u64) -> Self {
+        Timestamp(self.0.saturating_sub(ms))
+    }
+
     /// The current wall-clock time.
     pub fn now() -> Self {
         let ms = SystemTime::now()
@@ -388,6 +392,18 @@ impl TaskRecord {
     /// Whether the task has outlived its TTL at `now`; expired tasks read as absent.
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|at| at <= now)
+    }
+
+    /// Whether a read in `scope` at `now` sees the record: its owner is visible in
+    /// the scope and it has not expired. Every store reads through this rule.
+    pub fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
+        scope.permits(self.owner.as_ref()) && !self.is_expired(now)
+    }
+
+    /// When a record without a TTL became terminal: the time its retention counts
+    /// from. `None` for a record with a TTL (it expires instead) or still running.
+    pub fn retired_at(&self) -> Option<Timestamp> {
+        (self.ttl_ms.is_none() && self.status.is_terminal()).then_some(self.updated_at)
     }
 
     /// Applies a transition under the state machine's rules.
@@ -610,36 +626,6 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Why the state machine refused a transition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TransitionError {
-    /// The task is already `completed`, `failed` or `cancelled`.
-    Terminal,
-    /// Input keys that were issued before in this task's life.
-    DuplicateKeys(Vec<String>),
-    /// A malformed value, with the reason.
-    Invalid(&'static str),
-}
-
-impl fmt::Display for TransitionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransitionError::Terminal => f.write_str("the task is already in a terminal state"),
-            TransitionError::DuplicateKeys(keys) => {
-                write!(
-                    f,
-                    "input keys already used by this task: {}",
-                    keys.join(", ")
-                )
-            }
-            TransitionError::Invalid(reason) => f.write_str(reason),
-        }
-    }
-}
-
-impl std::error::Error for TransitionError {}
-
 const INPUT_METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
 
 fn validate_input_requests(requests: &Map<String, Value>) -> Result<(), TransitionError> {
@@ -699,7 +685,7 @@ mod tests {
     fn ids_are_43_url_safe_chars_and_round_trip() {
         let id = TaskId::random();
         let text = id.to_string();
-        assert_eq!(text.len(), TASK_ID_LEN);
+        assert_eq!(text.len(), TaskId::LEN);
         assert!(
             text.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')

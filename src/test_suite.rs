@@ -16,10 +16,8 @@
 //! once per test, so every rule gets its own store.
 //!
 //! ```no_run
-//! use mcp_tasks::{
-//!     BoxFuture, CreateLimits, MemoryStore, Scope, StoreError, TaskId, TaskRecord,
-//!     TaskStore, Timestamp, Transition, Updated,
-//! };
+//! use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+//! use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
 //! use std::time::Duration;
 //!
 //! /// A store that adds an audit trail around the memory store.
@@ -113,16 +111,14 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
-use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::sync::mpsc;
 
-use crate::error::StoreError;
+use crate::error::{StoreError, TransitionError};
 use crate::input::{InputRequest, InputRequests};
 use crate::layer::TasksLayer;
-use crate::store::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::store::{BoxFuture, ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
     Applied, ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
-    TransitionError,
 };
 
 /// Concurrent writers in the contention rules.
@@ -1214,9 +1210,9 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
         reads,
     })
     .without_janitor()
-    .with_notifier(Some(Arc::new(move |task: &TaskRecord| {
+    .with_notifier(move |task: &TaskRecord| {
         let _ = sink.send((task.id, task.status));
-    })))
+    })
     .build()
     .unwrap_or_else(|e| panic!("[{RULE}] a layer over node a: {e}"));
     let tasks = layer.handle();
@@ -1614,12 +1610,12 @@ impl Announcements {
     async fn next_is(&mut self, rule: &str, expected: TaskId, what: &str) {
         let announced = loop {
             match tokio::time::timeout(NODE_PATIENCE, self.feed.recv()).await {
-                Ok(Ok(id)) if id == self.probe => continue,
-                Ok(Ok(id)) => break id,
-                Ok(Err(RecvError::Lagged(n))) => {
+                Ok(Some(FeedEvent::Changed(id))) if id == self.probe => continue,
+                Ok(Some(FeedEvent::Changed(id))) => break id,
+                Ok(Some(FeedEvent::Missed(n))) => {
                     panic!("[{rule}] {what}: the feed skipped {n} ids")
                 }
-                Ok(Err(RecvError::Closed)) => panic!("[{rule}] {what}: the feed closed"),
+                Ok(None) => panic!("[{rule}] {what}: the feed closed"),
                 Err(_) => {
                     panic!("[{rule}] {what}: nothing was announced within {NODE_PATIENCE:?}")
                 }
@@ -1634,9 +1630,12 @@ impl Announcements {
     /// Asserts that nothing more was announced.
     fn assert_drained(&mut self, rule: &str, node: &str) {
         match self.feed.try_recv() {
-            Err(TryRecvError::Empty) => {}
-            Ok(_) => panic!("[{rule}] node {node}'s feed carried one of node {node}'s own writes"),
-            Err(e) => panic!("[{rule}] node {node}'s feed failed: {e}"),
+            None if !self.feed.is_closed() => {}
+            None => panic!("[{rule}] node {node}'s feed closed"),
+            Some(FeedEvent::Changed(_)) => {
+                panic!("[{rule}] node {node}'s feed carried one of node {node}'s own writes")
+            }
+            Some(event) => panic!("[{rule}] node {node}'s feed failed: {event:?}"),
         }
     }
 }
@@ -1672,9 +1671,9 @@ async fn warm_up<S: TaskStore + ?Sized>(
             let tried = tokio::time::Instant::now() + WARM_UP_TRY;
             while let Ok(announced) = tokio::time::timeout_at(tried, feed.recv()).await {
                 match announced {
-                    Ok(id) if id == probe.id => break 'heard,
-                    Ok(_) => {}
-                    Err(e) => panic!("[{rule}] the change feed failed while warming up: {e}"),
+                    Some(FeedEvent::Changed(id)) if id == probe.id => break 'heard,
+                    Some(FeedEvent::Changed(_)) => {}
+                    other => panic!("[{rule}] the change feed failed while warming up: {other:?}"),
                 }
             }
         }

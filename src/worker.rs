@@ -6,9 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::error::TaskError;
+use crate::engine::Engine;
+use crate::error::{TaskError, TransitionError};
 use crate::input::InputRequests;
-use crate::shared::Shared;
 use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
 
 /// The worker's handle on tasks: cheap to clone, obtained from
@@ -17,10 +17,11 @@ use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp,
 /// Workers address a task by id alone (the id is the capability; keep it out of
 /// logs). Terminal states are final: after `completed`, `failed` or `cancelled`,
 /// `progress`, `complete`, `fail` and `require_input` return
-/// [`TaskError::Terminal`].
+/// a [`TaskError`] that [`is_terminal`](TaskError::is_terminal).
 ///
 /// ```no_run
-/// use mcp_tasks::{InputRequest, InputRequests, Tasks, TaskId};
+/// use mcp_tasks::input::{InputRequest, InputRequests};
+/// use mcp_tasks::{TaskId, Tasks};
 /// use serde_json::json;
 ///
 /// async fn work(tasks: Tasks, id: TaskId) -> Result<(), mcp_tasks::TaskError> {
@@ -40,17 +41,17 @@ use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp,
 /// ```
 #[derive(Clone)]
 pub struct Tasks {
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
 }
 
 impl Tasks {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        Tasks { shared }
+    pub(crate) fn new(engine: Arc<Engine>) -> Self {
+        Tasks { engine }
     }
 
     /// The task as stored (not owner-scoped: workers act for the server).
     pub async fn status(&self, id: &TaskId) -> Result<TaskRecord, TaskError> {
-        self.shared
+        self.engine
             .store
             .get(id, Scope::Any, Timestamp::now())
             .await?
@@ -80,8 +81,9 @@ impl Tasks {
     /// `CallToolResult`, `isError: true` included). `resultType: "complete"` is
     /// added when absent.
     pub async fn complete(&self, id: &TaskId, result: impl Serialize) -> Result<(), TaskError> {
-        let mut result = serde_json::to_value(result)
-            .map_err(|_| TaskError::Invalid("the result does not serialize"))?;
+        let mut result = serde_json::to_value(result).map_err(|_| {
+            TaskError::Refused(TransitionError::Invalid("the result does not serialize"))
+        })?;
         if let Some(object) = result.as_object_mut() {
             object
                 .entry("resultType")
@@ -132,7 +134,7 @@ impl Tasks {
     /// Waits until no input request is outstanding, then returns every answer
     /// collected so far, by key. Wakes on the change itself, without polling.
     pub async fn wait_for_input(&self, id: &TaskId) -> Result<Map<String, Value>, TaskError> {
-        self.shared.wait_for_answers(id).await
+        self.engine.wait_for_answers(id).await
     }
 
     /// Applies any transition and returns the record after it.
@@ -142,7 +144,7 @@ impl Tasks {
         transition: Transition,
     ) -> Result<TaskRecord, TaskError> {
         let updated = self
-            .shared
+            .engine
             .update(id, Scope::Any, &transition)
             .await?
             .ok_or(TaskError::NotFound)?;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use listen_support::{
     CountingStore, ListenSupport, Server, builder, meta, sse_event, within, without_meta,
 };
-use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, RpcError, TaskId, TaskNotifier, TaskRecord,
-};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::notify::TaskNotifier;
+use mcp_tasks::{MemoryStore, RpcError, TaskId, TaskRecord};
 use serde_json::{Value, json};
 
 const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -197,7 +197,7 @@ async fn every_status_change_is_pushed_and_equals_tasks_get() {
 
     let requests = InputRequests::new()
         .with("go", InputRequest::confirm("Go on?", "ok"))
-        .status_message("Waiting");
+        .with_status_message("Waiting");
     tasks.require_input(&id(&first), requests).await.unwrap();
     let params = check(&first, "input_required").await;
     assert_eq!(
@@ -545,7 +545,7 @@ async fn a_disabled_layer_leaves_task_ids_to_the_inner_service() {
 }
 
 #[derive(Debug)]
-struct Panicking(mcp_tasks::ListenNotifier);
+struct Panicking(mcp_tasks::notify::ListenNotifier);
 
 impl TaskNotifier for Panicking {
     fn task_changed(&self, task: &TaskRecord) {
@@ -558,11 +558,7 @@ impl TaskNotifier for Panicking {
 async fn a_panicking_notifier_fails_neither_request_nor_worker() {
     let layer = builder(Arc::new(MemoryStore::new()));
     let notifier = Panicking(layer.listen_notifier());
-    let server = Server::with(
-        ListenSupport::NotFound,
-        layer.with_notifier(Some(Arc::new(notifier))),
-    )
-    .await;
+    let server = Server::with(ListenSupport::NotFound, layer.with_notifier(notifier)).await;
     let client = server.client();
     let task = client.create_task(Some("alice")).await;
     let mut stream = client.listen(Some("alice"), json!(1), &[&task]).await;
@@ -591,7 +587,7 @@ async fn a_panicking_notifier_fails_neither_request_nor_worker() {
 
 #[tokio::test]
 async fn without_a_notifier_a_listen_agrees_to_no_task() {
-    let layer = builder(Arc::new(MemoryStore::new())).with_notifier(None);
+    let layer = builder(Arc::new(MemoryStore::new())).without_notifier();
     let server = Server::with(ListenSupport::Stream, layer).await;
     let client = server.client();
     let task = client.create_task(None).await;

@@ -118,13 +118,13 @@ async fn answers_from_another_principal_are_not_applied() {
         let tasks = tasks.clone();
         common::spec(move |_| {
             let tasks = tasks.clone();
-            mcp_tasks::TaskSpec::new().start(move |id| {
+            mcp_tasks::TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
                     tasks
                         .require_input(
                             &id,
-                            mcp_tasks::InputRequests::new()
-                                .with("go", mcp_tasks::InputRequest::confirm("Go?", "ok")),
+                            mcp_tasks::input::InputRequests::new()
+                                .with("go", mcp_tasks::input::InputRequest::confirm("Go?", "ok")),
                         )
                         .await
                         .unwrap();

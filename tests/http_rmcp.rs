@@ -15,9 +15,8 @@ use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use mcp_tasks::{
-    InputRequest, InputRequests, MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer,
-};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
@@ -84,7 +83,7 @@ impl ServerHandler for Fixture {
         match request.name.as_ref() {
             "echo" => Ok(text(args.get("text").and_then(Value::as_str).unwrap_or("")).into()),
             "job" => {
-                let spec = TaskSpec::new().start(move |id| {
+                let spec = TaskSpec::new().with_start(move |id| {
                     let tasks = tasks.expect("the layer is present");
                     tokio::spawn(async move {
                         tasks.progress(&id, "half way").await.unwrap();
@@ -97,7 +96,7 @@ impl ServerHandler for Fixture {
                 }
             }
             "ask" => {
-                let spec = TaskSpec::new().start(move |id| {
+                let spec = TaskSpec::new().with_start(move |id| {
                     let tasks = tasks.expect("the layer is present");
                     tokio::spawn(async move {
                         let ask = InputRequests::new()

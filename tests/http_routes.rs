@@ -14,10 +14,9 @@ use common::{
     sync_fallback, text_result, tools_list_bytes,
 };
 use http::{Request, StatusCode};
-use mcp_tasks::{
-    BoxFuture, CreateLimits, EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
-    RpcError, Scope, StoreError, TaskId, TaskRecord, TaskStore, Timestamp, Transition, Updated,
-};
+use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+use mcp_tasks::{RpcError, StoreError, TaskId, TaskRecord, TaskStore};
 use serde_json::{Value, json};
 
 const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];

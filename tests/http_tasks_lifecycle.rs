@@ -11,10 +11,10 @@ use common::{
     sync_fallback, text_result,
 };
 use http::StatusCode;
-use mcp_tasks::{
-    InputRequest, InputRequests, META_SERVER_INFO, RpcError, TaskError, TaskId, TaskRecord,
-    TaskSpec, TaskStatus,
-};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::store::TransitionError;
+use mcp_tasks::wire::META_SERVER_INFO;
+use mcp_tasks::{RpcError, TaskError, TaskId, TaskRecord, TaskSpec, TaskStatus};
 use serde_json::{Map, Value, json};
 use tokio::sync::{Barrier, mpsc};
 
@@ -355,7 +355,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
         spec(move |_| {
             let tasks = tasks.clone();
             let events = events.clone();
-            TaskSpec::new().start(move |id| {
+            TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
                     let schema = json!({"type": "object",
                         "properties": {"name": {"type": "string"}}, "required": ["name"]});
@@ -365,7 +365,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
                             InputRequests::new()
                                 .with("name", InputRequest::form("Your name?", schema))
                                 .with("confirm", InputRequest::confirm("Go on?", "ok"))
-                                .status_message("Waiting for answers"),
+                                .with_status_message("Waiting for answers"),
                         )
                         .await
                         .unwrap();
@@ -474,7 +474,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
         .unwrap()
         .unwrap();
     match event {
-        WorkerEvent::Reused(Err(TaskError::DuplicateKeys(keys))) => {
+        WorkerEvent::Reused(Err(TaskError::Refused(TransitionError::DuplicateKeys(keys)))) => {
             assert_eq!(keys, ["name"]);
         }
         other => panic!("a reused key must be refused, got {other:?}"),
@@ -508,7 +508,7 @@ async fn cancel_racing_complete_ends_in_exactly_one_consistent_state() {
             let barrier = barrier.clone();
             let outcomes = outcomes.clone();
             let delay = Duration::from_micros(args["delay_us"].as_u64().unwrap_or(0));
-            TaskSpec::new().start(move |id| {
+            TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
                     barrier.wait().await;
                     // Jitter, not synchronisation: spreads the complete over the time
@@ -556,7 +556,7 @@ async fn cancel_racing_complete_ends_in_exactly_one_consistent_state() {
                 assert_eq!(task["result"], text_result("won"));
                 assert_eq!(worker_record.status, TaskStatus::Completed);
             }
-            Err(TaskError::Terminal) => {
+            Err(TaskError::Refused(TransitionError::Terminal)) => {
                 cancelled += 1;
                 assert_eq!(task["status"], "cancelled", "round {round}");
                 assert!(task.get("result").is_none());

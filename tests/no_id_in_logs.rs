@@ -12,7 +12,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use common::{Server, Tool, layer_builder, spec, standard_inner, text_result};
-use mcp_tasks::{InputRequest, InputRequests, RpcError, TaskSpec};
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::{RpcError, TaskSpec};
 use serde_json::json;
 use tracing_subscriber::fmt::format::FmtSpan;
 
@@ -61,7 +62,7 @@ async fn no_task_id_ever_reaches_the_logs() {
         let tasks = tasks.clone();
         spec(move |_| {
             let tasks = tasks.clone();
-            TaskSpec::new().start(move |id| {
+            TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
                     tasks.progress(&id, "Preparing").await.unwrap();
                     tasks

@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{
-    BoxFuture, ChangeFeed, CreateLimits, MemoryStore, Scope, StoreError, TaskId, TaskRecord,
-    TaskStore, Timestamp, Transition, Updated,
+use mcp_tasks::store::{
+    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, Scope, Timestamp, Transition, Updated,
 };
-use tokio::sync::broadcast;
+use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
 
 /// One node over a memory store that every node shares, as processes share a
 /// database: each write that changed something is announced to the other nodes'
@@ -17,15 +16,14 @@ use tokio::sync::broadcast;
 #[derive(Debug, Clone)]
 struct Node {
     shared: Arc<MemoryStore>,
-    feeds: Arc<[broadcast::Sender<TaskId>]>,
+    feeds: Arc<[ChangeSender]>,
     me: usize,
 }
 
 /// `n` nodes over one fresh store.
 fn nodes(n: usize) -> Vec<Node> {
     let shared = Arc::new(MemoryStore::new());
-    let feeds: Arc<[broadcast::Sender<TaskId>]> =
-        (0..n).map(|_| broadcast::channel(256).0).collect();
+    let feeds: Arc<[ChangeSender]> = (0..n).map(|_| ChangeSender::new(256)).collect();
     (0..n)
         .map(|me| Node {
             shared: shared.clone(),
@@ -47,7 +45,7 @@ impl Node {
         for (node, feed) in self.feeds.iter().enumerate() {
             if node != self.me {
                 // No subscriber on that node is fine: nobody is listening there.
-                let _ = feed.send(*id);
+                feed.send(*id);
             }
         }
     }
@@ -129,7 +127,8 @@ impl Drop for DroppedSignal {
 async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
     use bytes::Bytes;
     use http_body_util::{BodyExt as _, Full};
-    use mcp_tasks::{RequestBody, TaskMode, TasksLayer};
+    use mcp_tasks::body::RequestBody;
+    use mcp_tasks::{TaskMode, TasksLayer};
     use serde_json::{Value, json};
     use std::convert::Infallible;
     use std::sync::Mutex;

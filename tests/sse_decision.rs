@@ -12,7 +12,8 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt as _, Full};
-use mcp_tasks::{MemoryStore, RequestBody, TaskContext, TaskSpec, TasksLayer};
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::{MemoryStore, TaskContext, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tower::{Layer as _, ServiceExt as _};
@@ -46,7 +47,7 @@ fn service(
     body: Slot,
 ) -> impl tower::Service<
     Request<Full<Bytes>>,
-    Response = Response<impl Body<Data = Bytes, Error = mcp_tasks::BoxError>>,
+    Response = Response<impl Body<Data = Bytes, Error = mcp_tasks::error::BoxError>>,
     Error = Infallible,
 > {
     let inner = tower::service_fn(move |req: Request<RequestBody<Full<Bytes>>>| {

@@ -14,11 +14,8 @@ use std::time::Duration;
 
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
 use mcp_tasks::sqlx::{self, AssertSqlSafe, Connection, Executor};
-use mcp_tasks::{
-    ChangeFeed, CreateLimits, MemoryStore, PostgresStore, StoreError, TaskId, TaskRecord,
-    TaskStore, Timestamp,
-};
-use tokio::sync::broadcast::error::RecvError;
+use mcp_tasks::store::{ChangeFeed, CreateLimits, FeedEvent, Timestamp};
+use mcp_tasks::{ConfigError, MemoryStore, PostgresStore, TaskId, TaskRecord, TaskStore};
 
 /// How long any one expected event may take.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -145,9 +142,10 @@ mod nodes {
 
 async fn next(feed: &mut ChangeFeed, what: &str) -> TaskId {
     match tokio::time::timeout(PATIENCE, feed.recv()).await {
-        Ok(Ok(id)) => id,
-        Ok(Err(RecvError::Lagged(n))) => panic!("{what}: the feed skipped {n} ids"),
-        Ok(Err(RecvError::Closed)) => panic!("{what}: the feed closed"),
+        Ok(Some(FeedEvent::Changed(id))) => id,
+        Ok(Some(FeedEvent::Missed(n))) => panic!("{what}: the feed skipped {n} ids"),
+        Ok(Some(other)) => panic!("{what}: unexpected {other:?}"),
+        Ok(None) => panic!("{what}: the feed closed"),
         Err(_) => panic!("{what}: nothing announced within {PATIENCE:?}"),
     }
 }
@@ -169,7 +167,10 @@ async fn invalid_table_names_are_refused_before_any_query() {
         "9lives",
     ] {
         assert!(
-            matches!(store.clone().with_table(bad), Err(StoreError::Backend(_))),
+            matches!(
+                store.clone().with_table(bad),
+                Err(ConfigError::InvalidName(_))
+            ),
             "{bad:?} must be refused"
         );
     }

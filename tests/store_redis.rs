@@ -13,10 +13,8 @@ mod scratch_store;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{
-    CreateLimits, MemoryStore, RedisStore, Scope, StoreError, TaskId, TaskRecord, TaskStore,
-    Timestamp,
-};
+use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
 
 /// The server to test against; `None` (after saying so) when the tests should be
 /// skipped.
@@ -156,7 +154,7 @@ async fn records_dropped_by_native_expiry_are_still_counted_and_freed() {
         return;
     };
     // Created 10 s ago with a 1 ms TTL: Redis drops the key at once.
-    let long_ago = Timestamp(Timestamp::now().0 - 10_000);
+    let long_ago = Timestamp::now().minus_ms(10_000);
     let mut gone = TaskRecord::new(TaskId::random(), None, long_ago);
     gone.ttl_ms = Some(1);
     let limits = CreateLimits::new(Some(1), None);

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{BoxFuture, CreateLimits, TaskStore, Updated};
+use super::{BoxFuture, CreateLimits, TaskStore, Updated, retention_cutoff};
 use crate::error::StoreError;
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -127,8 +127,8 @@ impl Shard {
     fn index(&mut self, record: &TaskRecord) {
         if let Some(at) = record.expires_at() {
             self.expiry.insert((at, record.id));
-        } else if record.status.is_terminal() {
-            self.retired.insert((record.updated_at, record.id));
+        } else if let Some(at) = record.retired_at() {
+            self.retired.insert((at, record.id));
         }
     }
 }
@@ -164,7 +164,7 @@ impl TaskStore for MemoryStore {
             Ok(shard
                 .tasks
                 .get(id)
-                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now))
+                .filter(|r| r.is_visible(scope, now))
                 .cloned())
         })
     }
@@ -179,18 +179,14 @@ impl TaskStore for MemoryStore {
         Box::pin(async move {
             let mut guard = Self::lock(self.shard(id));
             let shard = &mut *guard;
-            let Some(record) = shard
-                .tasks
-                .get_mut(id)
-                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now))
-            else {
+            let Some(record) = shard.tasks.get_mut(id).filter(|r| r.is_visible(scope, now)) else {
                 return Ok(None);
             };
-            let was_terminal = record.status.is_terminal();
+            let was_retired = record.retired_at().is_some();
             let outcome = record.apply(transition, now);
             let snapshot = record.clone();
-            if !was_terminal && snapshot.status.is_terminal() && snapshot.ttl_ms.is_none() {
-                shard.retired.insert((snapshot.updated_at, snapshot.id));
+            if let (false, Some(at)) = (was_retired, snapshot.retired_at()) {
+                shard.retired.insert((at, snapshot.id));
             }
             Ok(Some(Updated::new(snapshot, outcome)))
         })
@@ -202,8 +198,7 @@ impl TaskStore for MemoryStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
-            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-            let retired_before = Timestamp(now.0.saturating_sub(retention_ms));
+            let retired_before = retention_cutoff(now, retention);
             let mut removed_total = 0;
             for shard in self.shards.iter() {
                 let mut removed_owners = Vec::new();
@@ -247,7 +242,7 @@ mod tests {
     use std::sync::Arc;
 
     fn task(ttl: Option<u64>, at: u64) -> TaskRecord {
-        let mut r = TaskRecord::new(TaskId::random(), None, Timestamp(at));
+        let mut r = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(at));
         r.ttl_ms = ttl;
         r
     }
@@ -265,11 +260,17 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(
-            store.cleanup(Timestamp(5), Duration::ZERO).await.unwrap(),
+            store
+                .cleanup(Timestamp::from_millis(5), Duration::ZERO)
+                .await
+                .unwrap(),
             0
         );
         assert_eq!(
-            store.cleanup(Timestamp(10), Duration::ZERO).await.unwrap(),
+            store
+                .cleanup(Timestamp::from_millis(10), Duration::ZERO)
+                .await
+                .unwrap(),
             1
         );
         assert_eq!(store.len(), 2);
@@ -278,23 +279,29 @@ mod tests {
             message: None,
         };
         let updated = store
-            .update(&forever.id, Scope::Any, &done, Timestamp(20))
+            .update(&forever.id, Scope::Any, &done, Timestamp::from_millis(20))
             .await
             .unwrap()
             .unwrap();
         assert_eq!(updated.record.status, TaskStatus::Completed);
         let hour = Duration::from_secs(3600);
-        assert_eq!(store.cleanup(Timestamp(30), hour).await.unwrap(), 0);
         assert_eq!(
             store
-                .cleanup(Timestamp(20 + 3_600_000), hour)
+                .cleanup(Timestamp::from_millis(30), hour)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            store
+                .cleanup(Timestamp::from_millis(20 + 3_600_000), hour)
                 .await
                 .unwrap(),
             1
         );
         assert!(
             store
-                .get(&long.id, Scope::Any, Timestamp(30))
+                .get(&long.id, Scope::Any, Timestamp::from_millis(30))
                 .await
                 .unwrap()
                 .is_some()

@@ -1,4 +1,12 @@
-//! Task stores: where task records live.
+//! Task stores, and everything needed to write one.
+//!
+//! A server author picks a store ([`MemoryStore`], the default; `PostgresStore` and
+//! `RedisStore` behind the `postgres` and `redis` features) and hands it to the
+//! layer. A store author implements [`TaskStore`] with the types of this module:
+//! the [`Transition`]s the layer asks for, applied through the one pure state
+//! machine [`TaskRecord::apply`](crate::TaskRecord::apply), the [`Scope`] a read is
+//! made in, the [`CreateLimits`] a create must enforce, and, for a store shared
+//! between nodes, a [`ChangeFeed`].
 //!
 //! [`TaskStore`] is object safe (`Arc<dyn TaskStore>` works). Every store keeps the
 //! same contract, checked by the public suite in `mcp_tasks::test_suite` (feature
@@ -16,19 +24,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition, TransitionError};
+pub use crate::error::TransitionError;
+pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
+use crate::task::{TaskId, TaskRecord};
 
+mod feed;
+mod janitor;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
-mod redis_store;
+mod redis;
+pub(crate) mod rules;
 
+pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
+pub use janitor::Janitor;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use postgres::PostgresStore;
 #[cfg(feature = "redis")]
-pub use redis_store::RedisStore;
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis::RedisStore;
+pub use rules::retention_cutoff;
 
 /// A boxed, sendable future: what [`TaskStore`] methods return, so the trait stays
 /// object safe.
@@ -126,33 +144,6 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         None
     }
 }
-
-/// A random tag for one store instance, so that it can tell its own change
-/// announcements from other nodes'.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-pub(crate) fn node_id() -> String {
-    TaskId::random().as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// Spreads out writers that keep losing a compare-and-swap on one task: a yield for
-/// the first retries, then a random pause that grows with `attempt`.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-pub(crate) async fn back_off(attempt: u32) {
-    use rand::TryRng as _;
-    if attempt < 2 {
-        tokio::task::yield_now().await;
-        return;
-    }
-    let spread = 250u64 << attempt.min(4);
-    let jitter = rand::rngs::SysRng.try_next_u64().unwrap_or(0) % spread;
-    tokio::time::sleep(Duration::from_micros(1 + jitter)).await;
-}
-
-/// A feed of changed task ids, from [`TaskStore::subscribe`].
-pub type ChangeFeed = tokio::sync::broadcast::Receiver<TaskId>;
 
 impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
     fn create<'a>(

@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
-use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated, back_off, node_id};
-use crate::error::{BoxError, StoreError};
-use crate::task::{Applied, Scope, TaskId, TaskRecord, Timestamp, Transition};
+use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
+use super::{
+    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
+    retention_cutoff,
+};
+use crate::error::{ConfigError, StoreError};
+use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
-/// Reads and conditional writes an `update` tries before answering
-/// [`StoreError::Contention`].
-const MAX_ATTEMPTS: u32 = 32;
-/// Changed ids a slow subscriber may fall behind by before it skips some.
-const FEED_CAPACITY: usize = 1024;
 /// Longest accepted table name, so that the derived index and channel names stay
 /// within PostgreSQL's 63-byte identifier limit.
 const MAX_TABLE_LEN: usize = 48;
@@ -124,7 +123,7 @@ struct Statements {
 
 /// The background listener of one store instance; dropping it stops the listener.
 struct Feed {
-    sender: broadcast::Sender<TaskId>,
+    sender: ChangeSender,
     ready: watch::Receiver<bool>,
     _stop: oneshot::Sender<()>,
 }
@@ -143,7 +142,10 @@ impl PostgresStore {
 
     /// Connects a pool with sqlx's default settings to the database at `url`.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new().connect(url).await.map_err(backend)?;
+        let pool = PgPoolOptions::new()
+            .connect(url)
+            .await
+            .map_err(StoreError::backend)?;
         Ok(Self::new(pool))
     }
 
@@ -152,7 +154,15 @@ impl PostgresStore {
     /// The name must be a plain identifier: an ASCII letter or `_`, then letters,
     /// digits or `_`, at most 48 characters (no schema prefix; the connection's
     /// `search_path` decides the schema). It is always quoted, so its case is kept.
-    pub fn with_table(self, table: &str) -> Result<Self, StoreError> {
+    ///
+    /// ```
+    /// # async fn demo(store: mcp_tasks::PostgresStore) {
+    /// let tenant = store.clone().with_table("tenant_a_tasks").unwrap();
+    /// assert_eq!(tenant.channel(), "tenant_a_tasks_changes");
+    /// assert!(store.with_table("public.tasks").is_err()); // a ConfigError
+    /// # }
+    /// ```
+    pub fn with_table(self, table: &str) -> Result<Self, ConfigError> {
         validate_table(table)?;
         let node = self.inner.node.clone();
         Ok(PostgresStore {
@@ -179,20 +189,20 @@ impl PostgresStore {
     /// at every start, concurrently too (an advisory lock orders the runs).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
-        let mut tx = inner.pool.begin().await.map_err(backend)?;
+        let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
         sqlx::query(inner.sql.lock.clone())
             .bind(inner.lock_key)
             .bind(i32::MIN)
             .execute(&mut *tx)
             .await
-            .map_err(backend)?;
+            .map_err(StoreError::backend)?;
         for statement in &inner.sql.migrate {
             sqlx::query(statement.clone())
                 .execute(&mut *tx)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
         }
-        tx.commit().await.map_err(backend)
+        tx.commit().await.map_err(StoreError::backend)
     }
 
     /// Starts the listener for other nodes' changes, if it is not running, and waits
@@ -208,10 +218,10 @@ impl PostgresStore {
         let mut ready = match running {
             Some(ready) => ready,
             None => {
-                let runtime = tokio::runtime::Handle::try_current().map_err(backend)?;
+                let runtime = tokio::runtime::Handle::try_current().map_err(StoreError::backend)?;
                 let listener = connect_listener(&self.listen_options(), &self.inner.channel)
                     .await
-                    .map_err(backend)?;
+                    .map_err(StoreError::backend)?;
                 let mut feed = self.lock_feed();
                 match &*feed {
                     // Another caller won the race; its listener serves both.
@@ -229,7 +239,7 @@ impl PostgresStore {
             .wait_for(|listening| *listening)
             .await
             .map(|_| ())
-            .map_err(|_| backend(Failure("the change listener stopped")))
+            .map_err(|_| StoreError::backend(Failure("the change listener stopped")))
     }
 
     fn lock_feed(&self) -> MutexGuard<'_, Option<Feed>> {
@@ -245,7 +255,7 @@ impl PostgresStore {
     }
 
     fn start_feed(&self, runtime: &tokio::runtime::Handle, first: Option<PgListener>) -> Feed {
-        let (sender, _) = broadcast::channel(FEED_CAPACITY);
+        let sender = ChangeSender::new(FEED_CAPACITY);
         let (ready_tx, ready) = watch::channel(false);
         let (stop, stopped) = oneshot::channel();
         let relay = Relay {
@@ -281,7 +291,10 @@ impl PostgresStore {
             .bind(inner.channel.clone())
             .bind(self.payload(&record.id));
         if limits.max_rows.is_none() && limits.max_per_owner.is_none() {
-            let inserted = insert.fetch_one(&inner.pool).await.map_err(backend)?;
+            let inserted = insert
+                .fetch_one(&inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
             return if inserted == 1 {
                 Ok(())
             } else {
@@ -289,7 +302,7 @@ impl PostgresStore {
             };
         }
         let owner = record.owner.as_ref().map(|p| p.as_str());
-        let mut tx = inner.pool.begin().await.map_err(backend)?;
+        let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
         // Lock order is always table, then owner, so capped creates never deadlock.
         let mut locks = Vec::with_capacity(2);
         if limits.max_rows.is_some() {
@@ -304,7 +317,7 @@ impl PostgresStore {
                 .bind(key)
                 .execute(&mut *tx)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
         }
         // Each count runs after the locks, so it sees every create committed before.
         if let Some(max) = limits.max_rows {
@@ -313,7 +326,7 @@ impl PostgresStore {
                 .bind(max)
                 .fetch_one(&mut *tx)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
             if rows >= max {
                 return Err(StoreError::LimitReached);
             }
@@ -326,77 +339,75 @@ impl PostgresStore {
                     .bind(max),
                 None => sqlx::query_scalar(inner.sql.count_unowned.clone()).bind(max),
             };
-            let rows: i64 = count.fetch_one(&mut *tx).await.map_err(backend)?;
+            let rows: i64 = count
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
             if rows >= max {
                 return Err(StoreError::LimitReached);
             }
         }
-        let inserted = insert.fetch_one(&mut *tx).await.map_err(backend)?;
+        let inserted = insert
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         if inserted != 1 {
             return Err(StoreError::Duplicate);
         }
-        tx.commit().await.map_err(backend)
+        tx.commit().await.map_err(StoreError::backend)
     }
 
-    async fn read(&self, id: &TaskId) -> Result<Option<(i64, TaskRecord)>, StoreError> {
+    async fn read(&self, id: &TaskId) -> Result<Option<TaskRecord>, StoreError> {
         let row = sqlx::query(self.inner.sql.select.clone())
             .bind(id.as_bytes().to_vec())
             .fetch_optional(&self.inner.pool)
             .await
-            .map_err(backend)?;
+            .map_err(StoreError::backend)?;
         let Some(row) = row else {
             return Ok(None);
         };
-        let revision: i64 = row.try_get(0).map_err(backend)?;
-        let text: &str = row.try_get(1).map_err(backend)?;
-        let record: TaskRecord = serde_json::from_str(text).map_err(backend)?;
+        let text: &str = row.try_get(1).map_err(StoreError::backend)?;
+        let record: TaskRecord = serde_json::from_str(text).map_err(StoreError::backend)?;
         if record.id != *id {
-            return Err(backend(Failure(
+            return Err(StoreError::backend(Failure(
                 "a stored record does not match its row id",
             )));
         }
-        Ok(Some((revision, record)))
+        Ok(Some(record))
+    }
+}
+
+impl CompareAndSwap for PostgresStore {
+    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(PostgresStore::read(self, id))
     }
 
-    async fn modify(
-        &self,
-        id: &TaskId,
-        scope: Scope<'_>,
-        transition: &Transition,
-        now: Timestamp,
-    ) -> Result<Option<Updated>, StoreError> {
-        let inner = &self.inner;
-        for attempt in 0..MAX_ATTEMPTS {
-            let Some((revision, mut record)) = self.read(id).await? else {
-                return Ok(None);
-            };
-            if !scope.permits(record.owner.as_ref()) || record.is_expired(now) {
-                return Ok(None);
-            }
-            let outcome = record.apply(transition, now);
-            if outcome != Ok(Applied::Changed) {
-                return Ok(Some(Updated::new(record, outcome)));
-            }
-            let columns = Columns::of(&record)?;
+    fn write_if<'a>(
+        &'a self,
+        expected: u64,
+        record: &'a TaskRecord,
+    ) -> BoxFuture<'a, Result<Written, StoreError>> {
+        Box::pin(async move {
+            let inner = &self.inner;
+            let columns = Columns::of(record)?;
             let written: i64 = sqlx::query_scalar(inner.sql.write.clone())
-                .bind(id.as_bytes().to_vec())
-                .bind(revision)
+                .bind(record.id.as_bytes().to_vec())
+                .bind(i64::try_from(expected).map_err(StoreError::backend)?)
                 .bind(columns.revision)
                 .bind(columns.status)
                 .bind(columns.expires_at)
                 .bind(columns.retired_at)
                 .bind(columns.record)
                 .bind(inner.channel.clone())
-                .bind(self.payload(id))
+                .bind(self.payload(&record.id))
                 .fetch_one(&inner.pool)
                 .await
-                .map_err(backend)?;
-            if written == 1 {
-                return Ok(Some(Updated::new(record, outcome)));
-            }
-            back_off(attempt).await;
-        }
-        Err(StoreError::Contention)
+                .map_err(StoreError::backend)?;
+            Ok(match written {
+                1 => Written::Done,
+                _ => Written::Lost(None),
+            })
+        })
     }
 }
 
@@ -503,15 +514,14 @@ struct Columns {
 
 impl Columns {
     fn of(record: &TaskRecord) -> Result<Self, StoreError> {
-        let retired_at = (record.ttl_ms.is_none() && record.status.is_terminal())
-            .then(|| millis(record.updated_at.0));
+        let retired_at = record.retired_at().map(|at| millis(at.as_millis()));
         Ok(Columns {
             owner: record.owner.as_ref().map(|p| p.as_str().to_owned()),
-            revision: i64::try_from(record.revision).map_err(backend)?,
+            revision: i64::try_from(record.revision).map_err(StoreError::backend)?,
             status: record.status.as_str(),
-            expires_at: record.expires_at().map(|at| millis(at.0)),
+            expires_at: record.expires_at().map(|at| millis(at.as_millis())),
             retired_at,
-            record: serde_json::to_string(record).map_err(backend)?,
+            record: serde_json::to_string(record).map_err(StoreError::backend)?,
         })
     }
 }
@@ -531,13 +541,7 @@ impl TaskStore for PostgresStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            Ok(self
-                .read(id)
-                .await?
-                .map(|(_, record)| record)
-                .filter(|r| scope.permits(r.owner.as_ref()) && !r.is_expired(now)))
-        })
+        Box::pin(async move { Ok(self.read(id).await?.filter(|r| r.is_visible(scope, now))) })
     }
 
     fn update<'a>(
@@ -547,7 +551,7 @@ impl TaskStore for PostgresStore {
         transition: &'a Transition,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
-        Box::pin(self.modify(id, scope, transition, now))
+        Box::pin(compare_and_swap(self, id, scope, transition, now))
     }
 
     fn cleanup<'a>(
@@ -556,14 +560,13 @@ impl TaskStore for PostgresStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
-            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-            let retired_before = now.0.saturating_sub(retention_ms);
+            let retired_before = retention_cutoff(now, retention);
             let done = sqlx::query(self.inner.sql.cleanup.clone())
-                .bind(millis(now.0))
-                .bind(millis(retired_before))
+                .bind(millis(now.as_millis()))
+                .bind(millis(retired_before.as_millis()))
                 .execute(&self.inner.pool)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
             Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
         })
     }
@@ -595,7 +598,7 @@ struct Relay {
     options: PgConnectOptions,
     channel: String,
     node: String,
-    sender: broadcast::Sender<TaskId>,
+    sender: ChangeSender,
     ready: watch::Sender<bool>,
 }
 
@@ -657,9 +660,7 @@ impl Relay {
         }
         match id.parse::<TaskId>() {
             // No receiver right now is fine: nobody is waiting.
-            Ok(id) => {
-                let _ = self.sender.send(id);
-            }
+            Ok(id) => self.sender.send(id),
             Err(_) => tracing::debug!("mcp-tasks: ignored a malformed change notification"),
         }
     }
@@ -683,7 +684,7 @@ async fn connect_listener(
     Ok(listener)
 }
 
-fn validate_table(table: &str) -> Result<(), StoreError> {
+fn validate_table(table: &str) -> Result<(), ConfigError> {
     let mut chars = table.chars();
     let starts_well = chars
         .next()
@@ -692,9 +693,9 @@ fn validate_table(table: &str) -> Result<(), StoreError> {
     if starts_well && rest_ok && table.len() <= MAX_TABLE_LEN {
         Ok(())
     } else {
-        Err(backend(Failure(
-            "the table name must be a plain identifier: a letter or _, then letters, digits or _, at most 48 characters",
-        )))
+        Err(ConfigError::InvalidName(
+            "a table name is a letter or _, then letters, digits or _, at most 48 characters",
+        ))
     }
 }
 
@@ -725,10 +726,6 @@ fn millis(ms: u64) -> i64 {
 
 fn count_limit(max: usize) -> i64 {
     i64::try_from(max).unwrap_or(i64::MAX)
-}
-
-fn backend(error: impl Into<BoxError>) -> StoreError {
-    StoreError::Backend(error.into())
 }
 
 /// A failure this store detects itself.
@@ -762,7 +759,7 @@ mod tests {
             &"a".repeat(MAX_TABLE_LEN + 1),
         ] {
             assert!(
-                matches!(validate_table(bad), Err(StoreError::Backend(_))),
+                matches!(validate_table(bad), Err(ConfigError::InvalidName(_))),
                 "{bad}"
             );
         }
@@ -770,7 +767,7 @@ mod tests {
 
     #[test]
     fn columns_mirror_the_record() {
-        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp(1_000));
+        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1_000));
         record.ttl_ms = Some(500);
         let columns = Columns::of(&record).unwrap();
         assert_eq!(columns.expires_at, Some(1_500));
@@ -778,7 +775,9 @@ mod tests {
         assert_eq!(columns.status, "working");
 
         record.ttl_ms = None;
-        record.apply(&Transition::Cancel, Timestamp(2_000)).unwrap();
+        record
+            .apply(&Transition::Cancel, Timestamp::from_millis(2_000))
+            .unwrap();
         let columns = Columns::of(&record).unwrap();
         assert_eq!(columns.expires_at, None);
         assert_eq!(columns.retired_at, Some(2_000));

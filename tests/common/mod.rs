@@ -22,9 +22,12 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, he
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::wire::{
+    EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use mcp_tasks::{
-    EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION, Principal,
-    RequestBody, RpcError, TaskContext, TaskMode, TaskSpec, Tasks, TasksLayer, TasksLayerBuilder,
+    Principal, RpcError, TaskContext, TaskMode, TaskSpec, Tasks, TasksLayer, TasksLayerBuilder,
 };
 use serde_json::{Value, json};
 use tower::Layer as _;
@@ -450,13 +453,13 @@ pub fn standard_inner(tasks: &Tasks) -> Inner {
         .tool(
             "panics",
             Tool::Context(spec(|_| {
-                TaskSpec::new().start(|_id| panic!("the start function failed on purpose"))
+                TaskSpec::new().with_start(|_id| panic!("the start function failed on purpose"))
             })),
         )
         .tool(
             "bad_ttl",
             Tool::Context(spec(|_| {
-                TaskSpec::new().ttl(Duration::ZERO).start(|_id| {
+                TaskSpec::new().with_ttl(Duration::ZERO).with_start(|_id| {
                     panic!("start must not run for an invalid spec");
                 })
             })),
@@ -467,13 +470,13 @@ pub fn standard_inner(tasks: &Tasks) -> Inner {
 pub fn spec_from_args(args: &Value) -> TaskSpec {
     let mut spec = TaskSpec::new();
     if let Some(ms) = args.get("ttl_ms").and_then(Value::as_u64) {
-        spec = spec.ttl(Duration::from_millis(ms));
+        spec = spec.with_ttl(Duration::from_millis(ms));
     }
     if let Some(ms) = args.get("poll_ms").and_then(Value::as_u64) {
-        spec = spec.poll_interval(Duration::from_millis(ms));
+        spec = spec.with_poll_interval(Duration::from_millis(ms));
     }
     if let Some(message) = args.get("message").and_then(Value::as_str) {
-        spec = spec.status_message(message);
+        spec = spec.with_status_message(message);
     }
     spec
 }
@@ -487,7 +490,7 @@ pub fn work_spec(tasks: Tasks) -> SpecFn {
             .and_then(Value::as_str)
             .unwrap_or("hold")
             .to_owned();
-        spec_from_args(args).start(move |id| {
+        spec_from_args(args).with_start(move |id| {
             tokio::spawn(async move {
                 match then.as_str() {
                     "complete" => {

@@ -21,11 +21,15 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt as _;
 use http_body_util::combinators::UnsyncBoxBody;
 use hyper::body::Incoming;
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::notify::ListenNotifier;
+use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::wire::{
+    EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
+};
 use mcp_tasks::{
-    BoxFuture, CreateLimits, EXTENSION_ID, ListenNotifier, META_CLIENT_CAPABILITIES,
-    META_PROTOCOL_VERSION, MemoryStore, PROTOCOL_VERSION, Principal, RequestBody, Scope,
-    StoreError, TaskContext, TaskId, TaskRecord, TaskSpec, TaskStore, Tasks, TasksLayer,
-    TasksLayerBuilder, Timestamp, Transition, Updated,
+    MemoryStore, Principal, StoreError, TaskContext, TaskId, TaskRecord, TaskSpec, TaskStore,
+    Tasks, TasksLayer, TasksLayerBuilder,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -149,7 +153,9 @@ async fn handle(
         "tools/call" => {
             // Every call asks for a task; the test drives it through `Tasks`.
             if let Some(ctx) = TaskContext::from_parts(&parts)
-                && ctx.create(TaskSpec::new().status_message("Queued")).is_ok()
+                && ctx
+                    .create(TaskSpec::new().with_status_message("Queued"))
+                    .is_ok()
             {
                 return Ok(json_response(StatusCode::OK, &json!({})));
             }
@@ -253,7 +259,7 @@ impl TaskStore for CountingStore {
 /// A builder with the harness's settings: principals from the `x-user` header, no
 /// janitor.
 pub fn builder(store: Arc<dyn TaskStore>) -> TasksLayerBuilder {
-    TasksLayer::builder_shared(store)
+    TasksLayer::builder(store)
         .with_principal(|parts| {
             parts
                 .headers

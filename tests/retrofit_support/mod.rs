@@ -18,10 +18,12 @@ use http::{HeaderMap, HeaderValue, Request, Response, header};
 use http_body::Body;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use mcp_tasks::{
-    BoxError, EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
-    Principal, RequestBody, TaskContext, TaskRefused, TasksLayer, TasksLayerBuilder,
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::error::BoxError;
+use mcp_tasks::wire::{
+    EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
+use mcp_tasks::{Principal, TaskContext, TaskRefused, TasksLayer, TasksLayerBuilder};
 use serde_json::{Value, json};
 use tower::{Layer as _, Service, ServiceExt as _};
 

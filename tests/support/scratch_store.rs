@@ -9,10 +9,10 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{
-    BoxFuture, ChangeFeed, CreateLimits, Scope, StoreError, TaskId, TaskRecord, TaskStore,
-    Timestamp, Transition, Updated,
+use mcp_tasks::store::{
+    BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated,
 };
+use mcp_tasks::{StoreError, TaskId, TaskRecord, TaskStore};
 
 /// `store` with a `guard` whose `Drop` removes what the tests wrote; clones (other
 /// nodes over the same namespace) share the guard.

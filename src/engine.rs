@@ -1,4 +1,7 @@
-//! State shared by the layer, every service clone and every worker handle.
+//! The engine: the state shared by the layer, every service clone and every worker
+//! handle, with one job: create tasks, change them, and tell everyone who waits
+//! (the notifier, waiting workers, `Auto` runners), including of changes made on
+//! other nodes.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -8,37 +11,18 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use crate::context::{TaskMode, TaskPolicy, TaskSpec};
-use crate::error::{RpcError, StoreError, TaskError};
+use crate::config::{Config, PrincipalFn};
+use crate::context::TaskSpec;
+use crate::defaults::MAX_TTL;
+use crate::error::{StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
-use crate::store::{CreateLimits, TaskStore, Updated};
+use crate::store::{ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
     ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
 };
+use crate::wire::{META_SERVER_INFO, RpcError};
 
-pub(crate) type PrincipalFn =
-    Arc<dyn Fn(&http::request::Parts) -> Option<Principal> + Send + Sync + 'static>;
-
-/// Settings, validated when the layer is built.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) enabled: bool,
-    pub(crate) max_rows: Option<usize>,
-    pub(crate) max_per_owner: Option<usize>,
-    pub(crate) default_ttl: Option<Duration>,
-    pub(crate) default_poll_interval: Option<Duration>,
-    pub(crate) max_request_bytes: usize,
-    pub(crate) max_response_bytes: usize,
-    pub(crate) server_info: Option<Value>,
-    pub(crate) tool_modes: HashMap<String, TaskMode>,
-    pub(crate) default_mode: TaskMode,
-    pub(crate) task_policy: Option<TaskPolicy>,
-    pub(crate) janitor: Option<(Duration, Duration)>,
-    pub(crate) max_listen_task_ids: usize,
-    pub(crate) keep_alive: Duration,
-}
-
-pub(crate) struct Shared {
+pub(crate) struct Engine {
     pub(crate) store: Arc<dyn TaskStore>,
     pub(crate) config: Config,
     pub(crate) notifier: Option<Arc<dyn TaskNotifier>>,
@@ -51,14 +35,14 @@ pub(crate) struct Shared {
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
-impl Shared {
+impl Engine {
     pub(crate) fn new(
         store: Arc<dyn TaskStore>,
         config: Config,
         notifier: Option<Arc<dyn TaskNotifier>>,
         principal: Option<PrincipalFn>,
     ) -> Self {
-        Shared {
+        Engine {
             store,
             config,
             notifier,
@@ -82,24 +66,6 @@ impl Shared {
             Some(f) => f(parts),
             None => parts.extensions.get::<Principal>().cloned(),
         }
-    }
-
-    pub(crate) fn mode_for(&self, tool: &str) -> TaskMode {
-        self.config
-            .tool_modes
-            .get(tool)
-            .copied()
-            .unwrap_or(self.config.default_mode)
-    }
-
-    /// The mode of one call: the policy's decision when it makes one, otherwise the
-    /// tool's configured mode.
-    pub(crate) fn mode_for_call(&self, tool: &str, arguments: &Value) -> TaskMode {
-        self.config
-            .task_policy
-            .as_ref()
-            .and_then(|policy| policy.decide(tool, arguments))
-            .unwrap_or_else(|| self.mode_for(tool))
     }
 
     /// Registers the background runner of an auto task, so that cancelling the
@@ -130,7 +96,7 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&record.id);
         if let Some(runner) = runner
-            && record.status == crate::task::TaskStatus::Cancelled
+            && record.status == TaskStatus::Cancelled
         {
             runner.abort();
         }
@@ -144,7 +110,7 @@ impl Shared {
     pub(crate) fn result_meta(&self, result: &mut Map<String, Value>) {
         if let Some(info) = &self.config.server_info {
             let mut meta = Map::new();
-            meta.insert(crate::jsonrpc::META_SERVER_INFO.into(), info.clone());
+            meta.insert(META_SERVER_INFO.into(), info.clone());
             result.insert("_meta".into(), Value::Object(meta));
         }
     }
@@ -215,7 +181,7 @@ impl Shared {
                 .await?
                 .ok_or(TaskError::NotFound)?;
             if task.status.is_terminal() {
-                return Err(TaskError::Terminal);
+                return Err(TaskError::Refused(crate::error::TransitionError::Terminal));
             }
             if task.status != TaskStatus::InputRequired {
                 return Ok(task.input_responses);
@@ -245,18 +211,18 @@ impl Shared {
         };
         let ttl_ms = match ttl {
             None => None,
-            Some(t) if t.is_zero() || t > crate::layer::MAX_TTL => {
+            Some(t) if t.is_zero() || t > MAX_TTL => {
                 tracing::warn!(
                     "task spec rejected: the ttl must be longer than zero and at most MAX_TTL"
                 );
-                return Err(RpcError::internal("Internal error"));
+                return Err(RpcError::internal_error());
             }
             Some(t) => duration_ms(t),
         };
         let poll_ms = match spec.poll_interval.map(duration_ms) {
             Some(Some(0)) | Some(None) => {
                 tracing::warn!("task spec rejected: the poll interval must be longer than zero");
-                return Err(RpcError::internal("Internal error"));
+                return Err(RpcError::internal_error());
             }
             Some(Some(ms)) => Some(ms),
             None => self.config.default_poll_interval.and_then(duration_ms),
@@ -273,7 +239,7 @@ impl Shared {
             }
             Err(e) => {
                 tracing::error!(error = %e, "task store failed to create a task");
-                return Err(RpcError::internal("Internal error"));
+                return Err(RpcError::internal_error());
             }
         }
         self.changed(&record);
@@ -294,17 +260,48 @@ impl Shared {
     }
 }
 
+/// Re-reads each task another node changed and tells this node's notifier and
+/// waiting workers. Ends when the layer is gone or the feed closes.
+pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
+    loop {
+        let id = match feed.recv().await {
+            Some(FeedEvent::Changed(id)) => id,
+            Some(FeedEvent::Missed(skipped)) => {
+                tracing::warn!(
+                    skipped,
+                    "mcp-tasks: fell behind on changes from other nodes; waking every waiting worker"
+                );
+                if let Some(engine) = engine.upgrade() {
+                    engine.wake_all();
+                }
+                continue;
+            }
+            None => return,
+        };
+        let Some(engine) = engine.upgrade() else {
+            return;
+        };
+        match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
+            Ok(Some(record)) => engine.changed(&record),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node")
+            }
+        }
+    }
+}
+
 /// A waiting worker's registration, removed when the wait ends or its future is
 /// dropped.
 struct Watch<'a> {
-    shared: &'a Shared,
+    engine: &'a Engine,
     task: TaskId,
     notify: Option<Arc<Notify>>,
 }
 
 impl<'a> Watch<'a> {
-    fn new(shared: &'a Shared, task: TaskId) -> Self {
-        let notify = shared
+    fn new(engine: &'a Engine, task: TaskId) -> Self {
+        let notify = engine
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -312,7 +309,7 @@ impl<'a> Watch<'a> {
             .or_default()
             .clone();
         Watch {
-            shared,
+            engine,
             task,
             notify: Some(notify),
         }
@@ -326,7 +323,7 @@ impl<'a> Watch<'a> {
 impl Drop for Watch<'_> {
     fn drop(&mut self) {
         let mut waiters = self
-            .shared
+            .engine
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -344,9 +341,9 @@ fn duration_ms(d: Duration) -> Option<u64> {
     u64::try_from(d.as_millis()).ok()
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("Engine")
             .field("store", &self.store)
             .field("config", &self.config)
             .finish_non_exhaustive()
@@ -359,12 +356,12 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::layer::TasksLayer;
     use crate::store::{CreateLimits, MemoryStore};
-    use crate::task::{TaskId, TaskRecord, Timestamp, Transition};
-    use crate::{TaskError, TasksLayer};
+    use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
     fn waiting_count(layer: &TasksLayer) -> usize {
-        layer.shared.waiters.lock().unwrap().len()
+        layer.engine.waiters.lock().unwrap().len()
     }
 
     #[tokio::test]
@@ -376,7 +373,7 @@ mod tests {
         let id = TaskId::random();
         let record = TaskRecord::new(id, None, Timestamp::now());
         layer
-            .shared
+            .engine
             .store
             .create(record, CreateLimits::default())
             .await
@@ -390,7 +387,7 @@ mod tests {
         layer.handle().apply(&id, ask).await.unwrap();
         let waited = tokio::time::timeout(
             Duration::from_millis(20),
-            layer.shared.wait_for_answers(&id),
+            layer.engine.wait_for_answers(&id),
         )
         .await;
         assert!(waited.is_err(), "nobody answered, so the wait times out");
@@ -405,7 +402,7 @@ mod tests {
             .unwrap();
         let id = TaskId::random();
         layer
-            .shared
+            .engine
             .store
             .create(
                 TaskRecord::new(id, None, Timestamp::now()),
@@ -420,25 +417,25 @@ mod tests {
             message: None,
         };
         layer.handle().apply(&id, ask).await.unwrap();
-        let shared = layer.shared.clone();
-        let waiter = tokio::spawn(async move { shared.wait_for_answers(&id).await });
+        let engine = layer.engine.clone();
+        let waiter = tokio::spawn(async move { engine.wait_for_answers(&id).await });
         while waiting_count(&layer) == 0 {
             tokio::task::yield_now().await;
         }
         // A write the layer never saw (as when a change feed lagged).
         let cancel = Transition::Cancel;
         layer
-            .shared
+            .engine
             .store
-            .update(&id, crate::Scope::Any, &cancel, Timestamp::now())
+            .update(&id, Scope::Any, &cancel, Timestamp::now())
             .await
             .unwrap();
-        layer.shared.wake_all();
+        layer.engine.wake_all();
         let outcome = tokio::time::timeout(Duration::from_secs(5), waiter)
             .await
             .expect("the waiter wakes")
             .unwrap();
-        assert!(matches!(outcome, Err(TaskError::Terminal)));
+        assert!(outcome.is_err_and(|e| e.is_terminal()));
         assert_eq!(waiting_count(&layer), 0);
     }
 }

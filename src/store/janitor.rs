@@ -4,14 +4,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::TaskStore;
 use crate::error::StoreError;
-use crate::store::TaskStore;
 use crate::task::Timestamp;
-
-/// How often the janitor sweeps by default.
-pub const DEFAULT_JANITOR_INTERVAL: Duration = Duration::from_secs(60);
-/// How long a terminal task without a TTL is kept by default.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3600);
 
 /// Sweeps a store for expired tasks every `interval`.
 ///
@@ -74,8 +69,9 @@ impl Janitor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{CreateLimits, MemoryStore};
-    use crate::task::{TaskId, TaskRecord};
+    use crate::defaults::RETENTION;
+    use crate::store::{BoxFuture, CreateLimits, MemoryStore, Updated};
+    use crate::task::{Scope, TaskId, TaskRecord, Transition};
 
     #[derive(Debug)]
     struct Failing;
@@ -85,31 +81,31 @@ mod tests {
             &'a self,
             _: TaskRecord,
             _: CreateLimits,
-        ) -> crate::BoxFuture<'a, Result<(), StoreError>> {
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
             Box::pin(async { Ok(()) })
         }
         fn get<'a>(
             &'a self,
             _: &'a TaskId,
-            _: crate::Scope<'a>,
+            _: Scope<'a>,
             _: Timestamp,
-        ) -> crate::BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
             Box::pin(async { Ok(None) })
         }
         fn update<'a>(
             &'a self,
             _: &'a TaskId,
-            _: crate::Scope<'a>,
-            _: &'a crate::Transition,
+            _: Scope<'a>,
+            _: &'a Transition,
             _: Timestamp,
-        ) -> crate::BoxFuture<'a, Result<Option<crate::Updated>, StoreError>> {
+        ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
             Box::pin(async { Ok(None) })
         }
         fn cleanup<'a>(
             &'a self,
             _: Timestamp,
             _: Duration,
-        ) -> crate::BoxFuture<'a, Result<usize, StoreError>> {
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
             Box::pin(async { Err(StoreError::Backend("down".into())) })
         }
     }
@@ -117,17 +113,17 @@ mod tests {
     #[tokio::test]
     async fn sweep_removes_expired_records() {
         let store = Arc::new(MemoryStore::new());
-        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp(1));
+        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1));
         record.ttl_ms = Some(1);
         store.create(record, CreateLimits::default()).await.unwrap();
-        let janitor = Janitor::new(store.clone(), Duration::from_secs(1), DEFAULT_RETENTION);
+        let janitor = Janitor::new(store.clone(), Duration::from_secs(1), RETENTION);
         assert_eq!(janitor.sweep().await.unwrap(), 1);
         assert!(store.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_sweep_does_not_stop_the_janitor() {
-        let janitor = Janitor::new(Arc::new(Failing), Duration::from_secs(1), DEFAULT_RETENTION);
+        let janitor = Janitor::new(Arc::new(Failing), Duration::from_secs(1), RETENTION);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let handle = tokio::spawn(janitor.run(async {
             let _ = stopped.await;

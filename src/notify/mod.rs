@@ -4,14 +4,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::listen::Registry;
 use crate::task::TaskRecord;
+
+pub(crate) mod registry;
+
+use registry::Registry;
 
 /// Told about every change to a task, right after the store write, in the process
 /// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), it is
 /// also told about changes other nodes made, once this node has re-read them.
 ///
-/// [`TaskStore::subscribe`]: crate::TaskStore::subscribe
+/// [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
 ///
 /// It runs on the writer's path (a request or a worker), so it must return quickly
 /// and never block. A panic in it is caught and logged; the write stands. Anything
@@ -30,6 +33,12 @@ where
     }
 }
 
+impl<T: TaskNotifier + ?Sized> TaskNotifier for Arc<T> {
+    fn task_changed(&self, task: &TaskRecord) {
+        (**self).task_changed(task)
+    }
+}
+
 /// The default notifier: sends each change as `notifications/tasks` to the
 /// `subscriptions/listen` streams that named the task.
 ///
@@ -45,8 +54,8 @@ where
 /// A custom notifier that should keep listen delivery calls it:
 ///
 /// ```
-/// use std::sync::Arc;
-/// use mcp_tasks::{MemoryStore, TaskNotifier, TaskRecord, TasksLayer};
+/// use mcp_tasks::notify::TaskNotifier;
+/// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
 ///
 /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
 /// let builder = TasksLayer::builder(MemoryStore::new()).without_janitor();
@@ -55,7 +64,7 @@ where
 ///     listen.task_changed(task); // keep notifications/tasks on listen streams
 ///     tracing::info!(status = %task.status, "task changed");
 /// };
-/// let layer = builder.with_notifier(Some(Arc::new(notifier))).build()?;
+/// let layer = builder.with_notifier(notifier).build()?;
 /// # drop(layer);
 /// # Ok(())
 /// # }

@@ -28,15 +28,17 @@ use std::time::Duration;
 use futures_core::Stream;
 use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, Script};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated, back_off, node_id};
+use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
+use super::{
+    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
+    retention_cutoff,
+};
 use crate::error::{BoxError, StoreError};
-use crate::task::{Applied, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
-/// Compare-and-swap attempts per `update` before [`StoreError::Contention`].
-const CAS_ATTEMPTS: u32 = 32;
 /// Expired records a full `create` prunes before it gives up.
 const PRUNE_BATCH: u32 = 128;
 /// Records one cleanup script removes per index before handing back control.
@@ -44,8 +46,6 @@ const CLEANUP_BATCH: u32 = 512;
 /// Local queues for writers on one task (striped by id): writers on one node wait
 /// their turn instead of racing each other's compare-and-swap.
 const WRITE_STRIPES: usize = 128;
-/// Ids buffered per change-feed receiver.
-const FEED_CAPACITY: usize = 1024;
 /// The change feed's reconnection backoff.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
@@ -251,7 +251,7 @@ impl Keys {
 /// The change feed of one node: its broadcast channel and its listener task.
 struct Feed {
     client: Client,
-    sender: broadcast::Sender<TaskId>,
+    sender: ChangeSender,
     listener: Mutex<Option<Listener>>,
 }
 
@@ -265,7 +265,7 @@ impl Feed {
     fn new(client: Client) -> Arc<Self> {
         Arc::new(Feed {
             client,
-            sender: broadcast::channel(FEED_CAPACITY).0,
+            sender: ChangeSender::new(FEED_CAPACITY),
             listener: Mutex::new(None),
         })
     }
@@ -279,10 +279,10 @@ impl RedisStore {
     /// reconnecting connection for the records and, once [`TaskStore::subscribe`] is
     /// called, a second one for the change feed.
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, StoreError> {
-        let client = Client::open(url).map_err(backend)?;
+        let client = Client::open(url).map_err(StoreError::backend)?;
         let conn = ConnectionManager::new(client.clone())
             .await
-            .map_err(backend)?;
+            .map_err(StoreError::backend)?;
         Ok(RedisStore::new(conn).with_change_feed(client))
     }
 
@@ -356,10 +356,9 @@ impl TaskStore for RedisStore {
         Box::pin(async move {
             let id = record.id.to_string();
             let json = encode(&record)?;
-            let expires_at = record.expires_at().map(|at| at.0);
+            let expires_at = record.expires_at().map(Timestamp::as_millis);
             let native_expiry = expires_at.filter(|&at| at <= NATIVE_EXPIRY_MAX);
-            let retired_at = (record.status.is_terminal() && record.ttl_ms.is_none())
-                .then_some(record.updated_at.0);
+            let retired_at = record.retired_at().map(Timestamp::as_millis);
             let keys = &self.keys;
             let mut conn = self.conn.clone();
             let reply: String = SCRIPTS
@@ -378,14 +377,14 @@ impl TaskStore for RedisStore {
                 .arg(optional(retired_at))
                 .arg(optional(limits.max_rows))
                 .arg(optional(limits.max_per_owner))
-                .arg(record.created_at.0)
+                .arg(record.created_at.as_millis())
                 .arg(&keys.task)
                 .arg(PRUNE_BATCH)
                 .arg(&keys.channel)
                 .arg(self.payload(&id))
                 .invoke_async(&mut conn)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
             match reply.as_str() {
                 "ok" => Ok(()),
                 "duplicate" => Err(StoreError::Duplicate),
@@ -408,9 +407,9 @@ impl TaskStore for RedisStore {
                 .arg("rec")
                 .query_async(&mut conn)
                 .await
-                .map_err(backend)?;
+                .map_err(StoreError::backend)?;
             match stored {
-                Some(json) => Ok(Some(decode(&json)?).filter(|r| visible(r, scope, now))),
+                Some(json) => Ok(Some(decode(&json)?).filter(|r| r.is_visible(scope, now))),
                 None => Ok(None),
             }
         })
@@ -424,58 +423,9 @@ impl TaskStore for RedisStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
         Box::pin(async move {
-            let id_text = id.to_string();
-            let key = self.keys.task(&id_text);
+            // Writers on this node take turns, so they never race each other.
             let _turn = self.writer_queue(id).lock().await;
-            let mut conn = self.conn.clone();
-            let mut stored: Option<String> = redis::cmd("HGET")
-                .arg(&key)
-                .arg("rec")
-                .query_async(&mut conn)
-                .await
-                .map_err(backend)?;
-            for attempt in 0..CAS_ATTEMPTS {
-                let Some(json) = stored.take() else {
-                    return Ok(None);
-                };
-                let mut record = decode(&json)?;
-                if !visible(&record, scope, now) {
-                    return Ok(None);
-                }
-                let expected = record.revision;
-                let was_terminal = record.status.is_terminal();
-                let outcome = record.apply(transition, now);
-                if outcome != Ok(Applied::Changed) {
-                    // Nothing to write: the answer holds for the revision just read.
-                    return Ok(Some(Updated::new(record, outcome)));
-                }
-                let retired_at =
-                    (!was_terminal && record.status.is_terminal() && record.ttl_ms.is_none())
-                        .then_some(record.updated_at.0);
-                let (state, current): (i64, String) = SCRIPTS
-                    .cas
-                    .key(&key)
-                    .key(&self.keys.retired)
-                    .arg(expected)
-                    .arg(record.revision)
-                    .arg(encode(&record)?)
-                    .arg(optional(retired_at))
-                    .arg(&id_text)
-                    .arg(&self.keys.channel)
-                    .arg(self.payload(&id_text))
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(backend)?;
-                match state {
-                    CAS_WRITTEN => return Ok(Some(Updated::new(record, outcome))),
-                    CAS_GONE => return Ok(None),
-                    _ => {
-                        stored = Some(current);
-                        back_off(attempt).await;
-                    }
-                }
-            }
-            Err(StoreError::Contention)
+            compare_and_swap(self, id, scope, transition, now).await
         })
     }
 
@@ -485,8 +435,7 @@ impl TaskStore for RedisStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
-            let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
-            let retired_before = now.0.saturating_sub(retention_ms);
+            let retired_before = retention_cutoff(now, retention).as_millis();
             let keys = &self.keys;
             let mut conn = self.conn.clone();
             let mut total = 0usize;
@@ -497,13 +446,13 @@ impl TaskStore for RedisStore {
                     .key(&keys.retired)
                     .key(&keys.owners)
                     .key(&keys.counts)
-                    .arg(now.0)
+                    .arg(now.as_millis())
                     .arg(retired_before)
                     .arg(&keys.task)
                     .arg(CLEANUP_BATCH)
                     .invoke_async(&mut conn)
                     .await
-                    .map_err(backend)?;
+                    .map_err(StoreError::backend)?;
                 total = total.saturating_add(usize::try_from(removed).unwrap_or(usize::MAX));
                 if more == 0 {
                     return Ok(total);
@@ -540,13 +489,60 @@ impl TaskStore for RedisStore {
     }
 }
 
+impl CompareAndSwap for RedisStore {
+    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let stored: Option<String> = redis::cmd("HGET")
+                .arg(self.keys.task(&id.to_string()))
+                .arg("rec")
+                .query_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            stored.as_deref().map(decode).transpose()
+        })
+    }
+
+    fn write_if<'a>(
+        &'a self,
+        expected: u64,
+        record: &'a TaskRecord,
+    ) -> BoxFuture<'a, Result<Written, StoreError>> {
+        Box::pin(async move {
+            let id_text = record.id.to_string();
+            let mut conn = self.conn.clone();
+            // Only a change that ends a task without a TTL can retire it.
+            let retired_at = record.retired_at().map(Timestamp::as_millis);
+            let (state, current): (i64, String) = SCRIPTS
+                .cas
+                .key(self.keys.task(&id_text))
+                .key(&self.keys.retired)
+                .arg(expected)
+                .arg(record.revision)
+                .arg(encode(record)?)
+                .arg(optional(retired_at))
+                .arg(&id_text)
+                .arg(&self.keys.channel)
+                .arg(self.payload(&id_text))
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            Ok(match state {
+                CAS_WRITTEN => Written::Done,
+                CAS_GONE => Written::Gone,
+                _ => Written::Lost(Some(Box::new(decode(&current)?))),
+            })
+        })
+    }
+}
+
 /// Relays other nodes' announcements into `sender` until `stop` fires (or its
 /// sender, held by the store, is dropped), reconnecting with backoff.
 async fn listen(
     client: Client,
     channel: String,
     node: Arc<str>,
-    sender: broadcast::Sender<TaskId>,
+    sender: ChangeSender,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut delay = RECONNECT_MIN;
@@ -575,7 +571,7 @@ async fn relay(
     client: &Client,
     channel: &str,
     node: &str,
-    sender: &broadcast::Sender<TaskId>,
+    sender: &ChangeSender,
     subscribed: &mut bool,
 ) -> redis::RedisResult<()> {
     let (mut sink, stream) = client.get_async_pubsub().await?.split();
@@ -592,7 +588,7 @@ async fn relay(
                 };
                 if let Some(id) = parse_payload(message.get_payload_bytes(), node) {
                     // No receiver right now is fine: nobody is waiting on this node.
-                    let _ = sender.send(id);
+                    sender.send(id);
                 }
             }
             _ = keep_alive.tick() => {
@@ -621,10 +617,6 @@ fn parse_payload(payload: &[u8], node: &str) -> Option<TaskId> {
     id.parse().ok()
 }
 
-fn visible(record: &TaskRecord, scope: Scope<'_>, now: Timestamp) -> bool {
-    scope.permits(record.owner.as_ref()) && !record.is_expired(now)
-}
-
 /// The owner as stored in the bookkeeping hashes; unowned and owned never collide.
 fn owner_tag(owner: Option<&Principal>) -> String {
     match owner {
@@ -638,7 +630,7 @@ fn optional<T: ToString>(value: Option<T>) -> String {
 }
 
 fn encode(record: &TaskRecord) -> Result<String, StoreError> {
-    serde_json::to_string(record).map_err(backend)
+    serde_json::to_string(record).map_err(StoreError::backend)
 }
 
 fn decode(json: &str) -> Result<TaskRecord, StoreError> {
@@ -648,10 +640,6 @@ fn decode(json: &str) -> Result<TaskRecord, StoreError> {
             source: Some(Box::new(e)),
         }))
     })
-}
-
-fn backend(error: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Backend(Box::new(error))
 }
 
 fn unexpected(what: &'static str) -> StoreError {

@@ -3,11 +3,10 @@
 //! service's stream (or serves a tasks-only stream when the inner service has no
 //! listen support).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future as _;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -18,14 +17,15 @@ use serde_json::{Map, Value, json};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use super::{Reply, forward, reply};
 use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused};
-use crate::error::{BoxError, RpcError};
-use crate::jsonrpc::{Envelope, META_SUBSCRIPTION_ID};
-use crate::service::{Reply, forward, reply};
-use crate::shared::Shared;
-use crate::sse;
-use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp};
+use crate::engine::Engine;
+use crate::error::BoxError;
+use crate::notify::registry::Subscription;
+use crate::task::{Scope, TaskId, Timestamp};
+use crate::wire::sse::{self, Splitter};
+use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RpcError};
 
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -37,8 +37,8 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// the caller owns the task, registered, and removed from the forwarded request; the
 /// inner service's stream is then wrapped so that its acknowledgment lists the
 /// agreed ids and task notifications are merged in.
-pub(crate) async fn listen<S, B, ResBody>(
-    shared: &Shared,
+pub(crate) async fn call<S, B, ResBody>(
+    engine: &Engine,
     mut inner: S,
     mut parts: http::request::Parts,
     bytes: Bytes,
@@ -67,7 +67,7 @@ where
     }
     let requested = match requested.as_array() {
         Some(ids)
-            if ids.len() <= shared.config.max_listen_task_ids
+            if ids.len() <= engine.config.max_listen_task_ids
                 && ids.iter().all(Value::is_string) =>
         {
             ids
@@ -83,9 +83,9 @@ where
     // Register before reading the tasks, so that no change made while they are
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
-    let owner = shared.principal(&parts);
+    let owner = engine.principal(&parts);
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
-    if shared.notifier.is_some() {
+    if engine.notifier.is_some() {
         let mut seen = HashSet::with_capacity(requested.len());
         for text in requested.iter().filter_map(Value::as_str) {
             if let Ok(task) = text.parse::<TaskId>()
@@ -95,14 +95,14 @@ where
             }
         }
     }
-    let mut subscription = shared
+    let mut subscription = engine
         .listen
         .registry()
         .register(owner.clone(), &candidates);
     let now = Timestamp::now();
     let mut agreed = Vec::with_capacity(candidates.len());
     for task in candidates {
-        match shared
+        match engine
             .store
             .get(&task, Scope::Owner(owner.as_ref()), now)
             .await
@@ -121,7 +121,7 @@ where
     let stream = Stream {
         subscription,
         subscription_id: subscription_id.clone(),
-        keep_alive: shared.config.keep_alive,
+        keep_alive: engine.config.keep_alive,
     };
     let bytes = without_task_ids(&bytes).unwrap_or(bytes);
     if parts.headers.contains_key(header::CONTENT_LENGTH) {
@@ -141,7 +141,7 @@ where
             status if !status.is_success() => {
                 return Ok(Response::from_parts(head, ResponseBody::inner(body)));
             }
-            _ => match read_up_to(body, shared.config.max_response_bytes).await {
+            _ => match read_up_to(body, engine.config.max_response_bytes).await {
                 Ok(ReadOutcome::Complete(bytes)) => {
                     let code = sse::find_response(&bytes, false)
                         .and_then(|m| m.get("error")?.get("code")?.as_i64());
@@ -163,7 +163,7 @@ where
         return Ok(tasks_only(stream, agreed_ids));
     }
     let body: BoxBody = Box::pin(body.map_err(Into::into));
-    let cap = shared.config.max_response_bytes;
+    let cap = engine.config.max_response_bytes;
     match first_message(body, cap).await {
         First::Acknowledged {
             mut ack,
@@ -299,7 +299,7 @@ enum First {
 
 /// Reads the inner stream up to its first message. Comments before it are dropped.
 async fn first_message(mut body: BoxBody, cap: usize) -> First {
-    let mut buf = BytesMut::new();
+    let mut events = Splitter::new();
     loop {
         match body.frame().await {
             None => return First::Unsupported,
@@ -311,29 +311,32 @@ async fn first_message(mut body: BoxBody, cap: usize) -> First {
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
-                buf.extend_from_slice(&data);
+                events.push(&data);
             }
         }
-        for event in sse::events(&buf) {
-            let Some(data) = event.data else {
+        while let Some(event) = events.next_event() {
+            if event.data.is_none() {
                 continue;
-            };
-            let message = serde_json::from_str::<Value>(&data).unwrap_or(Value::Null);
+            }
+            let message = event.json().unwrap_or(Value::Null);
             if message.get("error").is_some() && message.get("method").is_none() {
                 return First::Unsupported;
             }
             if message.get("method").and_then(Value::as_str) == Some(ACKNOWLEDGED) {
-                let rest = buf.split_off(event.range.end).freeze();
                 return First::Acknowledged {
                     ack: message,
-                    rest,
+                    rest: events.take_rest(),
                     body,
                 };
             }
-            let rest = buf.split_off(event.range.start).freeze();
-            return First::Other { rest, body };
+            let mut rest = BytesMut::from(&event.raw[..]);
+            rest.extend_from_slice(&events.take_rest());
+            return First::Other {
+                rest: rest.freeze(),
+                body,
+            };
         }
-        if buf.len() > cap {
+        if events.buffered() > cap {
             tracing::warn!("the inner listen stream sent too much before its first message");
             return First::Unsupported;
         }
@@ -356,12 +359,8 @@ struct ListenBody {
     head: Option<Bytes>,
     /// The inner service's stream; `None` for a tasks-only stream.
     inner: Option<BoxBody>,
-    /// The unfinished inner event read so far.
-    partial: BytesMut,
-    /// How far `partial` has been scanned for event boundaries.
-    scanned: usize,
-    /// Where the line being scanned starts in `partial`.
-    line_start: usize,
+    /// The inner stream, cut into whole events.
+    events: Splitter,
     idle: Option<Pin<Box<Sleep>>>,
     /// The start of every task notification on this stream, up to the task's
     /// own fields (made on first use).
@@ -376,35 +375,27 @@ impl ListenBody {
             stream,
             head: Some(ack),
             inner,
-            partial: BytesMut::new(),
-            scanned: 0,
-            line_start: 0,
+            events: Splitter::new(),
             idle: None,
             prefix: Bytes::new(),
             finished: false,
         };
-        body.partial.extend_from_slice(&rest);
+        body.events.push(&rest);
         body
     }
 
-    /// Splits off the whole events at the front of `partial`, if any.
+    /// The whole inner events received so far, if any.
     fn whole_events(&mut self) -> Option<Bytes> {
-        let mut boundary = None;
-        for i in self.scanned..self.partial.len() {
-            if self.partial[i] != b'\n' {
-                continue;
-            }
-            let line = &self.partial[self.line_start..i];
-            if line.is_empty() || line == b"\r" {
-                boundary = Some(i + 1);
-            }
-            self.line_start = i + 1;
+        let first = self.events.next_event()?.raw;
+        let Some(second) = self.events.next_event() else {
+            return Some(first);
+        };
+        let mut out = BytesMut::from(&first[..]);
+        out.extend_from_slice(&second.raw);
+        while let Some(event) = self.events.next_event() {
+            out.extend_from_slice(&event.raw);
         }
-        self.scanned = self.partial.len();
-        let end = boundary?;
-        self.scanned -= end;
-        self.line_start -= end;
-        Some(self.partial.split_to(end).freeze())
+        Some(out.freeze())
     }
 
     fn sent(&mut self) {
@@ -416,7 +407,7 @@ impl ListenBody {
     /// The pending task notifications as SSE events, or `None` after arranging to
     /// be woken by the next one.
     fn notifications(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
-        let changes = self.stream.subscription.slot.take_or_wait(cx.waker())?;
+        let changes = self.stream.subscription.take_or_wait(cx.waker())?;
         if self.prefix.is_empty() {
             self.prefix = notification_prefix(&self.stream.subscription_id);
         }
@@ -453,13 +444,13 @@ impl Body for ListenBody {
         }
         loop {
             // Task notifications go only between whole inner events.
-            if this.partial.is_empty()
+            if !this.events.is_mid_event()
                 && let Some(events) = this.notifications(cx)
             {
                 this.sent();
                 return Poll::Ready(Some(Ok(Frame::data(events))));
             }
-            if !this.partial.is_empty()
+            if this.events.buffered() > 0
                 && let Some(events) = this.whole_events()
             {
                 this.sent();
@@ -471,7 +462,7 @@ impl Body for ListenBody {
             match inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
-                        this.partial.extend_from_slice(&data);
+                        this.events.push(&data);
                         continue;
                     }
                     Err(_trailers) => continue,
@@ -486,13 +477,13 @@ impl Body for ListenBody {
                     this.inner = None;
                     this.finished = true;
                     this.stream.subscription.close();
-                    let rest = std::mem::take(&mut this.partial);
-                    return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest.freeze()))));
+                    let rest = this.events.take_rest();
+                    return Poll::Ready((!rest.is_empty()).then(|| Ok(Frame::data(rest))));
                 }
                 Poll::Pending => break,
             }
         }
-        if this.partial.is_empty() {
+        if !this.events.is_mid_event() {
             let keep_alive = this.stream.keep_alive;
             let idle = this
                 .idle
@@ -506,344 +497,20 @@ impl Body for ListenBody {
     }
 }
 
-// ---------------------------------------------------------------------------
-// The registry of listen streams.
-
-/// Every open listen stream of one layer, indexed by the task ids it was agreed.
-#[derive(Default)]
-pub(crate) struct Registry {
-    state: Mutex<RegistryState>,
-}
-
-#[derive(Default)]
-struct RegistryState {
-    next_id: u64,
-    streams: HashMap<u64, Arc<Slot>>,
-    by_task: HashMap<TaskId, HashMap<u64, Arc<Slot>>>,
-}
-
-impl Registry {
-    fn lock(&self) -> MutexGuard<'_, RegistryState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Adds a stream for `principal` naming `tasks`; it stays until the returned
-    /// guard is dropped.
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        principal: Option<Principal>,
-        tasks: &[TaskId],
-    ) -> Subscription {
-        let slot = Arc::new(Slot {
-            principal,
-            state: Mutex::new(SlotState {
-                tasks: tasks.iter().map(|t| (*t, TaskSlot::default())).collect(),
-                order: VecDeque::new(),
-                waker: None,
-                closed: false,
-            }),
-        });
-        let mut state = self.lock();
-        let id = state.next_id;
-        state.next_id += 1;
-        state.streams.insert(id, slot.clone());
-        for task in tasks {
-            state
-                .by_task
-                .entry(*task)
-                .or_default()
-                .insert(id, slot.clone());
-        }
-        Subscription {
-            registry: self.clone(),
-            id,
-            tasks: tasks.to_vec(),
-            slot,
-        }
-    }
-
-    /// Hands a changed task to every stream that named it and whose principal owns
-    /// it. Never waits on a reader.
-    pub(crate) fn deliver(&self, record: &TaskRecord) {
-        let state = self.lock();
-        let Some(streams) = state.by_task.get(&record.id) else {
-            return;
-        };
-        let mut shared: Option<Arc<Change>> = None;
-        for slot in streams.values() {
-            if slot.principal.as_ref() != record.owner.as_ref() {
-                continue;
-            }
-            let change = shared.get_or_insert_with(|| Arc::new(Change::new(record.clone())));
-            slot.offer(change);
-        }
-    }
-
-    pub(crate) fn stream_count(&self) -> usize {
-        self.lock().streams.len()
-    }
-
-    pub(crate) fn pending_counts(&self) -> Vec<usize> {
-        let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
-        slots.iter().map(|s| s.lock().order.len()).collect()
-    }
-
-    /// Removes a stream and its index entries.
-    fn remove(&self, id: u64, tasks: &[TaskId]) {
-        let mut state = self.lock();
-        state.streams.remove(&id);
-        state.unindex(id, tasks);
-    }
-
-    /// Removes some tasks of a stream from the index.
-    fn remove_tasks(&self, id: u64, tasks: &[TaskId]) {
-        self.lock().unindex(id, tasks);
-    }
-}
-
-impl RegistryState {
-    fn unindex(&mut self, id: u64, tasks: &[TaskId]) {
-        for task in tasks {
-            if let Some(streams) = self.by_task.get_mut(task) {
-                streams.remove(&id);
-                if streams.is_empty() {
-                    self.by_task.remove(task);
-                }
-            }
-        }
-    }
-}
-
-/// One changed task, shared by every stream it goes to.
-struct Change {
-    record: TaskRecord,
-    /// The DetailedTask JSON, written by the first stream that needs it.
-    detailed: OnceLock<Option<Bytes>>,
-}
-
-impl Change {
-    fn new(record: TaskRecord) -> Self {
-        Change {
-            record,
-            detailed: OnceLock::new(),
-        }
-    }
-
-    fn detailed(&self) -> Option<&Bytes> {
-        self.detailed
-            .get_or_init(
-                || match serde_json::to_vec(&self.record.to_detailed_json()) {
-                    Ok(json) => Some(Bytes::from(json)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not serialize a task notification");
-                        None
-                    }
-                },
-            )
-            .as_ref()
-    }
-}
-
-/// One stream's mailbox: per named task, at most one state waiting to be written.
-struct Slot {
-    principal: Option<Principal>,
-    state: Mutex<SlotState>,
-}
-
-struct SlotState {
-    tasks: HashMap<TaskId, TaskSlot>,
-    /// Tasks with a pending state, oldest first.
-    order: VecDeque<TaskId>,
-    waker: Option<Waker>,
-    closed: bool,
-}
-
-#[derive(Default)]
-struct TaskSlot {
-    pending: Option<Arc<Change>>,
-    /// The newest revision queued or written, so that a late, older state is
-    /// never written after a newer one.
-    revision: Option<u64>,
-}
-
-impl Slot {
-    fn lock(&self) -> MutexGuard<'_, SlotState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn offer(&self, change: &Arc<Change>) {
-        let record = &change.record;
-        let waker = {
-            let mut state = self.lock();
-            let state = &mut *state;
-            if state.closed {
-                return;
-            }
-            let Some(task) = state.tasks.get_mut(&record.id) else {
-                return;
-            };
-            if task.revision.is_some_and(|r| record.revision <= r) {
-                return;
-            }
-            task.revision = Some(record.revision);
-            if task.pending.replace(change.clone()).is_none() {
-                state.order.push_back(record.id);
-            }
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
-    /// Takes every pending state, oldest first; with none, keeps `waker` to be woken
-    /// by the next one.
-    fn take_or_wait(&self, waker: &Waker) -> Option<Vec<Arc<Change>>> {
-        let mut state = self.lock();
-        let state = &mut *state;
-        if state.order.is_empty() {
-            match &state.waker {
-                Some(w) if w.will_wake(waker) => {}
-                _ => state.waker = Some(waker.clone()),
-            }
-            return None;
-        }
-        let mut out = Vec::with_capacity(state.order.len());
-        while let Some(task) = state.order.pop_front() {
-            if let Some(record) = state.tasks.get_mut(&task).and_then(|t| t.pending.take()) {
-                out.push(record);
-            }
-        }
-        Some(out)
-    }
-}
-
-/// A registered stream; dropping it removes the stream from the registry.
-pub(crate) struct Subscription {
-    registry: Arc<Registry>,
-    id: u64,
-    tasks: Vec<TaskId>,
-    slot: Arc<Slot>,
-}
-
-impl Subscription {
-    /// Keeps only `tasks` (the agreed ids), dropping any other id and its pending
-    /// state.
-    pub(crate) fn retain(&mut self, tasks: &[TaskId]) {
-        let keep: HashSet<&TaskId> = tasks.iter().collect();
-        let dropped: Vec<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|t| !keep.contains(t))
-            .copied()
-            .collect();
-        if dropped.is_empty() {
-            return;
-        }
-        self.registry.remove_tasks(self.id, &dropped);
-        self.tasks.retain(|t| keep.contains(t));
-        let mut state = self.slot.lock();
-        for task in &dropped {
-            state.tasks.remove(task);
-        }
-        let state = &mut *state;
-        let tasks = &state.tasks;
-        state.order.retain(|t| tasks.contains_key(t));
-    }
-
-    fn close(&mut self) {
-        self.slot.lock().closed = true;
-        self.registry.remove(self.id, &self.tasks);
-        self.tasks.clear();
-    }
-}
-
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        self.registry.remove(self.id, &self.tasks);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Wake;
+    use std::sync::Arc;
+    use std::task::Waker;
 
-    struct Count(std::sync::atomic::AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
+    use crate::notify::registry::Registry;
+    use crate::task::{Principal, TaskRecord};
 
     fn record(id: TaskId, owner: Option<&str>, revision: u64, message: &str) -> TaskRecord {
-        let mut r = TaskRecord::new(id, owner.map(Principal::from), Timestamp(1));
+        let mut r = TaskRecord::new(id, owner.map(Principal::from), Timestamp::from_millis(1));
         r.revision = revision;
         r.status_message = Some(message.into());
         r
-    }
-
-    #[test]
-    fn a_stream_keeps_only_the_newest_state_per_task() {
-        let registry = Arc::new(Registry::default());
-        let (a, b) = (TaskId::random(), TaskId::random());
-        let sub = registry.register(None, &[a, b]);
-        for revision in 1..=10_000 {
-            registry.deliver(&record(a, None, revision, &revision.to_string()));
-            registry.deliver(&record(b, None, revision, "b"));
-            assert!(registry.pending_counts().iter().all(|&n| n <= 2));
-        }
-        // A late, older state never overtakes a newer one.
-        registry.deliver(&record(a, None, 3, "stale"));
-        let counter = Arc::new(Count(0.into()));
-        let waker = Waker::from(counter.clone());
-        let taken = sub.slot.take_or_wait(&waker).unwrap();
-        assert_eq!(taken.len(), 2);
-        assert_eq!(taken[0].record.id, a);
-        assert_eq!(taken[0].record.status_message.as_deref(), Some("10000"));
-        assert!(sub.slot.take_or_wait(&waker).is_none());
-        registry.deliver(&record(a, None, 10_000, "again"));
-        assert!(
-            sub.slot.take_or_wait(&waker).is_none(),
-            "same revision twice"
-        );
-        registry.deliver(&record(b, None, 10_001, "b"));
-        assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn delivery_follows_ownership() {
-        let registry = Arc::new(Registry::default());
-        let task = TaskId::random();
-        let alice = registry.register(Some(Principal::from("alice")), &[task]);
-        let bob = registry.register(Some(Principal::from("bob")), &[task]);
-        let anonymous = registry.register(None, &[task]);
-        let waker = Waker::noop();
-        registry.deliver(&record(task, Some("alice"), 1, "x"));
-        assert_eq!(alice.slot.take_or_wait(waker).map(|v| v.len()), Some(1));
-        assert!(bob.slot.take_or_wait(waker).is_none());
-        assert!(anonymous.slot.take_or_wait(waker).is_none());
-        registry.deliver(&record(task, None, 2, "x"));
-        assert!(alice.slot.take_or_wait(waker).is_none());
-        assert_eq!(anonymous.slot.take_or_wait(waker).map(|v| v.len()), Some(1));
-    }
-
-    #[test]
-    fn dropping_and_narrowing_deregister() {
-        let registry = Arc::new(Registry::default());
-        let (kept, dropped) = (TaskId::random(), TaskId::random());
-        let mut sub = registry.register(None, &[kept, dropped]);
-        registry.deliver(&record(dropped, None, 1, "x"));
-        sub.retain(&[kept]);
-        assert_eq!(registry.pending_counts(), vec![0]);
-        assert!(!registry.lock().by_task.contains_key(&dropped));
-        registry.deliver(&record(dropped, None, 2, "x"));
-        assert_eq!(registry.pending_counts(), vec![0]);
-        assert_eq!(registry.stream_count(), 1);
-        drop(sub);
-        assert_eq!(registry.stream_count(), 0);
-        assert!(registry.lock().by_task.is_empty());
     }
 
     fn body(rest: &[u8]) -> ListenBody {
@@ -861,13 +528,13 @@ mod tests {
         let mut b = body(b"data: {\"a\":1}\n\ndata: {\"b\"");
         assert_eq!(&b.whole_events().unwrap()[..], b"data: {\"a\":1}\n\n");
         assert!(b.whole_events().is_none());
-        b.partial.extend_from_slice(b":2}\r\n");
+        b.events.push(b":2}\r\n");
         assert!(b.whole_events().is_none());
-        b.partial.extend_from_slice(b"\r\n: c\n");
+        b.events.push(b"\r\n: c\n");
         assert_eq!(&b.whole_events().unwrap()[..], b"data: {\"b\":2}\r\n\r\n");
-        b.partial.extend_from_slice(b"\n");
+        b.events.push(b"\n");
         assert_eq!(&b.whole_events().unwrap()[..], b": c\n\n");
-        assert!(b.partial.is_empty());
+        assert_eq!(b.events.buffered(), 0);
     }
 
     #[test]
@@ -875,10 +542,10 @@ mod tests {
         let mut b = body(b"");
         b.stream.subscription_id = json!("a \"quoted\"\nid");
         let task = TaskId::random();
-        b.stream.subscription = b.stream.subscription.registry.register(None, &[task]);
+        b.stream.subscription = b.stream.subscription.registry().register(None, &[task]);
         let mut r = record(task, None, 1, "hi");
         r.result = Some(json!({"content": []}));
-        b.stream.subscription.registry.deliver(&r);
+        b.stream.subscription.registry().deliver(&r);
         let bytes = b
             .notifications(&mut Context::from_waker(Waker::noop()))
             .unwrap();

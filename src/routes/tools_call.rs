@@ -1,28 +1,101 @@
-//! The body of a `tools/call` answered over SSE while the call may still become a
-//! task: events stream through as they arrive, and only the final response waits for
-//! the decision.
+//! `tools/call` for a handler that may make a task: the inner service answers, and a
+//! task outcome (through the request's `TaskContext` or on the response) becomes a
+//! stored task and a `CreateTaskResult`. An SSE answer streams through while the
+//! decision waits for its response event.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use http::{Request, Response, header};
 use http_body::{Body, Frame};
+use http_body_util::BodyExt as _;
 use serde_json::Value;
+use tower_service::Service;
 
-use crate::body::BoxBody;
+use super::{Reply, reply};
+use crate::body::{BoxBody, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskSpec};
+use crate::engine::Engine;
 use crate::error::BoxError;
-use crate::jsonrpc::result_response;
-use crate::shared::Shared;
-use crate::sse;
 use crate::store::BoxFuture;
 use crate::task::Principal;
+use crate::wire::sse::{self, Splitter};
+use crate::wire::{RpcError, result_response};
+
+/// Forwards a `tools/call`; if the handler asked for a task, stores it and answers
+/// with a `CreateTaskResult` in place of the inner response.
+pub(crate) async fn call<S, B, ResBody>(
+    engine: &Arc<Engine>,
+    mut inner: S,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    id: Option<&Value>,
+    context: TaskContext,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let owner = engine.principal(&parts);
+    parts.extensions.insert(context.clone());
+    let response = inner
+        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .await?;
+    let (mut head, body) = response.into_parts();
+    let spec_on_response = head.extensions.remove::<TaskSpec>();
+    if !context.is_open() {
+        if spec_on_response.is_some() {
+            tracing::warn!("a tool answered with a task where none may be made; answering -32603");
+            return Ok(reply(RpcError::internal_error(), id));
+        }
+        return Ok(Response::from_parts(head, ResponseBody::inner(body)));
+    }
+    if sse::is_event_stream(&head.headers) {
+        // The head came before the handler finished: stream its events through and
+        // hold back only the response until the handler's choice is known.
+        head.headers.remove(header::CONTENT_LENGTH);
+        let decision = Decision {
+            engine: engine.clone(),
+            context,
+            spec: spec_on_response,
+            owner,
+            id: id.cloned(),
+        };
+        let body = DecidingBody::new(Box::pin(body.map_err(Into::into)), decision);
+        return Ok(Response::from_parts(
+            head,
+            ResponseBody::boxed(Box::pin(body)),
+        ));
+    }
+    // A JSON answer is the handler's last word: read it before deciding.
+    let read = match read_up_to(body, engine.config.max_response_bytes).await {
+        Ok(read) => read,
+        Err(e) => {
+            let e: BoxError = e.into();
+            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            return Ok(reply(RpcError::internal_error(), id));
+        }
+    };
+    let Some(spec) = spec_on_response.or_else(|| context.take()) else {
+        return Ok(Response::from_parts(head, read.into_body()));
+    };
+    drop(read);
+    match engine.create_task(owner, spec).await {
+        Ok(task) => {
+            let result = engine.create_task_result(&task);
+            Ok(result_response(id, result).map(ResponseBody::full))
+        }
+        Err(e) => Ok(reply(e, id)),
+    }
+}
 
 /// What it takes to turn the call into a task once its response arrives.
 pub(crate) struct Decision {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) engine: Arc<Engine>,
     pub(crate) context: TaskContext,
     /// A spec the inner service put on its response head (way 2).
     pub(crate) spec: Option<TaskSpec>,
@@ -36,12 +109,12 @@ impl Decision {
     fn into_task_event(self) -> Option<BoxFuture<'static, Bytes>> {
         let spec = self.spec.or_else(|| self.context.take())?;
         let Decision {
-            shared, owner, id, ..
+            engine, owner, id, ..
         } = self;
         Some(Box::pin(async move {
-            let message = match shared.create_task(owner, spec).await {
+            let message = match engine.create_task(owner, spec).await {
                 Ok(task) => {
-                    result_response(id.as_ref(), shared.create_task_result(&task)).into_body()
+                    result_response(id.as_ref(), engine.create_task_result(&task)).into_body()
                 }
                 Err(e) => e.to_body(id.as_ref()),
             };
@@ -54,8 +127,8 @@ impl Decision {
 /// layer knows whether the call became a task.
 pub(crate) struct DecidingBody {
     inner: Option<BoxBody>,
-    /// Bytes of an event not yet complete.
-    partial: BytesMut,
+    /// The inner stream, cut into whole events.
+    events: Splitter,
     /// Bytes ready for the client, in order.
     ready: VecDeque<Bytes>,
     decision: Option<Decision>,
@@ -67,46 +140,30 @@ impl DecidingBody {
     pub(crate) fn new(inner: BoxBody, decision: Decision) -> Self {
         DecidingBody {
             inner: Some(inner),
-            partial: BytesMut::new(),
+            events: Splitter::new(),
             ready: VecDeque::new(),
             decision: Some(decision),
             creating: None,
         }
     }
 
-    /// Moves whole events from `partial` to `ready`, stopping at the response if the
-    /// call turns out to be a task.
+    /// Moves whole events to `ready`, stopping at the response if the call turns
+    /// out to be a task.
     fn take_whole_events(&mut self) {
-        let events = sse::events(&self.partial);
-        let Some(end) = events.last().map(|e| e.range.end) else {
-            return;
-        };
-        let chunk = self.partial.split_to(end).freeze();
-        if self.decision.is_some() {
-            for event in &events {
-                let is_response = event
-                    .data
-                    .as_deref()
-                    .and_then(|d| serde_json::from_str::<Value>(d).ok())
-                    .is_some_and(|m| sse::is_response(&m));
-                if !is_response {
-                    continue;
-                }
+        while let Some(event) = self.events.next_event() {
+            let is_response = || event.json().is_some_and(|m| sse::is_response(&m));
+            if self.decision.is_some() && is_response() {
                 let task = self.decision.take().and_then(Decision::into_task_event);
                 if let Some(task) = task {
-                    if event.range.start > 0 {
-                        self.ready.push_back(chunk.slice(..event.range.start));
-                    }
                     // The rest belonged to the answer the task replaces.
                     self.creating = Some(task);
                     self.inner = None;
-                    self.partial.clear();
+                    self.events = Splitter::new();
                     return;
                 }
-                break;
             }
+            self.ready.push_back(event.raw);
         }
-        self.ready.push_back(chunk);
     }
 }
 
@@ -135,15 +192,16 @@ impl Body for DecidingBody {
             match ready!(inner.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        this.partial.extend_from_slice(&data);
+                        this.events.push(&data);
                         this.take_whole_events();
                     }
                 }
                 Some(Err(e)) => return Poll::Ready(Some(Err(e))),
                 None => {
                     this.inner = None;
-                    if !this.partial.is_empty() {
-                        this.ready.push_back(this.partial.split().freeze());
+                    let rest = this.events.take_rest();
+                    if !rest.is_empty() {
+                        this.ready.push_back(rest);
                     }
                     if this
                         .decision

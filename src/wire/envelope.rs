@@ -1,96 +1,15 @@
-//! Wire types and checks for the modern (2026-07-28) Streamable HTTP envelope.
+//! The modern (2026-07-28) request envelope: parsing only what the layer needs, and
+//! the validation order of the specification.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, StatusCode};
+use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::error::{EXTENSION_ID, RpcError, json_response};
-
-/// The protocol revision this crate implements.
-pub const PROTOCOL_VERSION: &str = "2026-07-28";
-/// Modern protocol versions the layer accepts.
-pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
-const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
-
-/// `_meta` key carrying the protocol version of a request.
-pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
-/// `_meta` key carrying the client capabilities of a request.
-pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
-/// `_meta` key carrying `serverInfo` on results.
-pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
-/// `_meta` key carrying the subscription id on listen-stream notifications.
-pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
-
-pub(crate) const HEADER_PROTOCOL_VERSION: HeaderName =
-    HeaderName::from_static("mcp-protocol-version");
-pub(crate) const HEADER_METHOD: HeaderName = HeaderName::from_static("mcp-method");
-pub(crate) const HEADER_NAME: HeaderName = HeaderName::from_static("mcp-name");
-pub(crate) const HEADER_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-
-/// The methods the layer itself handles or inspects; everything else passes through.
-pub(crate) fn is_owned_method(method: &str) -> bool {
-    owns(method.as_bytes())
-}
-
-/// [`is_owned_method`] on raw header bytes, with no UTF-8 check on the fast path.
-fn owns(method: &[u8]) -> bool {
-    matches!(
-        method,
-        b"tasks/get"
-            | b"tasks/update"
-            | b"tasks/cancel"
-            | b"tasks/list"
-            | b"tasks/result"
-            | b"tools/call"
-            | b"server/discover"
-            | b"subscriptions/listen"
-    )
-}
-
-fn is_legacy_version(value: &[u8]) -> bool {
-    let value = value.trim_ascii();
-    LEGACY_VERSIONS.iter().any(|v| v.as_bytes() == value)
-}
-
-/// What the headers alone say about a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HeaderRoute {
-    /// Legacy-era traffic: leave it alone.
-    Legacy,
-    /// A modern method the layer does not own: forward without reading the body.
-    Passthrough,
-    /// The body must be read to decide.
-    Inspect,
-}
-
-/// Decides from headers only, without touching the body.
-///
-/// `Mcp-Method` comes first: a modern request for a method the layer does not own
-/// passes after a single header lookup, and one for a method it owns is read, so the
-/// body decides its era (only modern clients send the header). Without it, a session
-/// id or a legacy version header marks legacy traffic.
-pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> HeaderRoute {
-    if method != http::Method::POST {
-        return HeaderRoute::Passthrough;
-    }
-    if let Some(m) = headers.get(HEADER_METHOD) {
-        return match owns(m.as_bytes().trim_ascii()) {
-            true => HeaderRoute::Inspect,
-            false => HeaderRoute::Passthrough,
-        };
-    }
-    let legacy = headers.contains_key(HEADER_SESSION_ID)
-        || headers
-            .get(HEADER_PROTOCOL_VERSION)
-            .is_some_and(|v| is_legacy_version(v.as_bytes()));
-    match legacy {
-        true => HeaderRoute::Legacy,
-        false => HeaderRoute::Inspect,
-    }
-}
+use super::headers::{header_value, is_legacy_version};
+use super::{
+    EXTENSION_ID, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+    META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, RpcError, SUPPORTED_VERSIONS,
+};
 
 /// A parsed JSON-RPC request (only what the layer needs).
 #[derive(Debug)]
@@ -151,13 +70,13 @@ impl Envelope {
     /// Legacy by the dual-era rule: a session id, or no `_meta` and a version header
     /// that is missing or names a legacy version.
     pub(crate) fn is_legacy(&self, headers: &HeaderMap) -> bool {
-        if headers.contains_key(HEADER_SESSION_ID) {
+        if headers.contains_key(MCP_SESSION_ID) {
             return true;
         }
         if self.meta().is_some() {
             return false;
         }
-        match headers.get(HEADER_PROTOCOL_VERSION) {
+        match headers.get(MCP_PROTOCOL_VERSION) {
             None => true,
             Some(v) => is_legacy_version(v.as_bytes()),
         }
@@ -166,7 +85,7 @@ impl Envelope {
     /// Runs steps 1–5 of the validation order on a modern request, returning whether
     /// it declared the tasks extension.
     pub(crate) fn validate(&self, headers: &HeaderMap) -> Result<Declared, RpcError> {
-        let Some(header_version) = headers.get(HEADER_PROTOCOL_VERSION) else {
+        let Some(header_version) = headers.get(MCP_PROTOCOL_VERSION) else {
             return Err(RpcError::header_mismatch(
                 "Missing MCP-Protocol-Version header",
             ));
@@ -193,7 +112,7 @@ impl Envelope {
                 version,
             ));
         }
-        match header_value(headers, HEADER_METHOD) {
+        match header_value(headers, MCP_METHOD) {
             Some(Ok(m)) if m == self.method => {}
             _ => {
                 return Err(RpcError::header_mismatch(
@@ -202,7 +121,7 @@ impl Envelope {
             }
         }
         if let Some(expected) = self.expected_name() {
-            match header_value(headers, HEADER_NAME) {
+            match header_value(headers, MCP_NAME) {
                 Some(Ok(name)) if name == expected => {}
                 _ => {
                     return Err(RpcError::header_mismatch(
@@ -235,47 +154,13 @@ impl Envelope {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Declared(pub(crate) bool);
 
-/// A standard header's value: trimmed, with `=?base64?…?=` decoded. `Err` when it
-/// is malformed.
-pub(crate) fn header_value(headers: &HeaderMap, name: HeaderName) -> Option<Result<String, ()>> {
-    let raw = headers.get(name)?;
-    let text = match std::str::from_utf8(raw.as_bytes()) {
-        Ok(t) => t.trim(),
-        Err(_) => return Some(Err(())),
-    };
-    if let Some(encoded) = text
-        .strip_prefix("=?base64?")
-        .and_then(|t| t.strip_suffix("?="))
-    {
-        return Some(
-            STANDARD
-                .decode(encoded)
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or(()),
-        );
-    }
-    Some(Ok(text.to_owned()))
-}
-
-/// A JSON-RPC success response with the layer's result.
-pub(crate) fn result_response(
-    id: Option<&Value>,
-    result: Map<String, Value>,
-) -> http::Response<Bytes> {
-    let mut body = Map::with_capacity(3);
-    body.insert("jsonrpc".into(), Value::String("2.0".into()));
-    body.insert("id".into(), id.cloned().unwrap_or(Value::Null));
-    body.insert("result".into(), Value::Object(result));
-    json_response(
-        StatusCode::OK,
-        Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::PROTOCOL_VERSION;
+    use crate::wire::headers::{HeaderRoute, route_by_headers};
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
     use http::HeaderValue;
     use serde_json::json;
 
@@ -300,35 +185,6 @@ mod tests {
             params[k] = v.clone();
         }
         envelope(json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}))
-    }
-
-    #[test]
-    fn fast_path_decides_from_headers() {
-        let post = http::Method::POST;
-        assert_eq!(
-            route_by_headers(&post, &headers(&[("mcp-method", "tools/list")])),
-            HeaderRoute::Passthrough
-        );
-        assert_eq!(
-            route_by_headers(&post, &headers(&[("mcp-method", " tasks/get ")])),
-            HeaderRoute::Inspect
-        );
-        assert_eq!(
-            route_by_headers(&post, &headers(&[("mcp-session-id", "abc")])),
-            HeaderRoute::Legacy
-        );
-        assert_eq!(
-            route_by_headers(&post, &headers(&[("mcp-protocol-version", "2025-11-25")])),
-            HeaderRoute::Legacy
-        );
-        assert_eq!(
-            route_by_headers(&post, &HeaderMap::new()),
-            HeaderRoute::Inspect
-        );
-        assert_eq!(
-            route_by_headers(&http::Method::GET, &HeaderMap::new()),
-            HeaderRoute::Passthrough
-        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! so hyper dropping it on a disconnect never touches work that became a task.
 //!
 //! Stopping is dropping: `tasks/cancel` aborts the runner through
-//! [`Shared::changed`](crate::shared::Shared), which drops the inner call's future,
+//! [`Engine::changed`](crate::engine::Engine), which drops the inner call's future,
 //! and the TTL margin drops it from inside the runner.
 
 use std::future::{Future, poll_fn};
@@ -26,16 +26,15 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tower_service::Service;
 
+use super::{Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
-use crate::context::{AUTO_EXPIRY_MARGIN, TaskContext, TaskRefused, TaskSpec};
-use crate::error::{BoxError, EXTENSION_ID, RpcError};
-use crate::jsonrpc::{META_CLIENT_CAPABILITIES, result_response};
-use crate::service::{Reply, reply};
-use crate::shared::Shared;
-use crate::sse;
-use crate::task::{
-    ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition, TransitionError,
-};
+use crate::context::{TaskContext, TaskRefused, TaskSpec};
+use crate::defaults::AUTO_EXPIRY_MARGIN;
+use crate::engine::Engine;
+use crate::error::BoxError;
+use crate::error::TransitionError;
+use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, RpcError, result_response, sse};
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
 const MAX_INPUT_ROUNDS: u32 = 64;
@@ -43,7 +42,7 @@ const MAX_INPUT_ROUNDS: u32 = 64;
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
 /// declared the extension. `inner` must be ready (polled).
 pub(crate) async fn call<S, B, ResBody>(
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     inner: S,
     parts: http::request::Parts,
     bytes: Bytes,
@@ -58,7 +57,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let owner = shared.principal(&parts);
+    let owner = engine.principal(&parts);
     let Some(call) = Call::new(parts, &bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
@@ -66,7 +65,7 @@ where
     let (go_tx, go_rx) = oneshot::channel();
     let (me_tx, me_rx) = oneshot::channel();
     let runner = Runner {
-        shared,
+        engine,
         spare: inner.clone(),
         call,
         id: id.clone(),
@@ -85,7 +84,7 @@ where
     };
     answer.unwrap_or_else(|_| {
         tracing::error!("an auto task runner ended without an answer; answering -32603");
-        Ok(reply(RpcError::internal("Internal error"), id.as_ref()))
+        Ok(reply(RpcError::internal_error(), id.as_ref()))
     })
 }
 
@@ -223,7 +222,7 @@ where
                 tracing::warn!(
                     "a tool answered with a task where none may be made; answering -32603"
                 );
-                return Ok(reply(RpcError::internal("Internal error"), id));
+                return Ok(reply(RpcError::internal_error(), id));
             }
             Ok(Response::from_parts(head, ResponseBody::full(bytes)))
         }
@@ -231,7 +230,7 @@ where
             head,
             ResponseBody::prefixed(prefix, rest),
         )),
-        Exchange::Broken => Ok(reply(RpcError::internal("Internal error"), id)),
+        Exchange::Broken => Ok(reply(RpcError::internal_error(), id)),
         Exchange::Failed(e) => Err(e),
     }
 }
@@ -305,24 +304,26 @@ fn stop_at(record: &TaskRecord) -> Option<tokio::time::Instant> {
     let ttl = record.ttl_ms?;
     let margin = (ttl / 4).min(AUTO_EXPIRY_MARGIN.as_millis() as u64);
     let stop = record.created_at.plus_ms(ttl - margin);
-    let left = stop.0.saturating_sub(Timestamp::now().0);
+    let left = stop
+        .as_millis()
+        .saturating_sub(Timestamp::now().as_millis());
     Some(tokio::time::Instant::now() + Duration::from_millis(left))
 }
 
 /// Forgets the runner's abort handle however the runner ends.
 struct Registered {
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     task: TaskId,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.shared.forget_runner(&self.task);
+        self.engine.forget_runner(&self.task);
     }
 }
 
 struct Runner<S> {
-    shared: Arc<Shared>,
+    engine: Arc<Engine>,
     /// An unpolled clone for the MRTR retries (made ready before each use).
     spare: S,
     call: Call,
@@ -343,7 +344,7 @@ impl<S> Runner<S> {
         ResBody: Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Into<BoxError>,
     {
-        let cap = self.shared.config.max_response_bytes;
+        let cap = self.engine.config.max_response_bytes;
         let first = exchange(inner, self.call.request(&self.call.message), cap);
         tokio::pin!(first);
         let done = tokio::select! {
@@ -361,7 +362,7 @@ impl<S> Runner<S> {
             return;
         }
         let record = match self
-            .shared
+            .engine
             .create_task(self.owner.clone(), TaskSpec::new())
             .await
         {
@@ -373,18 +374,18 @@ impl<S> Runner<S> {
         };
         let task = record.id;
         let _registered = Registered {
-            shared: self.shared.clone(),
+            engine: self.engine.clone(),
             task,
         };
         if let Ok(me) = me.await {
-            self.shared.register_runner(task, me);
+            self.engine.register_runner(task, me);
         }
-        let created = self.shared.create_task_result(&record);
+        let created = self.engine.create_task_result(&record);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
         if answer.send(Ok(handle)).is_err() {
             // The client left before it learned the id: no one can reach the task.
             let _ = self
-                .shared
+                .engine
                 .update(&task, Scope::Any, &Transition::Cancel)
                 .await;
             return;
@@ -424,7 +425,7 @@ impl<S> Runner<S> {
         ResBody: Body<Data = Bytes>,
         ResBody::Error: Into<BoxError>,
     {
-        let cap = self.shared.config.max_response_bytes;
+        let cap = self.engine.config.max_response_bytes;
         let mut outcome = first.await;
         let mut round = 0u32;
         loop {
@@ -468,7 +469,7 @@ impl<S> Runner<S> {
                     requests,
                     message: None,
                 };
-                match self.shared.update(&task, Scope::Any, &ask).await {
+                match self.engine.update(&task, Scope::Any, &ask).await {
                     Ok(Some(updated)) => match updated.outcome {
                         Ok(_) => {}
                         Err(TransitionError::Terminal) => return,
@@ -501,7 +502,7 @@ impl<S> Runner<S> {
     /// Waits until no input request is outstanding; the answers collected so far.
     /// `None` when the task ended or vanished meanwhile.
     async fn answers(&mut self, task: TaskId) -> Option<Map<String, Value>> {
-        match self.shared.wait_for_answers(&task).await {
+        match self.engine.wait_for_answers(&task).await {
             Ok(answers) => Some(answers),
             Err(crate::TaskError::Store(e)) => {
                 tracing::error!(error = %e, "task store failed while waiting for input");
@@ -512,14 +513,14 @@ impl<S> Runner<S> {
     }
 
     async fn finish(&mut self, task: &TaskId, transition: Transition) {
-        match self.shared.update(task, Scope::Any, &transition).await {
+        match self.engine.update(task, Scope::Any, &transition).await {
             Ok(Some(updated)) => match updated.outcome {
                 // The client's cancel won the race: its state stands.
                 Ok(_) | Err(TransitionError::Terminal) => {}
                 Err(e) => {
                     tracing::warn!(error = ?e, "an auto task's final state was refused");
                     let fail = internal_fail("the tool's result could not be stored");
-                    let _ = self.shared.update(task, Scope::Any, &fail).await;
+                    let _ = self.engine.update(task, Scope::Any, &fail).await;
                 }
             },
             Ok(None) => {}

@@ -1,0 +1,52 @@
+//! Every default and every hard limit of the layer, with its value.
+//!
+//! | constant | value | what it bounds |
+//! |---|---|---|
+//! | [`MAX_ROWS`] | 10 000 | tasks one store holds (`with_max_rows`) |
+//! | [`TTL`] | 1 hour | lifetime of a task whose tool sets none |
+//! | [`MAX_TTL`] | 10 years | the longest lifetime accepted |
+//! | [`MAX_REQUEST_BYTES`] | 4 MiB | request bodies the layer reads |
+//! | [`MAX_RESPONSE_BYTES`] | 16 MiB | inner responses buffered to decide on a task |
+//! | [`MAX_LISTEN_TASK_IDS`] | 1 000 | task ids one `subscriptions/listen` may name |
+//! | [`KEEP_ALIVE`] | 15 s | keep-alive comments on idle listen streams |
+//! | [`MAX_KEEP_ALIVE`] | 1 hour | the longest keep-alive interval accepted |
+//! | [`JANITOR_INTERVAL`] | 60 s | time between janitor sweeps |
+//! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
+//! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
+//!
+//! ```
+//! use std::time::Duration;
+//! use mcp_tasks::defaults;
+//!
+//! assert_eq!(defaults::TTL, Duration::from_secs(3600));
+//! assert_eq!(defaults::MAX_ROWS, 10_000);
+//! ```
+
+use std::time::Duration;
+
+/// Most tasks a store holds (10 000): a client looping a task-making tool cannot
+/// grow it without bound.
+pub const MAX_ROWS: usize = 10_000;
+/// Lifetime of a task whose tool sets none (1 hour).
+pub const TTL: Duration = Duration::from_secs(3600);
+/// The longest task lifetime accepted (10 years); longer ones are refused (use an
+/// unlimited TTL instead).
+pub const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+/// Largest request body the layer reads for the methods it inspects (4 MiB).
+pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Largest inner response buffered while deciding whether a call became a task
+/// (16 MiB); a larger one streams through unchanged.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Most task ids one `subscriptions/listen` may name (1 000).
+pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
+/// Interval between keep-alive comments on an idle listen stream (15 s).
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// The longest keep-alive interval accepted (1 hour).
+pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(3600);
+/// How often the janitor sweeps (60 s).
+pub const JANITOR_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a terminal task without a TTL is kept (1 hour).
+pub const RETENTION: Duration = Duration::from_secs(3600);
+/// The longest margin before its TTL at which a running
+/// [`TaskMode::Auto`](crate::TaskMode::Auto) task is stopped and marked `failed` (5 s).
+pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);

@@ -1,0 +1,65 @@
+//! The routes the layer owns, one file each, and what they share: handing a read
+//! request to the inner service, and answering with a JSON-RPC error.
+//!
+//! | method | file |
+//! |---|---|
+//! | `tasks/get`, `tasks/update`, `tasks/cancel` | `tasks.rs` |
+//! | `tools/call` (a handler's task) | `tools_call.rs` |
+//! | `tools/call` (`TaskMode::Auto`) | `auto.rs` |
+//! | `server/discover` | `discover.rs` |
+//! | `subscriptions/listen` | `listen.rs` |
+
+use bytes::Bytes;
+use http::{Request, Response};
+use serde_json::Value;
+use tower_service::Service;
+
+use crate::body::{RequestBody, ResponseBody};
+use crate::context::TaskSpec;
+use crate::wire::RpcError;
+
+pub(crate) mod auto;
+pub(crate) mod discover;
+pub(crate) mod listen;
+pub(crate) mod tasks;
+pub(crate) mod tools_call;
+
+/// What the layer's own routes resolve to.
+pub(crate) type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
+
+/// A JSON-RPC error response written by the layer.
+pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+    error.to_response(id).map(ResponseBody::full)
+}
+
+/// Hands a request the layer has read to the inner service, unchanged.
+pub(crate) async fn forward<S, B, ResBody>(
+    mut inner: S,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    id: Option<&Value>,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+{
+    let response = inner
+        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .await?;
+    Ok(refuse_stray_task(response, id))
+}
+
+/// A task outcome outside a `tools/call` the layer inspected (another method, the
+/// legacy era, the extension switched off) is logged and answered -32603, echoing
+/// the request id when the layer read it (`null` on the header-only fast path).
+pub(crate) fn refuse_stray_task<B>(
+    mut response: Response<B>,
+    id: Option<&serde_json::Value>,
+) -> Response<ResponseBody<B>> {
+    if response.extensions_mut().remove::<TaskSpec>().is_none() {
+        return response.map(ResponseBody::inner);
+    }
+    tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
+    RpcError::internal_error()
+        .to_response(id)
+        .map(ResponseBody::full)
+}

@@ -1,0 +1,136 @@
+//! The change feed: ids of tasks that other nodes changed, from a shared store to
+//! each layer over it.
+
+use std::fmt;
+
+use tokio::sync::broadcast;
+
+use crate::task::TaskId;
+
+/// Capacity a store gives its feed when it has no reason to choose another.
+pub const FEED_CAPACITY: usize = 4_096;
+
+/// What a [`ChangeFeed`] delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FeedEvent {
+    /// Another node changed this task: re-read it.
+    Changed(TaskId),
+    /// The receiver fell behind and this many ids were dropped: whatever waits on
+    /// a task must re-read it.
+    Missed(u64),
+}
+
+/// The sending side of a change feed, held by a shared store; every
+/// [`ChangeFeed`] it hands out receives each id sent after it subscribed.
+///
+/// ```
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::store::{ChangeSender, FeedEvent};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let sender = ChangeSender::new(16);
+/// let mut feed = sender.subscribe();
+/// let id = TaskId::random();
+/// sender.send(id);
+/// assert_eq!(feed.recv().await, Some(FeedEvent::Changed(id)));
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct ChangeSender {
+    sender: broadcast::Sender<TaskId>,
+}
+
+impl ChangeSender {
+    /// A sender whose feeds each buffer up to `capacity` ids (at least one); a
+    /// feed that falls further behind gets [`FeedEvent::Missed`].
+    pub fn new(capacity: usize) -> Self {
+        ChangeSender {
+            sender: broadcast::channel(capacity.max(1)).0,
+        }
+    }
+
+    /// Announces a change to every feed; nothing happens when there is none.
+    pub fn send(&self, id: TaskId) {
+        let _ = self.sender.send(id);
+    }
+
+    /// A new feed, receiving every id sent from now on.
+    pub fn subscribe(&self) -> ChangeFeed {
+        ChangeFeed {
+            receiver: self.sender.subscribe(),
+        }
+    }
+
+    /// How many feeds are open.
+    pub fn feed_count(&self) -> usize {
+        self.sender.receiver_count()
+    }
+}
+
+impl Default for ChangeSender {
+    fn default() -> Self {
+        Self::new(FEED_CAPACITY)
+    }
+}
+
+impl fmt::Debug for ChangeSender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChangeSender")
+            .field("feeds", &self.feed_count())
+            .finish()
+    }
+}
+
+/// A feed of the tasks other nodes changed, from [`TaskStore::subscribe`](super::TaskStore::subscribe).
+///
+/// ```
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::store::{ChangeSender, FeedEvent};
+///
+/// let sender = ChangeSender::new(1);
+/// let mut feed = sender.subscribe();
+/// sender.send(TaskId::random());
+/// sender.send(TaskId::random());
+/// assert_eq!(feed.try_recv(), Some(FeedEvent::Missed(1)));
+/// assert!(matches!(feed.try_recv(), Some(FeedEvent::Changed(_))));
+/// assert_eq!(feed.try_recv(), None);
+/// ```
+pub struct ChangeFeed {
+    receiver: broadcast::Receiver<TaskId>,
+}
+
+impl ChangeFeed {
+    /// The next event; `None` once the store closed the feed.
+    pub async fn recv(&mut self) -> Option<FeedEvent> {
+        match self.receiver.recv().await {
+            Ok(id) => Some(FeedEvent::Changed(id)),
+            Err(broadcast::error::RecvError::Lagged(n)) => Some(FeedEvent::Missed(n)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// Whether the store closed the feed (nothing more will arrive).
+    pub fn is_closed(&self) -> bool {
+        self.receiver.is_closed()
+    }
+
+    /// The next event if one is ready; `None` when none is (see
+    /// [`is_closed`](Self::is_closed) to tell a closed feed).
+    pub fn try_recv(&mut self) -> Option<FeedEvent> {
+        match self.receiver.try_recv() {
+            Ok(id) => Some(FeedEvent::Changed(id)),
+            Err(broadcast::error::TryRecvError::Lagged(n)) => Some(FeedEvent::Missed(n)),
+            Err(_) => None,
+        }
+    }
+}
+
+impl fmt::Debug for ChangeFeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChangeFeed")
+            .field("pending", &self.receiver.len())
+            .finish()
+    }
+}

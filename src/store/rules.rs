@@ -1,0 +1,124 @@
+//! The rules every store shares that are not I/O: the retention cutoff, the
+//! compare-and-swap retry loop of the shared stores, and their node tags.
+//! Visibility and retirement are methods of the record
+//! ([`TaskRecord::is_visible`], [`TaskRecord::retired_at`]).
+
+use std::time::Duration;
+
+use crate::task::Timestamp;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+use {
+    super::{BoxFuture, Updated},
+    crate::error::StoreError,
+    crate::task::{Applied, Scope, TaskId, TaskRecord, Transition},
+};
+
+/// How many times a shared store retries a compare-and-swap it keeps losing before
+/// it reports [`StoreError::Contention`].
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) const MAX_CAS_ATTEMPTS: u32 = 32;
+
+/// Terminal records without a TTL that retired before this time are evicted by a
+/// sweep at `now` keeping them for `retention`.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::store::{Timestamp, retention_cutoff};
+///
+/// let now = Timestamp::from_millis(10_000);
+/// assert_eq!(retention_cutoff(now, Duration::from_secs(4)), Timestamp::from_millis(6_000));
+/// assert_eq!(retention_cutoff(now, Duration::MAX), Timestamp::from_millis(0));
+/// ```
+pub fn retention_cutoff(now: Timestamp, retention: Duration) -> Timestamp {
+    now.minus_ms(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The outcome of one conditional write.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) enum Written {
+    /// The record was written.
+    Done,
+    /// The record is gone (expired or removed meanwhile).
+    Gone,
+    /// Another writer got there first; the current record when the backend
+    /// returned it with its refusal.
+    Lost(Option<Box<TaskRecord>>),
+}
+
+/// The two I/O steps of a compare-and-swap store.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) trait CompareAndSwap: Sync {
+    /// The record as stored, whatever its owner or expiry.
+    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// Writes `record` if the stored one still has revision `expected`.
+    fn write_if<'a>(
+        &'a self,
+        expected: u64,
+        record: &'a TaskRecord,
+    ) -> BoxFuture<'a, Result<Written, StoreError>>;
+}
+
+/// `TaskStore::update` on a compare-and-swap backend: read, check visibility, apply
+/// the pure state machine, write if the revision still matches; on a lost race back
+/// off and retry, at most [`MAX_CAS_ATTEMPTS`] times.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
+    backend: &B,
+    id: &TaskId,
+    scope: Scope<'_>,
+    transition: &Transition,
+    now: Timestamp,
+) -> Result<Option<Updated>, StoreError> {
+    let mut current = backend.read(id).await?;
+    for attempt in 0..MAX_CAS_ATTEMPTS {
+        let Some(mut record) = current.take() else {
+            return Ok(None);
+        };
+        if !record.is_visible(scope, now) {
+            return Ok(None);
+        }
+        let expected = record.revision;
+        let outcome = record.apply(transition, now);
+        if outcome != Ok(Applied::Changed) {
+            // Nothing to write: the answer holds for the revision just read.
+            return Ok(Some(Updated::new(record, outcome)));
+        }
+        match backend.write_if(expected, &record).await? {
+            Written::Done => return Ok(Some(Updated::new(record, outcome))),
+            Written::Gone => return Ok(None),
+            Written::Lost(fresh) => {
+                back_off(attempt).await;
+                current = match fresh {
+                    Some(fresh) => Some(*fresh),
+                    None => backend.read(id).await?,
+                };
+            }
+        }
+    }
+    Err(StoreError::Contention)
+}
+
+/// A random tag for one store instance, so that it can tell its own change
+/// announcements from other nodes'.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) fn node_id() -> String {
+    TaskId::random().as_bytes()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Spreads out writers that keep losing a compare-and-swap on one task: a yield for
+/// the first retries, then a random pause that grows with `attempt`.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+async fn back_off(attempt: u32) {
+    use rand::TryRng as _;
+    if attempt < 2 {
+        tokio::task::yield_now().await;
+        return;
+    }
+    let spread = 250u64 << attempt.min(4);
+    let jitter = rand::rngs::SysRng.try_next_u64().unwrap_or(0) % spread;
+    tokio::time::sleep(Duration::from_micros(1 + jitter)).await;
+}
