@@ -17,6 +17,9 @@
 //!
 //! Run with `cargo bench --bench layer`; BENCHMARKS.md explains the numbers.
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::hint::black_box;
@@ -33,9 +36,9 @@ use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::body::RequestBody;
 use mcp_tasks::error::BoxError;
 use mcp_tasks::store::{CreateLimits, Timestamp};
-use mcp_tasks::wire::{EXTENSION_ID, PROTOCOL_VERSION};
 use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
 use serde_json::json;
+use support::requests::Call;
 use tower::{Layer as _, Service, ServiceExt as _};
 
 /// The result every `tools/list` call answers with.
@@ -63,41 +66,18 @@ where
     Ok(response)
 }
 
-fn meta() -> serde_json::Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION_ID: {}}},
-    })
-}
-
-fn modern_request(method: &str, name: Option<&str>, body: Bytes) -> Request<Full<Bytes>> {
-    let mut builder = Request::post("http://127.0.0.1/mcp")
-        .header("host", "127.0.0.1")
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", PROTOCOL_VERSION)
-        .header("mcp-method", method);
-    if let Some(name) = name {
-        builder = builder.header("mcp-name", name);
-    }
-    builder.body(Full::new(body)).expect("a valid request")
-}
-
-fn tools_list_body() -> Bytes {
-    let body =
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
-    Bytes::from(serde_json::to_vec(&body).expect("serializable"))
+/// A modern request (the test harness's) with the host header a client sends.
+fn modern(call: Call<'_>) -> Call<'_> {
+    call.header("host", "127.0.0.1")
 }
 
 fn tasks_get_request(id: &str) -> Request<Full<Bytes>> {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": 7,
-        "method": "tasks/get",
-        "params": {"taskId": id, "_meta": meta()},
-    });
-    let body = Bytes::from(serde_json::to_vec(&body).expect("serializable"));
-    modern_request("tasks/get", Some(id), body)
+    modern(
+        Call::new("tasks/get")
+            .id(json!(7))
+            .params(json!({"taskId": id})),
+    )
+    .build()
 }
 
 /// Drives a future that never waits on anything (in-memory store, in-memory
@@ -143,8 +123,8 @@ where
 }
 
 fn pass_through(c: &mut Criterion) {
-    let body = tools_list_body();
-    let request = || modern_request("tools/list", None, body.clone());
+    let call = modern(Call::new("tools/list"));
+    let request = || call.build::<Full<Bytes>>();
 
     let mut bare = tower::service_fn(inner::<Full<Bytes>>);
     let layer = TasksLayer::builder(MemoryStore::new())
@@ -250,8 +230,8 @@ fn pass_through_rmcp(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a runtime");
-    let body = tools_list_body();
-    let request = || modern_request("tools/list", None, body.clone());
+    let call = modern(Call::new("tools/list"));
+    let request = || call.build::<Full<Bytes>>();
     let mut bare = rmcp_service();
     let layer = runtime.block_on(async {
         TasksLayer::builder(MemoryStore::new())

@@ -9,17 +9,17 @@
 //!
 //! Run with `cargo bench --bench notify`; `-- --quick` takes fewer samples.
 
-#[path = "../tests/listen_support/mod.rs"]
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
-use support::{ListenSupport, Server, builder};
+use support::fixtures::{ListenSupport, Server, listen_builder};
+use support::sse::EventReader;
 use tokio::sync::mpsc;
 
 const WARMUP: usize = 20;
@@ -52,12 +52,13 @@ fn micros(d: Duration) -> String {
 }
 
 async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples: usize) -> Row {
-    let server = Server::with(support, builder(Arc::new(MemoryStore::new()))).await;
+    let server =
+        Server::listening_with(support, listen_builder(Arc::new(MemoryStore::new()))).await;
     let client = server.client();
     let total = WARMUP + samples;
     let mut ids = Vec::with_capacity(total);
     for _ in 0..total {
-        ids.push(client.create_task(None).await);
+        ids.push(client.create_task_id("job", json!({}), None).await);
     }
     let index: Arc<HashMap<String, usize>> = Arc::new(
         ids.iter()
@@ -84,11 +85,10 @@ async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples
         readers.push(tokio::spawn(async move {
             // A lean reader: split whole events and pick out the task id, so that
             // the client's own parsing weighs little in the numbers.
-            let mut buf = BytesMut::new();
+            let mut events = EventReader::new();
             while let Some((chunk, at)) = listen.next_chunk_at().await {
-                buf.extend_from_slice(&chunk);
-                while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
-                    let event = buf.split_to(end + 2);
+                events.push(&chunk);
+                while let Some(event) = events.next_raw() {
                     if let Some(i) = task_of(&event, &index) {
                         let _ = tx.send((i, at));
                     }

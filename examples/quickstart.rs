@@ -1,235 +1,219 @@
-//! Quickstart: an rmcp server (protocol 2026-07-28, stateless Streamable HTTP)
-//! whose slow tools become tasks through `TasksLayer`.
+//! Quickstart: an rmcp server whose tools become MCP tasks, served with axum.
 //!
-//! ```text
-//! cargo run --example quickstart          # listens on MCP_ADDR, default 127.0.0.1:3000
+//! ```sh
+//! cargo run --example quickstart                          # http://127.0.0.1:3000/mcp
+//! MCP_ADDR=127.0.0.1:4000 cargo run --example quickstart  # another address
+//! RUST_LOG=trace cargo run --example quickstart           # default filter: info,mcp_tasks=debug
 //! ```
 //!
+//! The whole wiring, outermost first: `axum::serve` (with `TCP_NODELAY`), an
+//! `axum::Router` mounting `/mcp`, a demo bearer-auth middleware that inserts a
+//! [`Principal`], [`TasksLayer`], and rmcp's stateless Streamable HTTP service
+//! (protocol 2026-07-28).
+//!
 //! Tools:
-//! - `build {seconds}`: becomes a task when the client declared the extension,
-//!   reports progress every second and completes; runs synchronously otherwise.
-//! - `deploy {target}`: a task that asks the client to confirm mid-flight
+//! - `build {seconds}`: a task when the client declared the tasks extension, with a
+//!   progress message every second; otherwise it runs while the request waits.
+//! - `deploy {target}`: always a task; it asks the client to confirm mid-flight
 //!   (`input_required`), then completes with what the client answered.
 //!
-//! A demo auth layer in front makes `Authorization: Bearer <name>` the principal
-//! (no header is anonymous), so tasks are private to whoever made them. The
-//! program prints a copy-paste curl session.
-
-mod common;
-
-use common::{schema, task_context, text};
+//! `examples/README.md` has a curl session to paste: start a task, poll it, answer its
+//! question, cancel one.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::serve::ListenerExt as _;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{MemoryStore, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+use mcp_tasks::{
+    MemoryStore, Principal, TaskContext, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer,
 };
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
-};
-use rmcp::{ErrorData, ServerHandler};
-use serde_json::{Value, json};
-use tower::ServiceBuilder;
+use rmcp::handler::server::tool::Extension;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, schemars, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use serde_json::json;
+use tower::Layer as _;
 
-const NAME: &str = "mcp-tasks-quickstart";
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,mcp_tasks=debug".into()),
+        )
+        .init();
+
+    // The layer and its store. `deploy` only ever runs as a task.
+    let tasks_layer = TasksLayer::builder(MemoryStore::new())
+        .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
+        .with_tool_mode("deploy", TaskMode::Required)
+        .build()?;
+
+    // The rmcp server: stateless Streamable HTTP, JSON replies. Its workers drive
+    // their tasks through the layer's handle.
+    let server = Demo {
+        tasks: tasks_layer.handle(),
+    };
+    let mcp = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        Arc::new(NeverSessionManager::default()),
+        StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_stateless_protocol_metadata_required(true)
+            .with_json_response(true),
+    );
+
+    // Authentication runs first, so the layer knows who owns each task.
+    let app = axum::Router::new()
+        .route_service("/mcp", tasks_layer.layer(mcp))
+        .layer(middleware::from_fn(demo_auth));
+
+    let addr = std::env::var("MCP_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    println!("listening on http://{}/mcp", listener.local_addr()?);
+    // axum 0.8 no longer sets TCP_NODELAY; task notifications go out as small SSE writes.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, app).await?;
+    Ok(())
+}
+
+/// Demo authentication: `Authorization: Bearer <name>` makes `<name>` the principal,
+/// and tasks are private to it. A real server verifies a token here and answers 401
+/// without one; this one trusts any name and lets a request without one through
+/// as anonymous.
+async fn demo_auth(mut request: Request, next: Next) -> Response {
+    let name = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(Principal::from);
+    if let Some(principal) = name {
+        request.extensions_mut().insert(principal);
+    }
+    next.run(request).await
+}
 
 #[derive(Clone)]
 struct Demo {
     tasks: Tasks,
 }
 
+#[derive(Deserialize, schemars::JsonSchema)]
+struct BuildArgs {
+    /// How long the build takes, in seconds (default 3, at most 600).
+    seconds: Option<u64>,
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+struct DeployArgs {
+    /// Where to deploy.
+    target: String,
+}
+
+#[tool_router]
 impl Demo {
-    async fn build(tasks: Tasks, id: TaskId, seconds: u64) {
-        for step in 1..=seconds {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            if tasks.is_cancelled(&id).await {
-                return;
-            }
-            let _ = tasks
-                .progress(&id, format!("Built {step} of {seconds} steps"))
-                .await;
+    /// Builds for a number of seconds; a task when the client supports tasks.
+    #[tool]
+    async fn build(
+        &self,
+        Parameters(BuildArgs { seconds }): Parameters<BuildArgs>,
+        Extension(parts): Extension<http::request::Parts>,
+    ) -> String {
+        let seconds = seconds.unwrap_or(3).min(600);
+        let tasks = self.tasks.clone();
+        let spec = TaskSpec::new()
+            .with_poll_interval(Duration::from_secs(1))
+            .with_status_message("Queued")
+            .with_start(move |id| {
+                tokio::spawn(run_build(tasks, id, seconds));
+            });
+        // `None` without the layer; `Err` when this call may not become a task.
+        if TaskContext::from_parts(&parts).is_some_and(|ctx| ctx.create(spec).is_ok()) {
+            return String::new(); // the layer answers with the task instead
         }
-        let _ = tasks
-            .complete(&id, text(format!("Build finished after {seconds}s")))
-            .await;
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        format!("Build finished after {seconds}s")
     }
 
-    async fn deploy(tasks: Tasks, id: TaskId, target: String) {
-        let question = InputRequests::new()
-            .with(
-                "confirm",
-                InputRequest::confirm(format!("Deploy to {target}?"), "confirm"),
-            )
-            .with_status_message("Waiting for confirmation");
-        if tasks.require_input(&id, question).await.is_err() {
-            return;
-        }
-        let answer = match tasks.wait_for_input(&id).await {
-            Ok(answers) => answers,
-            Err(_) => return, // cancelled or expired while waiting
-        };
-        let confirmed = answer["confirm"]["action"] == "accept"
-            && answer["confirm"]["content"]["confirm"] == json!(true);
-        let outcome = if confirmed {
-            format!("Deployed to {target}")
-        } else {
-            format!("Deployment to {target} called off")
-        };
-        let _ = tasks.complete(&id, text(outcome)).await;
+    /// Deploys after asking for confirmation (task only).
+    #[tool]
+    async fn deploy(
+        &self,
+        Parameters(DeployArgs { target }): Parameters<DeployArgs>,
+        Extension(parts): Extension<http::request::Parts>,
+    ) -> Result<String, ErrorData> {
+        let tasks = self.tasks.clone();
+        let spec = TaskSpec::new().with_start(move |id| {
+            tokio::spawn(run_deploy(tasks, id, target));
+        });
+        let ctx = TaskContext::from_parts(&parts)
+            .ok_or_else(|| ErrorData::internal_error("no TasksLayer in front", None))?;
+        ctx.create(spec)
+            .map_err(|refused| ErrorData::internal_error(refused.to_string(), None))?;
+        Ok(String::new())
     }
 }
 
+#[tool_handler(name = "mcp-tasks-quickstart")]
 impl ServerHandler for Demo {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(NAME, env!("CARGO_PKG_VERSION")))
-    }
-
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
     }
+}
 
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new(
-                "build",
-                "Builds for a number of seconds; a task when the client supports tasks",
-                schema(json!({"type": "object",
-                    "properties": {"seconds": {"type": "integer", "minimum": 0, "maximum": 600}}})),
-            ),
-            Tool::new(
-                "deploy",
-                "Deploys after asking for confirmation (task only)",
-                schema(json!({"type": "object",
-                    "properties": {"target": {"type": "string"}}, "required": ["target"]})),
-            ),
-        ]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let args = request.arguments.unwrap_or_default();
-        match request.name.as_ref() {
-            "build" => {
-                let seconds = args
-                    .get("seconds")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(3)
-                    .min(600);
-                let tasks = self.tasks.clone();
-                let spec = TaskSpec::new()
-                    .with_poll_interval(Duration::from_secs(1))
-                    .with_status_message("Queued")
-                    .with_start(move |id| {
-                        tokio::spawn(Demo::build(tasks, id, seconds));
-                    });
-                if task_context(&context).is_some_and(|ctx| ctx.create(spec).is_ok()) {
-                    // The layer answers with the task; this result is never sent.
-                    return Ok(text("").into());
-                }
-                tokio::time::sleep(Duration::from_secs(seconds)).await;
-                Ok(text(format!("Build finished after {seconds}s")).into())
-            }
-            "deploy" => {
-                let target = args
-                    .get("target")
-                    .and_then(Value::as_str)
-                    .unwrap_or("staging")
-                    .to_owned();
-                let tasks = self.tasks.clone();
-                let spec = TaskSpec::new().with_start(move |id| {
-                    tokio::spawn(Demo::deploy(tasks, id, target));
-                });
-                match task_context(&context).map(|ctx| ctx.create(spec)) {
-                    Some(Ok(())) => Ok(text("").into()),
-                    Some(Err(refused)) => Err(ErrorData::internal_error(refused.to_string(), None)),
-                    None => Err(ErrorData::internal_error("tasks are not available", None)),
-                }
-            }
-            other => Err(ErrorData::invalid_params(
-                format!("unknown tool {other}"),
-                None,
-            )),
+/// The `build` task: one progress message a second, then the result.
+async fn run_build(tasks: Tasks, id: TaskId, seconds: u64) {
+    for step in 1..=seconds {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if tasks.is_cancelled(&id).await {
+            return;
         }
+        let _ = tasks
+            .progress(&id, format!("Built {step} of {seconds} steps"))
+            .await;
     }
+    let _ = tasks
+        .complete(&id, text(format!("Build finished after {seconds}s")))
+        .await;
 }
 
-fn curl_session(addr: std::net::SocketAddr) -> String {
-    let url = format!("http://{addr}/mcp");
-    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
-    let headers = "-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' -H 'Authorization: Bearer alice'";
-    format!(
-        r#"Try it (copy and paste):
-
-  # 1. Start a build: the answer is a task handle (resultType "task")
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: build' \
-    -d '{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"build","arguments":{{"seconds":5}},{meta}}}}}'
-
-  # 2. Poll it (replace TASK with the taskId from step 1)
-  TASK=...
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/get' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{{"taskId":"'$TASK'",{meta}}}}}'
-
-  # 3. Start a deploy, poll until input_required, then answer:
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: deploy' \
-    -d '{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"deploy","arguments":{{"target":"prod"}},{meta}}}}}'
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/update' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":4,"method":"tasks/update","params":{{"taskId":"'$TASK'","inputResponses":{{"confirm":{{"action":"accept","content":{{"confirm":true}}}}}},{meta}}}}}'
-
-  # 4. Cancel a task
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/cancel' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":5,"method":"tasks/cancel","params":{{"taskId":"'$TASK'",{meta}}}}}'
-
-  (Another bearer name, or none, cannot see alice's tasks.)
-"#
-    )
-}
-
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::init_tracing("info,mcp_tasks=debug");
-
-    let tasks_layer = TasksLayer::builder(MemoryStore::new())
-        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-        .with_tool_mode("deploy", TaskMode::Required)
-        .build()?;
-    let demo = Demo {
-        tasks: tasks_layer.handle(),
+/// The `deploy` task: asks, waits for the answer without polling, completes.
+async fn run_deploy(tasks: Tasks, id: TaskId, target: String) {
+    let question = InputRequests::new()
+        .with(
+            "confirm",
+            InputRequest::confirm(format!("Deploy to {target}?"), "confirm"),
+        )
+        .with_status_message("Waiting for confirmation");
+    if tasks.require_input(&id, question).await.is_err() {
+        return;
+    }
+    let Ok(answer) = tasks.wait_for_input(&id).await else {
+        return; // cancelled or expired while waiting
     };
-    let mcp = StreamableHttpService::new(
-        move || Ok(demo.clone()),
-        Arc::new(LocalSessionManager::default()),
-        StreamableHttpServerConfig::default()
-            .with_legacy_session_mode(false)
-            .with_json_response(true)
-            .disable_allowed_hosts(),
-    );
-    let app = ServiceBuilder::new()
-        .map_request(common::bearer_principal)
-        .layer(tasks_layer)
-        .service(mcp);
+    let confirmed = answer["confirm"]["action"] == "accept"
+        && answer["confirm"]["content"]["confirm"] == json!(true);
+    let outcome = match confirmed {
+        true => format!("Deployed to {target}"),
+        false => format!("Deployment to {target} called off"),
+    };
+    let _ = tasks.complete(&id, text(outcome)).await;
+}
 
-    let addr = common::listen_addr("127.0.0.1:3000");
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    println!("{NAME} listening on http://{addr}/mcp\n");
-    println!("{}", curl_session(addr));
-    common::serve(listener, app, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await;
-    Ok(())
+/// A tool result with one text block: what `tasks/get` shows once the task is done.
+fn text(text: String) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(text)])
 }

@@ -1,7 +1,9 @@
 //! Retrofit: an existing rmcp server gets tasks from layer configuration alone.
 //!
-//! ```text
-//! cargo run --example retrofit            # listens on MCP_ADDR, default 127.0.0.1:3002
+//! ```sh
+//! cargo run --example retrofit                          # http://127.0.0.1:3002/mcp
+//! MCP_ADDR=127.0.0.1:4002 cargo run --example retrofit  # another address
+//! RUST_LOG=debug cargo run --example retrofit           # default filter: info,mcp_tasks=debug
 //! ```
 //!
 //! The handlers in `retrofit_app/mod.rs` are plain rmcp and contain no mcp-tasks
@@ -20,45 +22,16 @@
 //!   and how many were dropped before it (cancelled tasks show up here).
 //!
 //! A demo auth layer makes `Authorization: Bearer <name>` the principal, so tasks
-//! are private to whoever made them.
+//! are private to whoever made them. The server is served with a small hyper loop
+//! (`examples/common`); `examples/quickstart.rs` shows the same stack on axum.
+//!
+//! `examples/README.md` has a curl session to paste: a quick call answered directly,
+//! a slow one that becomes a task, cancelling it, and a question asked mid-flight.
 
 mod common;
 mod retrofit_app;
 
 use tower::ServiceBuilder;
-
-fn curl_session(addr: std::net::SocketAddr) -> String {
-    let url = format!("http://{addr}/mcp");
-    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}"#;
-    let headers = "-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2026-07-28' -H 'Authorization: Bearer alice'";
-    format!(
-        r#"Try it (copy and paste):
-
-  # 1. A quick call answers directly
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: sleep' \
-    -d '{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":50}},{meta}}}}}'
-
-  # 2. A slow one becomes a task (resultType "task"); poll it
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: sleep' \
-    -d '{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"sleep","arguments":{{"ms":20000}},{meta}}}}}'
-  TASK=...
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/get' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":3,"method":"tasks/get","params":{{"taskId":"'$TASK'",{meta}}}}}'
-
-  # 3. Cancel it: the sleep really stops (see "dropped" in stats)
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/cancel' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":4,"method":"tasks/cancel","params":{{"taskId":"'$TASK'",{meta}}}}}'
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: stats' \
-    -d '{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"stats","arguments":{{}},{meta}}}}}'
-
-  # 4. slow_ask as a task: poll until input_required, then answer the key it shows
-  curl -s {url} {headers} -H 'Mcp-Method: tools/call' -H 'Mcp-Name: slow_ask' \
-    -d '{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"slow_ask","arguments":{{"ms":1000}},{meta}}}}}'
-  curl -s {url} {headers} -H 'Mcp-Method: tasks/update' -H "Mcp-Name: $TASK" \
-    -d '{{"jsonrpc":"2.0","id":7,"method":"tasks/update","params":{{"taskId":"'$TASK'","inputResponses":{{"r1.confirm":{{"action":"accept","content":{{"confirm":true}}}}}},{meta}}}}}'
-"#
-    )
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -74,8 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = common::listen_addr("127.0.0.1:3002");
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    println!("{} listening on http://{addr}/mcp\n", retrofit_app::NAME);
-    println!("{}", curl_session(addr));
+    println!("{} listening on http://{addr}/mcp", retrofit_app::NAME);
     common::serve(listener, app, async {
         let _ = tokio::signal::ctrl_c().await;
     })

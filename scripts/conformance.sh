@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite (@modelcontextprotocol/conformance, pinned in
-# package.json) against `cargo run --example conformance_server`: the ten Tasks-extension
+# package.json) against `cargo run --example conformance_server` (the test fixture in
+# examples/conformance_server/): the ten Tasks-extension
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
@@ -22,6 +23,9 @@
 #   --results DIR            where results go (default: conformance-results)
 #   --timeout SECONDS        per-scenario limit (default: 120)
 #   -h, --help               this text
+#
+# Environment: MCP_SSE=1 is passed on to the server, which then answers every request
+# with an SSE stream instead of one JSON message (examples/conformance_server/main.rs).
 #
 # The closing line is `N passed, M failed`: N counts SUCCESS checks, M counts every
 # FAILURE, baseline ones included. The line before it, `expected failures: K (see FILE)`,
@@ -53,7 +57,7 @@ baseline="scripts/conformance-expected-failures.txt"
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -126,7 +130,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 if [[ -z "$url" ]]; then
-  log "building examples/conformance_server"
+  log "building the conformance_server example (examples/conformance_server/)"
   cargo build --quiet --example conformance_server >&2
   port="$("$NODE" -e '
     const s = require("net").createServer();

@@ -1,5 +1,38 @@
 //! Request and response bodies: the original stream where the layer does not touch
 //! it, bytes where it had to read or write the message.
+//!
+//! The inner service receives [`RequestBody<B>`] for the client's body type `B`;
+//! the client receives [`ResponseBody<B>`] for the inner service's body type `B`.
+//! Both are plain [`http_body::Body`]s:
+//!
+//! ```
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::{BodyExt as _, Full};
+//! use mcp_tasks::body::RequestBody;
+//! use mcp_tasks::error::BoxError;
+//! use mcp_tasks::{MemoryStore, TasksLayer};
+//! use tower::{Layer as _, ServiceExt as _};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! // An inner service that answers with the body it received.
+//! let echo = tower::service_fn(|request: Request<RequestBody<Full<Bytes>>>| async move {
+//!     let body = request.into_body().collect().await?.to_bytes();
+//!     Ok::<_, BoxError>(Response::new(Full::new(body)))
+//! });
+//! let service = TasksLayer::new(MemoryStore::new()).layer(echo);
+//!
+//! // A method the layer does not own: the body streams through unread.
+//! let request = Request::post("/mcp")
+//!     .header("mcp-method", "tools/list")
+//!     .body(Full::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#))?;
+//! let response = service.oneshot(request).await?;
+//! let body = response.into_body().collect().await?.to_bytes();
+//! assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::pin::Pin;
@@ -13,7 +46,24 @@ use crate::error::BoxError;
 
 pin_project! {
     /// The body the inner service receives: the client's own stream on the fast
-    /// path, or the bytes the layer already read.
+    /// path, or the bytes the layer already read. Its errors are the client body's
+    /// own (`B::Error`).
+    ///
+    /// An inner service takes `Request<RequestBody<B>>`:
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::Request;
+    /// use http_body_util::{BodyExt as _, Full};
+    /// use mcp_tasks::body::RequestBody;
+    ///
+    /// async fn method_of(request: Request<RequestBody<Full<Bytes>>>) -> Option<String> {
+    ///     let bytes = request.into_body().collect().await.ok()?.to_bytes();
+    ///     let message: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    ///     Some(message["method"].as_str()?.to_owned())
+    /// }
+    /// # let _ = method_of;
+    /// ```
     pub struct RequestBody<B> {
         #[pin]
         kind: RequestKind<B>,
@@ -94,7 +144,36 @@ pub(crate) type BoxBody = Pin<Box<dyn Body<Data = Bytes, Error = BoxError> + Sen
 
 pin_project! {
     /// The body the client receives: the inner service's own stream, or what the
-    /// layer wrote.
+    /// layer wrote. Its errors are boxed ([`BoxError`]).
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::{BodyExt as _, Full};
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::error::BoxError;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::{Layer as _, ServiceExt as _};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), BoxError> {
+    /// // An inner service that answers with the body it received.
+    /// let echo = tower::service_fn(|request: Request<RequestBody<Full<Bytes>>>| async move {
+    ///     let body = request.into_body().collect().await?.to_bytes();
+    ///     Ok::<_, BoxError>(Response::new(Full::new(body)))
+    /// });
+    /// let service = TasksLayer::new(MemoryStore::new()).layer(echo);
+    ///
+    /// // A method the layer does not own: the body streams through unread.
+    /// let request = Request::post("/mcp")
+    ///     .header("mcp-method", "tools/list")
+    ///     .body(Full::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#))?;
+    /// let response = service.oneshot(request).await?;
+    /// let body: mcp_tasks::body::ResponseBody<Full<Bytes>> = response.into_body();
+    /// assert_eq!(body.collect().await?.to_bytes().len(), 46);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub struct ResponseBody<B> {
         #[pin]
         kind: ResponseKind<B>,

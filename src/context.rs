@@ -30,6 +30,65 @@ type StartFn = Box<dyn FnOnce(TaskId) + Send + 'static>;
 ///     });
 /// # drop(spec);
 /// ```
+///
+/// What the client sees: the settings become the `CreateTaskResult`'s fields, and
+/// `start` receives the id the client got. Here a tower service stands in for the
+/// MCP server, and one `tools/call` goes through the layer:
+///
+/// ```
+/// use std::time::Duration;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::{BodyExt as _, Full};
+/// use mcp_tasks::body::RequestBody;
+/// use mcp_tasks::error::BoxError;
+/// use mcp_tasks::{MemoryStore, TaskContext, TaskSpec, TasksLayer};
+/// use serde_json::{Value, json};
+/// use tower::{Layer as _, ServiceExt as _};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), BoxError> {
+/// let (started, start_seen) = std::sync::mpsc::channel();
+/// let mcp = tower::service_fn(move |request: Request<RequestBody<Full<Bytes>>>| {
+///     let started = started.clone();
+///     async move {
+///         let spec = TaskSpec::new()
+///             .with_ttl(Duration::from_secs(1800))
+///             .with_poll_interval(Duration::from_secs(2))
+///             .with_status_message("Queued")
+///             .with_start(move |id| started.send(id).unwrap());
+///         TaskContext::from_extensions(request.extensions()).unwrap().create(spec)?;
+///         Ok::<_, BoxError>(Response::new(Full::from(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#)))
+///     }
+/// });
+/// let service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+///
+/// let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+///     "name": "build",
+///     "_meta": {
+///         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+///         "io.modelcontextprotocol/clientCapabilities": {
+///             "extensions": {"io.modelcontextprotocol/tasks": {}}
+///         },
+///     },
+/// }});
+/// let request = Request::post("/mcp")
+///     .header("mcp-protocol-version", "2026-07-28")
+///     .header("mcp-method", "tools/call")
+///     .header("mcp-name", "build")
+///     .body(Full::from(body.to_string()))?;
+/// let response = service.oneshot(request).await?;
+/// let reply: Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
+///
+/// let task = &reply["result"];
+/// assert_eq!(task["resultType"], "task");
+/// assert_eq!(task["ttlMs"], 1_800_000);
+/// assert_eq!(task["pollIntervalMs"], 2_000);
+/// assert_eq!(task["statusMessage"], "Queued");
+/// assert_eq!(task["taskId"], start_seen.recv()?.to_string());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Default)]
 #[must_use]
 pub struct TaskSpec {
@@ -40,39 +99,108 @@ pub struct TaskSpec {
 }
 
 impl TaskSpec {
-    /// A task with the layer's defaults.
+    /// A task with the layer's defaults: its TTL (1 hour unless
+    /// [`with_default_ttl`](crate::TasksLayerBuilder::with_default_ttl) set another),
+    /// its poll interval (none unless set), no status message and no start function.
+    ///
+    /// ```
+    /// use mcp_tasks::{TaskContext, TaskSpec};
+    ///
+    /// fn as_task(parts: &http::request::Parts) -> bool {
+    ///     TaskContext::from_parts(parts).is_some_and(|ctx| ctx.create(TaskSpec::new()).is_ok())
+    /// }
+    /// let (parts, ()) = http::Request::new(()).into_parts();
+    /// assert!(!as_task(&parts)); // no layer in front: no context, so no task
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Lifetime counted from creation (longer than zero, at most [`MAX_TTL`](crate::defaults::MAX_TTL), 10 years;
-    /// default: the layer's, 1 hour unless set).
+    /// Lifetime counted from creation (longer than zero, at most
+    /// [`MAX_TTL`](crate::defaults::MAX_TTL), 10 years; default: the layer's, 1 hour
+    /// unless [`with_default_ttl`](crate::TasksLayerBuilder::with_default_ttl) set
+    /// another). The client sees it as `ttlMs`; once it runs out the task reads as
+    /// unknown (-32602). A value out of range makes the call fail with -32603 and
+    /// stores nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::TaskSpec;
+    ///
+    /// // A report the client has half an hour to fetch.
+    /// let spec = TaskSpec::new().with_ttl(Duration::from_secs(30 * 60));
+    /// # drop(spec);
+    /// ```
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(Some(ttl));
         self
     }
 
-    /// No lifetime limit: the task is evicted only once terminal and older than the
-    /// janitor's retention.
+    /// No lifetime limit (`"ttlMs": null`): the task is evicted only once terminal and
+    /// older than the janitor's retention (default
+    /// [`RETENTION`](crate::defaults::RETENTION), 1 hour).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskSpec;
+    ///
+    /// // A migration that may run for days; it stays readable while it runs.
+    /// let spec = TaskSpec::new().without_ttl().with_status_message("Migrating");
+    /// # drop(spec);
+    /// ```
     pub fn without_ttl(mut self) -> Self {
         self.ttl = Some(None);
         self
     }
 
-    /// The polling interval suggested to clients (must be longer than zero).
+    /// The polling interval suggested to clients, `pollIntervalMs` (must be longer
+    /// than zero; default: the layer's
+    /// [`with_default_poll_interval`](crate::TasksLayerBuilder::with_default_poll_interval),
+    /// none unless set).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::TaskSpec;
+    ///
+    /// let spec = TaskSpec::new().with_poll_interval(Duration::from_millis(500));
+    /// # drop(spec);
+    /// ```
     pub fn with_poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = Some(interval);
         self
     }
 
-    /// The initial status message.
+    /// The initial status message, `statusMessage` (default: none); workers change
+    /// it with [`Tasks::progress`](crate::Tasks::progress).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskSpec;
+    ///
+    /// let spec = TaskSpec::new().with_status_message("Queued behind 3 builds");
+    /// # drop(spec);
+    /// ```
     pub fn with_status_message(mut self, message: impl Into<String>) -> Self {
         self.status_message = Some(message.into());
         self
     }
 
     /// The function that starts the work, called with the new task's id once the
-    /// task is stored.
+    /// task is stored (default: none, for work started some other way). It runs at
+    /// most once, on the request's path: spawn and return.
+    ///
+    /// ```
+    /// use mcp_tasks::{TaskSpec, Tasks};
+    /// use serde_json::json;
+    ///
+    /// fn spec(tasks: Tasks) -> TaskSpec {
+    ///     TaskSpec::new().with_start(move |id| {
+    ///         tokio::spawn(async move {
+    ///             let _ = tasks.progress(&id, "Compiling").await;
+    ///             let _ = tasks.complete(&id, json!({"content": []})).await;
+    ///         });
+    ///     })
+    /// }
+    /// # let _ = spec;
+    /// ```
     pub fn with_start(mut self, start: impl FnOnce(TaskId) + Send + 'static) -> Self {
         self.start = Some(Arc::new(Mutex::new(Some(Box::new(start)))));
         self
@@ -96,7 +224,23 @@ impl fmt::Debug for TaskSpec {
     }
 }
 
-/// Why no task may be made for this request.
+/// Why no task may be made for this request: what [`TaskContext::create`] and
+/// [`TaskContext::check`] refuse with. A handler that gets one runs the work
+/// synchronously instead.
+///
+/// ```
+/// use mcp_tasks::TaskRefused;
+///
+/// fn explain(reason: TaskRefused) -> &'static str {
+///     match reason {
+///         TaskRefused::NotDeclared | TaskRefused::LegacyEra => "the client cannot take a task",
+///         TaskRefused::ToolNeverTask | TaskRefused::Disabled => "the server said no",
+///         _ => "too late for this call",
+///     }
+/// }
+/// assert_eq!(explain(TaskRefused::NotDeclared), "the client cannot take a task");
+/// assert_eq!(TaskRefused::Disabled.to_string(), "the tasks extension is disabled");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TaskRefused {
@@ -186,17 +330,49 @@ impl TaskContext {
         }
     }
 
-    /// The context the layer put into these request parts, if any.
+    /// The context the layer put into these request parts, if any (`None` when no
+    /// `TasksLayer` is in front).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskContext;
+    ///
+    /// let (parts, ()) = http::Request::new(()).into_parts();
+    /// assert!(TaskContext::from_parts(&parts).is_none());
+    /// ```
     pub fn from_parts(parts: &http::request::Parts) -> Option<&TaskContext> {
         parts.extensions.get::<TaskContext>()
     }
 
-    /// The context in a set of request extensions, if any.
+    /// The context in a set of request extensions, if any: for frameworks that hand a
+    /// handler the extensions rather than the parts.
+    ///
+    /// ```
+    /// use mcp_tasks::{TaskContext, TaskSpec};
+    ///
+    /// fn handler(request: &http::Request<()>) -> &'static str {
+    ///     match TaskContext::from_extensions(request.extensions()) {
+    ///         Some(ctx) if ctx.create(TaskSpec::new()).is_ok() => "a task",
+    ///         _ => "a plain result",
+    ///     }
+    /// }
+    /// assert_eq!(handler(&http::Request::new(())), "a plain result");
+    /// ```
     pub fn from_extensions(extensions: &http::Extensions) -> Option<&TaskContext> {
         extensions.get::<TaskContext>()
     }
 
-    /// `Ok` when a task may be made for this request, otherwise the reason.
+    /// `Ok` when a task may be made for this request, otherwise the reason. Use it to
+    /// decide before doing anything costly; [`create`](Self::create) checks again.
+    ///
+    /// ```
+    /// use mcp_tasks::{TaskContext, TaskRefused};
+    ///
+    /// fn may_defer(parts: &http::request::Parts) -> Result<(), TaskRefused> {
+    ///     TaskContext::from_parts(parts).map_or(Err(TaskRefused::NotToolCall), TaskContext::check)
+    /// }
+    /// let (parts, ()) = http::Request::new(()).into_parts();
+    /// assert_eq!(may_defer(&parts), Err(TaskRefused::NotToolCall));
+    /// ```
     pub fn check(&self) -> Result<(), TaskRefused> {
         match &self.state {
             ContextState::Refused(reason) => Err(*reason),
@@ -208,7 +384,26 @@ impl TaskContext {
         }
     }
 
-    /// Asks the layer to answer this call with a task made from `spec`.
+    /// Asks the layer to answer this call with a task made from `spec`. The task is
+    /// stored once the handler's response arrives, then `spec`'s start function runs
+    /// and the client gets the `CreateTaskResult`; what the handler returned is
+    /// dropped. Refused at once, with the reason, when no task may be made; a second
+    /// call is refused with [`TaskRefused::AlreadyCreated`].
+    ///
+    /// ```
+    /// use mcp_tasks::{TaskContext, TaskSpec};
+    /// use serde_json::{Value, json};
+    ///
+    /// fn handler(parts: &http::request::Parts) -> Value {
+    ///     let ctx = TaskContext::from_parts(parts);
+    ///     match ctx.map(|ctx| ctx.create(TaskSpec::new().with_status_message("Queued"))) {
+    ///         Some(Ok(())) => json!({"content": []}), // replaced by the CreateTaskResult
+    ///         _ => json!({"content": [{"type": "text", "text": "done, synchronously"}]}),
+    ///     }
+    /// }
+    /// let (parts, ()) = http::Request::new(()).into_parts();
+    /// assert_eq!(handler(&parts)["content"][0]["text"], "done, synchronously");
+    /// ```
     pub fn create(&self, spec: TaskSpec) -> Result<(), TaskRefused> {
         match &self.state {
             ContextState::Refused(reason) => Err(*reason),
@@ -255,7 +450,25 @@ impl fmt::Debug for TaskContext {
     }
 }
 
-/// Whether and how a tool's calls become tasks, configured per tool on the layer.
+/// Whether and how a tool's calls become tasks, configured per tool on the layer with
+/// [`with_tool_mode`](crate::TasksLayerBuilder::with_tool_mode) (default for every
+/// tool: [`Optional`](TaskMode::Optional), changed with
+/// [`with_default_mode`](crate::TasksLayerBuilder::with_default_mode)) or per call
+/// with [`with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+///
+/// assert_eq!(TaskMode::default(), TaskMode::Optional);
+/// let layer = TasksLayer::builder(MemoryStore::new())
+///     .with_tool_mode("greet", TaskMode::Never)
+///     .with_tool_mode("build", TaskMode::Optional)
+///     .with_tool_mode("deploy", TaskMode::Required)
+///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_millis(250) })
+///     .build();
+/// assert!(layer.is_ok());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum TaskMode {

@@ -21,7 +21,18 @@
 
 use std::fmt;
 
-/// A boxed error, as tower uses.
+/// A boxed error, as tower uses: the cause inside [`StoreError::Backend`], and the
+/// error type the layer's bodies report.
+///
+/// ```
+/// use mcp_tasks::error::BoxError;
+///
+/// fn parse(text: &str) -> Result<u64, BoxError> {
+///     Ok(text.parse::<u64>()?)
+/// }
+/// assert_eq!(parse("42").unwrap(), 42);
+/// assert!(parse("x").is_err());
+/// ```
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A setting is out of range; reported when the layer or a store is built, never at
@@ -87,7 +98,18 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// Wraps a backend's own error, keeping it as the cause.
+    /// Wraps a backend's own error, keeping it as the cause (its
+    /// [`source`](std::error::Error::source)). The layer logs it and answers the
+    /// client a generic -32603.
+    ///
+    /// ```
+    /// use mcp_tasks::StoreError;
+    ///
+    /// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "pool timed out");
+    /// let e = StoreError::backend(io);
+    /// assert!(matches!(e, StoreError::Backend(_)));
+    /// assert_eq!(std::error::Error::source(&e).unwrap().to_string(), "pool timed out");
+    /// ```
     pub fn backend(error: impl Into<BoxError>) -> Self {
         StoreError::Backend(error.into())
     }
@@ -202,7 +224,16 @@ pub enum TaskError {
 
 impl TaskError {
     /// Whether the task was already `completed`, `failed` or `cancelled`: terminal
-    /// states are final.
+    /// states are final. The same as matching
+    /// `TaskError::Refused(TransitionError::Terminal)`.
+    ///
+    /// ```
+    /// use mcp_tasks::TaskError;
+    /// use mcp_tasks::store::TransitionError;
+    ///
+    /// assert!(TaskError::Refused(TransitionError::Terminal).is_terminal());
+    /// assert!(!TaskError::NotFound.is_terminal());
+    /// ```
     pub fn is_terminal(&self) -> bool {
         matches!(self, TaskError::Refused(TransitionError::Terminal))
     }

@@ -1,4 +1,27 @@
 //! The response future of [`TasksService`](crate::TasksService).
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use bytes::Bytes;
+//! use http::{Request, Response};
+//! use http_body_util::Full;
+//! use mcp_tasks::body::RequestBody;
+//! use mcp_tasks::future::ResponseFuture;
+//! use mcp_tasks::{MemoryStore, TasksLayer};
+//! use tower::{Layer as _, Service as _, ServiceExt as _};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+//!     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+//! });
+//! let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+//! let request = Request::post("/mcp").header("mcp-method", "ping").body(Full::default())?;
+//! let future: ResponseFuture<_, _, _> = service.ready().await?.call(request);
+//! assert_eq!(future.await?.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -14,7 +37,36 @@ use crate::store::BoxFuture;
 
 pin_project! {
     /// Either the inner service's own future (traffic the layer does not touch,
-    /// unboxed) or the layer's boxed work for the routes it owns.
+    /// unboxed) or the layer's boxed work for the routes it owns. It resolves to
+    /// `Response<ResponseBody<B>>` with the inner service's error type `E`.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::{Layer as _, Service as _, ServiceExt as _};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    /// });
+    /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+    /// // `tasks/list` was removed from the specification: the layer answers 404 itself.
+    /// let request = Request::post("/mcp")
+    ///     .header("mcp-protocol-version", "2026-07-28")
+    ///     .header("mcp-method", "tasks/list")
+    ///     .body(Full::from(r#"{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{"_meta":{
+    ///         "io.modelcontextprotocol/protocolVersion":"2026-07-28",
+    ///         "io.modelcontextprotocol/clientCapabilities":{}}}}"#))?;
+    /// let response = service.ready().await?.call(request).await?;
+    /// assert_eq!(response.status(), 404);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub struct ResponseFuture<F, B, E> {
         #[pin]
         kind: Kind<F, B, E>,

@@ -40,6 +40,55 @@ use crate::worker::Tasks;
 /// # Ok(())
 /// # }
 /// ```
+///
+/// One request through it with tower's `ServiceExt::oneshot`: a `tasks/get` for a task
+/// that does not exist is answered by the layer itself, -32602 over HTTP 200, without
+/// reaching the inner service and without echoing the id.
+///
+/// ```
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::{BodyExt as _, Full};
+/// use mcp_tasks::body::RequestBody;
+/// use mcp_tasks::wire::{EXTENSION_ID, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
+/// use mcp_tasks::wire::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION};
+/// use mcp_tasks::{MemoryStore, TaskId, TasksLayer};
+/// use serde_json::{Value, json};
+/// use tower::{Layer as _, ServiceExt as _};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::error::BoxError> {
+/// // The MCP service behind the layer: tasks/get never reaches it.
+/// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+///     Ok::<_, std::convert::Infallible>(Response::new(Full::<Bytes>::default()))
+/// });
+/// let service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+///
+/// let task_id = TaskId::random().to_string(); // never issued by this layer
+/// let body = json!({
+///     "jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+///     "params": {"taskId": task_id, "_meta": {
+///         META_PROTOCOL_VERSION: PROTOCOL_VERSION,
+///         META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}}},
+///     }},
+/// });
+/// let request = Request::post("/mcp")
+///     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
+///     .header(MCP_METHOD, "tasks/get")
+///     .header(MCP_NAME, &task_id) // the task id, on tasks/get, tasks/update, tasks/cancel
+///     .body(Full::from(body.to_string()))?;
+///
+/// let response = service.oneshot(request).await?;
+/// assert_eq!(response.status(), 200);
+/// let body = response.into_body().collect().await?.to_bytes();
+/// let reply: Value = serde_json::from_slice(&body)?;
+/// assert_eq!(reply["id"], 1);
+/// assert_eq!(reply["error"]["code"], -32602);
+/// assert_eq!(reply["error"]["message"], "Failed to retrieve task: Task not found");
+/// assert!(!String::from_utf8_lossy(&body).contains(&task_id));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct TasksLayer {
@@ -47,7 +96,16 @@ pub struct TasksLayer {
 }
 
 impl TasksLayer {
-    /// A layer with every default: the janitor starts if a tokio runtime is running.
+    /// A layer with every default (see [`defaults`](crate::defaults): 10 000 tasks,
+    /// a 1-hour TTL, 4 MiB request bodies, …). The janitor starts, sweeping every 60 s,
+    /// if a tokio runtime is running.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// assert!(layer.is_enabled());
+    /// ```
     pub fn new(store: impl TaskStore) -> Self {
         match Self::builder(store).build() {
             Ok(layer) => layer,
@@ -55,18 +113,58 @@ impl TasksLayer {
         }
     }
 
-    /// A builder for a layer over `store`.
+    /// A builder for a layer over `store`, starting from every default.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_rows(50_000)
+    ///     .build()?;
+    /// assert!(layer.is_enabled());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn builder(store: impl TaskStore) -> TasksLayerBuilder {
         TasksLayerBuilder::new(Arc::new(store))
     }
 
-    /// The worker API over this layer's store and notifier.
+    /// The worker API over this layer's store and notifier: hand it (it is cheap to
+    /// clone) to the code that runs the tasks.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TaskError, TaskId, TasksLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// let tasks = layer.handle();
+    /// let unknown = TaskId::random();
+    /// assert!(matches!(tasks.status(&unknown).await, Err(TaskError::NotFound)));
+    /// # }
+    /// ```
     pub fn handle(&self) -> Tasks {
         Tasks::new(self.engine.clone())
     }
 
     /// A janitor over this layer's store with its configured timings (or the
-    /// defaults), to run yourself.
+    /// defaults: a sweep every 60 s, 1 hour of retention), to run yourself, e.g. after
+    /// [`without_janitor`](TasksLayerBuilder::without_janitor).
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = TasksLayer::builder(MemoryStore::new()).without_janitor().build()?;
+    /// let janitor = layer.janitor();
+    /// assert_eq!(janitor.sweep().await?, 0); // one sweep now: nothing has expired
+    /// let running = janitor.spawn(); // or sweep on its timer until aborted
+    /// running.abort();
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn janitor(&self) -> Janitor {
         let (interval, retention) = self
             .engine
@@ -78,11 +176,30 @@ impl TasksLayer {
 
     /// The notifier that feeds this layer's listen streams (see
     /// [`TasksLayerBuilder::listen_notifier`]).
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// assert_eq!(layer.listen_notifier().stream_count(), 0); // no client is listening yet
+    /// ```
     pub fn listen_notifier(&self) -> ListenNotifier {
         self.engine.listen.clone()
     }
 
-    /// Whether the extension is switched on.
+    /// Whether the extension is switched on (the default; see
+    /// [`with_enabled`](TasksLayerBuilder::with_enabled)).
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// assert!(TasksLayer::new(MemoryStore::new()).is_enabled());
+    /// let off = TasksLayer::builder(MemoryStore::new()).with_enabled(false).build()?;
+    /// assert!(!off.is_enabled());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_enabled(&self) -> bool {
         self.engine.config.enabled
     }
@@ -97,6 +214,42 @@ impl<S> Layer<S> for TasksLayer {
 }
 
 /// Settings for a [`TasksLayer`], checked by [`build`](TasksLayerBuilder::build).
+///
+/// Made by [`TasksLayer::builder`]; every setting starts at its default (the values are
+/// in [`defaults`](crate::defaults) and on each setter). A setting out of range is a
+/// [`ConfigError`] from `build`, never a failure at request time.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::{MemoryStore, Principal, TaskMode, TasksLayer};
+///
+/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// let layer = TasksLayer::builder(MemoryStore::new())
+///     // Identity and advertising.
+///     .with_server_info("billing", "2.1.0")
+///     .with_principal(|parts| {
+///         let tenant = parts.headers.get("x-tenant")?.to_str().ok()?;
+///         Some(Principal::from(tenant))
+///     })
+///     // Which calls become tasks.
+///     .with_default_mode(TaskMode::Never)
+///     .with_tool_mode("export", TaskMode::Optional)
+///     .with_tool_mode("reindex", TaskMode::Auto { after: Duration::from_millis(500) })
+///     // Limits.
+///     .with_max_rows(100_000)
+///     .with_max_tasks_per_owner(100)
+///     .with_default_ttl(Duration::from_secs(24 * 3600))
+///     .with_default_poll_interval(Duration::from_secs(2))
+///     .with_max_request_bytes(1024 * 1024)
+///     .with_max_response_bytes(64 * 1024 * 1024)
+///     // Background work.
+///     .with_janitor(Duration::from_secs(300), Duration::from_secs(3600))
+///     .with_keep_alive(Duration::from_secs(30))
+///     .build()?;
+/// assert!(layer.is_enabled());
+/// # Ok(())
+/// # }
+/// ```
 #[must_use]
 pub struct TasksLayerBuilder {
     store: Arc<dyn TaskStore>,
@@ -136,46 +289,132 @@ impl TasksLayerBuilder {
     }
 
     /// Switches the extension on or off at run time (for rollouts from
-    /// configuration). Off, everything passes through, the extension is not
-    /// advertised, and a task outcome is logged and answered -32603.
+    /// configuration; default: on). Off, everything passes through, the extension is
+    /// not advertised, no janitor starts, and a task outcome is logged and answered
+    /// -32603; a handler's [`TaskContext`](crate::TaskContext) refuses with
+    /// [`TaskRefused::Disabled`](crate::TaskRefused::Disabled).
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// let enabled = std::env::var("MCP_TASKS").map_or(true, |v| v != "off");
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_enabled(enabled).build()?;
+    /// assert_eq!(layer.is_enabled(), enabled);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_enabled(mut self, enabled: bool) -> Self {
         self.config.enabled = enabled;
         self
     }
 
     /// The row cap (default [`defaults::MAX_ROWS`], 10 000); a create beyond it
-    /// answers -32603 "Task limit reached".
+    /// answers -32603 "Task limit reached". Expired tasks not swept yet may still
+    /// count (see each store). Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_rows(50_000).build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_rows(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_rows"));
+    /// ```
     pub fn with_max_rows(mut self, max_rows: usize) -> Self {
         self.config.max_rows = Some(max_rows);
         self
     }
 
-    /// No row cap at all. Only for stores bounded some other way.
+    /// No row cap at all (the default is [`defaults::MAX_ROWS`], 10 000). Only for
+    /// stores bounded some other way.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// // A per-principal cap bounds the store instead.
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .without_max_rows()
+    ///     .with_max_tasks_per_owner(20)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn without_max_rows(mut self) -> Self {
         self.config.max_rows = None;
         self
     }
 
     /// A cap on the tasks one principal (or all anonymous callers together) may
-    /// hold (default: none).
+    /// hold (default: none), so that one client's flood never locks out another. A
+    /// create beyond it answers -32603 "Task limit reached". Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_tasks_per_owner(100).build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_tasks_per_owner(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_tasks_per_owner"));
+    /// ```
     pub fn with_max_tasks_per_owner(mut self, max: usize) -> Self {
         self.config.max_per_owner = Some(max);
         self
     }
 
     /// No cap per principal (the default): only the row cap applies.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// // A cap from configuration, or none.
+    /// let per_owner: Option<usize> = None;
+    /// let builder = TasksLayer::builder(MemoryStore::new());
+    /// let builder = match per_owner {
+    ///     Some(max) => builder.with_max_tasks_per_owner(max),
+    ///     None => builder.without_max_tasks_per_owner(),
+    /// };
+    /// assert!(builder.build().is_ok());
+    /// ```
     pub fn without_max_tasks_per_owner(mut self) -> Self {
         self.config.max_per_owner = None;
         self
     }
 
-    /// The lifetime of a task whose tool sets none (default [`defaults::TTL`], 1 hour).
+    /// The lifetime of a task whose tool sets none (default [`defaults::TTL`], 1 hour),
+    /// counted from its creation; a tool sets its own with
+    /// [`TaskSpec::with_ttl`](crate::TaskSpec::with_ttl). Zero and anything over
+    /// [`defaults::MAX_TTL`] (10 years) are refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let day = Duration::from_secs(24 * 3600);
+    /// assert!(TasksLayer::builder(MemoryStore::new()).with_default_ttl(day).build().is_ok());
+    /// let forever = TasksLayer::builder(MemoryStore::new()).with_default_ttl(Duration::MAX).build();
+    /// assert_eq!(forever.unwrap_err(), ConfigError::TooLarge("default_ttl"));
+    /// ```
     pub fn with_default_ttl(mut self, ttl: Duration) -> Self {
         self.config.default_ttl = Some(ttl);
         self
     }
 
-    /// The polling interval suggested to clients when a tool sets none.
+    /// The polling interval suggested to clients (`pollIntervalMs`) when a tool sets
+    /// none (default: none, and the field is left out). Zero is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let two_s = TasksLayer::builder(MemoryStore::new())
+    ///     .with_default_poll_interval(Duration::from_secs(2))
+    ///     .build();
+    /// assert!(two_s.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new())
+    ///     .with_default_poll_interval(Duration::ZERO)
+    ///     .build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDuration("default_poll_interval"));
+    /// ```
     pub fn with_default_poll_interval(mut self, interval: Duration) -> Self {
         self.config.default_poll_interval = Some(interval);
         self
@@ -183,39 +422,100 @@ impl TasksLayerBuilder {
 
     /// The largest request body the layer reads (default
     /// [`defaults::MAX_REQUEST_BYTES`], 4 MiB); larger ones get HTTP 413 with a
-    /// JSON-RPC error.
+    /// JSON-RPC error. A request whose `Mcp-Method` names a method the layer does not
+    /// own streams to the inner service unread, whatever its size. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let mib = TasksLayer::builder(MemoryStore::new()).with_max_request_bytes(1 << 20).build();
+    /// assert!(mib.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_request_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_request_bytes"));
+    /// ```
     pub fn with_max_request_bytes(mut self, bytes: usize) -> Self {
         self.config.max_request_bytes = bytes;
         self
     }
 
     /// The largest inner response buffered while deciding whether a call became a
-    /// task (default [`defaults::MAX_RESPONSE_BYTES`], 16 MiB).
+    /// task (default [`defaults::MAX_RESPONSE_BYTES`], 16 MiB). Beyond it the layer
+    /// stops buffering and, unless the handler asked for a task, sends the answer on
+    /// unchanged. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let big = TasksLayer::builder(MemoryStore::new()).with_max_response_bytes(64 << 20).build();
+    /// assert!(big.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_response_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_response_bytes"));
+    /// ```
     pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
         self.config.max_response_bytes = bytes;
         self
     }
 
-    /// `serverInfo` carried in `_meta` of the results the layer writes itself.
+    /// `serverInfo` carried in `_meta` of the results the layer writes itself
+    /// (`tasks/*` answers and `CreateTaskResult`s; default: none). An empty name is
+    /// refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let named = TasksLayer::builder(MemoryStore::new())
+    ///     .with_server_info("my-server", env!("CARGO_PKG_VERSION"))
+    ///     .build();
+    /// assert!(named.is_ok());
+    /// let blank = TasksLayer::builder(MemoryStore::new()).with_server_info(" ", "1.0").build();
+    /// assert_eq!(blank.unwrap_err(), ConfigError::EmptyServerName);
+    /// ```
     pub fn with_server_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
         self.server_name = Some((name.into(), version.into()));
         self
     }
 
-    /// How calls of one tool may become tasks (default [`TaskMode::Optional`]).
+    /// How calls of one tool may become tasks (default: the
+    /// [`with_default_mode`](Self::with_default_mode), itself [`TaskMode::Optional`]
+    /// unless set). Call it once per tool; a later call for the same tool wins.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_tool_mode("deploy", TaskMode::Required) // -32021 for clients without tasks
+    ///     .with_tool_mode("greet", TaskMode::Never)     // always synchronous
+    ///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_secs(1) })
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn with_tool_mode(mut self, tool: impl Into<String>, mode: TaskMode) -> Self {
         self.config.tool_modes.insert(tool.into(), mode);
         self
     }
 
-    /// The mode of tools not configured with [`with_tool_mode`](Self::with_tool_mode).
+    /// The mode of tools not configured with [`with_tool_mode`](Self::with_tool_mode)
+    /// (default [`TaskMode::Optional`]: the handler decides).
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+    ///
+    /// // Only the tools named here may ever become tasks.
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_default_mode(TaskMode::Never)
+    ///     .with_tool_mode("build", TaskMode::Optional)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn with_default_mode(mut self, mode: TaskMode) -> Self {
         self.config.default_mode = mode;
         self
     }
 
     /// Decides the mode of each call from the tool name and its arguments
-    /// (`Value::Null` when the call has none). When the policy returns `Some`, that
+    /// (`Value::Null` when the call has none; default: no policy, so each tool's
+    /// configured mode applies). When the policy returns `Some`, that
     /// mode wins over [`with_tool_mode`](Self::with_tool_mode) and
     /// [`with_default_mode`](Self::with_default_mode); `None` falls back to them.
     ///
@@ -248,7 +548,25 @@ impl TasksLayerBuilder {
     }
 
     /// Where the owner of a request comes from. By default the layer reads a
-    /// [`Principal`] from the request's extensions, put there by an auth layer.
+    /// [`Principal`] from the request's extensions, put there by an auth layer; a
+    /// request without one is anonymous (`None`), and sees only anonymous tasks.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, Principal, TasksLayer};
+    ///
+    /// /// What your authentication puts into the request extensions.
+    /// #[derive(Clone)]
+    /// struct User {
+    ///     id: String,
+    /// }
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_principal(|parts: &http::request::Parts| {
+    ///         parts.extensions.get::<User>().map(|user| Principal::from(user.id.as_str()))
+    ///     })
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn with_principal<F>(mut self, principal: F) -> Self
     where
         F: Fn(&http::request::Parts) -> Option<Principal> + Send + Sync + 'static,
@@ -258,17 +576,43 @@ impl TasksLayerBuilder {
     }
 
     /// The hook told about every task change, in place of the default
-    /// [`ListenNotifier`] (which sends `notifications/tasks` to listen streams).
+    /// [`ListenNotifier`] (which sends `notifications/tasks` to listen streams). Any
+    /// `Fn(&TaskRecord) + Send + Sync` is a [`TaskNotifier`].
     ///
     /// A custom notifier that should keep listen delivery calls
-    /// [`listen_notifier`](Self::listen_notifier) from its `task_changed`. `None`
+    /// [`listen_notifier`](Self::listen_notifier) from its `task_changed`;
     /// [`without_notifier`](Self::without_notifier) turns notifications off.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
+    ///
+    /// // Counts changes, and sends nothing to listen streams.
+    /// let changes = Arc::new(AtomicUsize::new(0));
+    /// let counter = changes.clone();
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_notifier(move |_task: &TaskRecord| {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///     })
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// assert_eq!(changes.load(Ordering::Relaxed), 0);
+    /// ```
     pub fn with_notifier(mut self, notifier: impl TaskNotifier) -> Self {
         self.notifier = Some(Arc::new(notifier));
         self
     }
 
-    /// No notifier at all: a listen then agrees to no task ids.
+    /// No notifier at all (the default is the layer's [`ListenNotifier`]): a listen
+    /// then agrees to no task ids, and clients poll `tasks/get`.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).without_notifier().build();
+    /// assert!(layer.is_ok());
+    /// ```
     pub fn without_notifier(mut self) -> Self {
         self.notifier = None;
         self
@@ -276,20 +620,65 @@ impl TasksLayerBuilder {
 
     /// The notifier that feeds this layer's listen streams: the default notifier,
     /// for a custom one to call so that listen delivery keeps working.
+    ///
+    /// ```
+    /// use mcp_tasks::notify::TaskNotifier;
+    /// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// let builder = TasksLayer::builder(MemoryStore::new());
+    /// let listen = builder.listen_notifier();
+    /// let layer = builder
+    ///     .with_notifier(move |task: &TaskRecord| {
+    ///         listen.task_changed(task); // notifications/tasks, as by default
+    ///         tracing::debug!(status = %task.status, "task changed"); // and a hook of ours
+    ///     })
+    ///     .build()?;
+    /// assert_eq!(layer.listen_notifier().stream_count(), 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn listen_notifier(&self) -> ListenNotifier {
         self.listen.clone()
     }
 
     /// Janitor timings: sweep every `interval` (default
     /// [`defaults::JANITOR_INTERVAL`], 60 s); keep terminal tasks without a TTL for
-    /// `retention` (default [`defaults::RETENTION`], 1 hour).
+    /// `retention` (default [`defaults::RETENTION`], 1 hour). A zero interval is
+    /// refused. The janitor starts at [`build`](Self::build) when a tokio runtime is
+    /// running.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let (five_minutes, a_day) = (Duration::from_secs(300), Duration::from_secs(24 * 3600));
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_janitor(five_minutes, a_day).build();
+    /// assert!(layer.is_ok());
+    /// let never = TasksLayer::builder(MemoryStore::new()).with_janitor(Duration::ZERO, a_day).build();
+    /// assert_eq!(never.unwrap_err(), ConfigError::ZeroDuration("janitor interval"));
+    /// ```
     pub fn with_janitor(mut self, interval: Duration, retention: Duration) -> Self {
         self.config.janitor = Some((interval, retention));
         self
     }
 
-    /// Do not start a janitor (run [`TasksLayer::janitor`] yourself, or rely on the
-    /// store's own expiry).
+    /// Do not start a janitor (the default starts one that sweeps every 60 s). Run
+    /// [`TasksLayer::janitor`] yourself, or rely on the store's own expiry. Expired
+    /// tasks read as absent either way; the janitor only frees their space.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// let layer = TasksLayer::builder(MemoryStore::new()).without_janitor().build()?;
+    /// // Under your own supervision instead:
+    /// let janitor = layer.janitor().spawn();
+    /// # janitor.abort();
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn without_janitor(mut self) -> Self {
         self.config.janitor = None;
         self
@@ -297,13 +686,48 @@ impl TasksLayerBuilder {
 
     /// The interval of keep-alive comments on idle listen streams (default
     /// [`defaults::KEEP_ALIVE`], 15 s; at most [`defaults::MAX_KEEP_ALIVE`], 1 hour).
+    /// Zero is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let proxy_friendly = TasksLayer::builder(MemoryStore::new())
+    ///     .with_keep_alive(Duration::from_secs(5))
+    ///     .build();
+    /// assert!(proxy_friendly.is_ok());
+    /// let too_long = TasksLayer::builder(MemoryStore::new())
+    ///     .with_keep_alive(Duration::from_secs(2 * 3600))
+    ///     .build();
+    /// assert_eq!(too_long.unwrap_err(), ConfigError::TooLarge("keep_alive"));
+    /// ```
     pub fn with_keep_alive(mut self, interval: Duration) -> Self {
         self.config.keep_alive = interval;
         self
     }
 
     /// Checks the settings and builds the layer. Starts the janitor on the current
-    /// tokio runtime, if one is running and the janitor is on.
+    /// tokio runtime, if one is running and the janitor is on, and, for a store
+    /// shared between nodes ([`TaskStore::subscribe`]), the relay of other nodes'
+    /// changes. Without a runtime both are skipped with a `tracing` warning.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first setting out of range: a zero cap, size or
+    /// duration, a default TTL over [`defaults::MAX_TTL`] (10 years), a keep-alive
+    /// over [`defaults::MAX_KEEP_ALIVE`] (1 hour), an empty server name.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), ConfigError> {
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_rows(1_000).build()?;
+    /// assert!(layer.is_enabled());
+    /// let refused = TasksLayer::builder(MemoryStore::new()).with_max_rows(0).build();
+    /// assert_eq!(refused.unwrap_err().to_string(), "mcp-tasks: max_rows must be at least 1");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn build(mut self) -> Result<TasksLayer, ConfigError> {
         let c = &self.config;
         if c.max_rows == Some(0) {

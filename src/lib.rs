@@ -1,72 +1,16 @@
-//! # mcp-tasks
-//!
-//! The MCP Tasks extension (`io.modelcontextprotocol/tasks`, protocol revision
-//! 2026-07-28) for any MCP server built on tower, as one layer.
-//!
-//! A `tools/call` that would take too long answers at once with a task handle; the
-//! client polls `tasks/get`, answers mid-flight questions with `tasks/update`, and
-//! may `tasks/cancel`. [`TasksLayer`] wraps an existing MCP Streamable HTTP service
-//! (rmcp, axum, hyper, …) and:
-//!
-//! - answers `tasks/get`, `tasks/update` and `tasks/cancel` itself, scoped to the
-//!   task's owner, with the specification's error codes and HTTP statuses;
-//! - turns a tool's task outcome into a stored task and a `CreateTaskResult`;
-//! - validates the standard headers and the per-request client capabilities;
-//! - advertises the extension in `server/discover`;
-//! - passes every other request through untouched, deciding from headers alone.
-//!
-//! ## Making a tool call a task
-//!
-//! The layer puts a [`TaskContext`] into each `tools/call` request's extensions. A
-//! handler calls [`TaskContext::create`] with a [`TaskSpec`]; its `start` function
-//! receives the new [`TaskId`] once the task is stored, and spawns the work, which
-//! then drives the task through the worker handle [`Tasks`]:
-//!
-//! ```
-//! use mcp_tasks::{TaskContext, TaskRefused, TaskSpec, Tasks};
-//! use serde_json::{Value, json};
-//!
-//! fn handler(parts: &http::request::Parts, tasks: Tasks) -> Value {
-//!     let spec = TaskSpec::new().with_status_message("Queued").with_start(move |id| {
-//!         tokio::spawn(async move {
-//!             let _ = tasks.progress(&id, "Working").await;
-//!             let _ = tasks.complete(&id, json!({"content": [{"type": "text", "text": "done"}]})).await;
-//!         });
-//!     });
-//!     let made = TaskContext::from_parts(parts).map_or(Err(TaskRefused::NotToolCall), |ctx| ctx.create(spec));
-//!     match made {
-//!         // The layer answers with the task; what the handler returns is dropped.
-//!         Ok(()) => json!({"content": []}),
-//!         // No layer, or no task allowed for this request: do the work now.
-//!         Err(_refused) => json!({"content": [{"type": "text", "text": "done now"}]}),
-//!     }
-//! }
-//! # let _ = handler;
-//! ```
-//!
-//! A raw tower or hyper service can instead insert a [`TaskSpec`] into its
-//! response's extensions. Per tool, [`TaskMode`] on the layer decides whether a call
-//! may (`Optional`, the default), must (`Required`) or must not (`Never`) become a
-//! task.
-//!
-//! ## Ownership
-//!
-//! A task belongs to the [`Principal`] of the request that made it, read from the
-//! request's extensions (an authentication layer in front inserts it) or from
-//! [`TasksLayerBuilder::with_principal`]. Another principal's task answers exactly
-//! like a missing one. A task made without a principal is visible only to
-//! unauthenticated callers; its unguessable id is then its only protection.
-//!
-//! ## Stores
-//!
-//! [`MemoryStore`] is the default. [`TaskStore`] is object safe; any implementation
-//! can be checked against the public contract suite (feature `test-util`).
-
+// The crate docs are the README, so that the two never drift apart. Its examples name
+// `PostgresStore` and the contract suite, so they run as doctests with those features on
+// (CI's `cargo test --all-features`); without them the README is left out of the
+// doctests, never out of the docs.
+#![cfg_attr(
+    any(not(doctest), all(feature = "postgres", feature = "test-util")),
+    doc = include_str!("../README.md")
+)]
+#![cfg_attr(
+    all(doctest, not(all(feature = "postgres", feature = "test-util"))),
+    doc = "The README's examples are doctests with `--features postgres,test-util`."
+)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
 
 pub mod body;
 mod config;

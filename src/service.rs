@@ -30,6 +30,28 @@ use crate::worker::Tasks;
 /// The inner service receives [`RequestBody<B>`](crate::body::RequestBody): the client's
 /// own stream on the fast path, or the bytes the layer had to read. Errors are the
 /// inner service's own; the layer's failures are JSON-RPC error responses.
+///
+/// Made by [`Layer::layer`](tower_layer::Layer::layer) on a
+/// [`TasksLayer`](crate::TasksLayer), or by `ServiceBuilder::layer`. Cloning it
+/// clones the inner service and bumps one reference count.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use bytes::Bytes;
+/// use http::{Request, Response};
+/// use http_body_util::Full;
+/// use mcp_tasks::body::RequestBody;
+/// use mcp_tasks::{MemoryStore, TasksLayer};
+/// use tower::Layer as _;
+///
+/// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+/// });
+/// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+/// let worker = service.handle(); // the same store as the layer's own handle
+/// let inner = service.get_mut(); // the service inside
+/// # let _ = (inner, worker);
+/// ```
 #[derive(Debug)]
 pub struct TasksService<S> {
     inner: S,
@@ -51,21 +73,90 @@ impl<S> TasksService<S> {
     }
 
     /// The inner service.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::Layer as _;
+    ///
+    /// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    /// });
+    /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+    /// let inner = service.get_ref();
+    /// # let _ = inner;
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::Layer as _;
+    ///
+    /// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    /// });
+    /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+    /// let inner = service.get_mut();
+    /// # let _ = inner;
+    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// Unwraps the inner service.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::Layer as _;
+    ///
+    /// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    /// });
+    /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+    /// let mcp = service.into_inner(); // the service without the layer
+    /// # let _ = mcp;
+    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
 
-    /// The worker API over this service's store.
+    /// The worker API over this service's store: the same as
+    /// [`TasksLayer::handle`](crate::TasksLayer::handle) on the layer that made it.
+    ///
+    /// ```
+    /// use std::convert::Infallible;
+    /// use bytes::Bytes;
+    /// use http::{Request, Response};
+    /// use http_body_util::Full;
+    /// use mcp_tasks::body::RequestBody;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use tower::Layer as _;
+    ///
+    /// let mcp = tower::service_fn(|_: Request<RequestBody<Full<Bytes>>>| async {
+    ///     Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    /// });
+    /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
+    /// let tasks = service.handle();
+    /// # let _ = tasks;
+    /// ```
     pub fn handle(&self) -> Tasks {
         Tasks::new(self.engine.clone())
     }

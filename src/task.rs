@@ -25,13 +25,36 @@ use crate::wire::RpcError;
 /// behaves like a secret: its `Debug` output is redacted and the crate never logs it.
 /// Its text form (`Display`, `FromStr`, serde) is 43 characters of base64url, safe to
 /// carry in an `Mcp-Name` header as is.
+///
+/// ```
+/// use mcp_tasks::TaskId;
+///
+/// let id = TaskId::random();
+/// let text = id.to_string();
+/// assert_eq!(text.len(), TaskId::LEN);
+/// assert_eq!(text.parse::<TaskId>(), Ok(id));
+/// assert_eq!(format!("{id:?}"), "TaskId(<redacted>)");
+/// assert!("not-an-id".parse::<TaskId>().is_err());
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId([u8; TaskId::BYTES]);
 
 impl TaskId {
     /// Number of random bytes behind an id (32).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    ///
+    /// assert_eq!(TaskId::random().as_bytes().len(), TaskId::BYTES);
+    /// ```
     pub const BYTES: usize = 32;
     /// Length of an id in its text form (43: base64url, no padding).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    ///
+    /// assert_eq!(TaskId::random().to_string().len(), TaskId::LEN);
+    /// ```
     pub const LEN: usize = 43;
 
     /// Draws a fresh id from the operating system's random source.
@@ -40,6 +63,12 @@ impl TaskId {
     ///
     /// Panics only if the operating system cannot provide randomness at all, in which
     /// case no id could be safe.
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    ///
+    /// assert_ne!(TaskId::random(), TaskId::random());
+    /// ```
     pub fn random() -> Self {
         use rand::TryRng as _;
         let mut bytes = [0u8; Self::BYTES];
@@ -50,11 +79,26 @@ impl TaskId {
     }
 
     /// The raw random bytes, for stores that key on binary values.
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    ///
+    /// let id = TaskId::random();
+    /// let key: Vec<u8> = id.as_bytes().to_vec(); // e.g. a `bytea` primary key
+    /// assert_eq!(key.len(), 32);
+    /// ```
     pub fn as_bytes(&self) -> &[u8; Self::BYTES] {
         &self.0
     }
 
     /// Rebuilds an id from the bytes returned by [`TaskId::as_bytes`].
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    ///
+    /// let id = TaskId::random();
+    /// assert_eq!(TaskId::from_bytes(*id.as_bytes()), id);
+    /// ```
     pub fn from_bytes(bytes: [u8; Self::BYTES]) -> Self {
         TaskId(bytes)
     }
@@ -113,17 +157,42 @@ impl<'de> Deserialize<'de> for TaskId {
 /// An authentication layer in front of [`TasksLayer`](crate::TasksLayer) inserts it
 /// into the request's extensions; the layer reads it from there unless configured
 /// otherwise with [`TasksLayerBuilder::with_principal`](crate::TasksLayerBuilder::with_principal).
+/// A request without one is anonymous, and sees only tasks made anonymously.
+///
+/// ```
+/// use mcp_tasks::Principal;
+///
+/// // In an authentication middleware, once the token checks out:
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(Principal::from("user-42"));
+/// assert_eq!(request.extensions().get::<Principal>().unwrap().as_str(), "user-42");
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Principal(Arc<str>);
 
 impl Principal {
-    /// Wraps an identity (a user id, a client id, a tenant-qualified name, …).
+    /// Wraps an identity (a user id, a client id, a tenant-qualified name, …). Two
+    /// principals are the same owner exactly when their text is equal.
+    ///
+    /// ```
+    /// use mcp_tasks::Principal;
+    ///
+    /// let tenant = "acme";
+    /// let user = Principal::new(format!("{tenant}/alice"));
+    /// assert_eq!(user, Principal::from("acme/alice"));
+    /// ```
     pub fn new(id: impl Into<Arc<str>>) -> Self {
         Principal(id.into())
     }
 
     /// The identity as text.
+    ///
+    /// ```
+    /// use mcp_tasks::Principal;
+    ///
+    /// assert_eq!(Principal::from("alice").as_str(), "alice");
+    /// ```
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -157,6 +226,16 @@ impl From<String> for Principal {
 ///
 /// `Owner(None)` is an unauthenticated caller; it sees only tasks created without a
 /// principal.
+///
+/// ```
+/// use mcp_tasks::Principal;
+/// use mcp_tasks::store::Scope;
+///
+/// let alice = Principal::from("alice");
+/// assert!(Scope::Owner(Some(&alice)).permits(Some(&alice)));
+/// assert!(!Scope::Owner(None).permits(Some(&alice))); // anonymous sees only anonymous tasks
+/// assert!(Scope::Any.permits(None));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope<'a> {
     /// Only a task whose owner equals this one.
@@ -167,6 +246,14 @@ pub enum Scope<'a> {
 
 impl Scope<'_> {
     /// Whether a task owned by `owner` is visible in this scope.
+    ///
+    /// ```
+    /// use mcp_tasks::Principal;
+    /// use mcp_tasks::store::Scope;
+    ///
+    /// let (alice, bob) = (Principal::from("alice"), Principal::from("bob"));
+    /// assert!(!Scope::Owner(Some(&bob)).permits(Some(&alice)));
+    /// ```
     pub fn permits(&self, owner: Option<&Principal>) -> bool {
         match self {
             Scope::Any => true,
@@ -178,27 +265,62 @@ impl Scope<'_> {
 /// A point in time, in milliseconds since the Unix epoch.
 ///
 /// Stores receive the current time as an argument so that tests control it.
+///
+/// ```
+/// use mcp_tasks::store::Timestamp;
+///
+/// let created = Timestamp::from_millis(1_785_578_400_000);
+/// let expires = created.plus_ms(3_600_000);
+/// assert!(expires > created);
+/// assert_eq!(expires.to_rfc3339(), "2026-08-01T11:00:00.000Z");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Timestamp(u64);
 
 impl Timestamp {
     /// The time `ms` milliseconds after the Unix epoch.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// assert_eq!(Timestamp::from_millis(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    /// ```
     pub const fn from_millis(ms: u64) -> Self {
         Timestamp(ms)
     }
 
-    /// Milliseconds since the Unix epoch.
+    /// Milliseconds since the Unix epoch (what the SQL store keeps in `expires_at`).
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// assert_eq!(Timestamp::from_millis(1_234).as_millis(), 1_234);
+    /// ```
     pub const fn as_millis(self) -> u64 {
         self.0
     }
 
     /// This time minus `ms` milliseconds, saturating at the epoch.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// let now = Timestamp::from_millis(10_000);
+    /// assert_eq!(now.minus_ms(4_000), Timestamp::from_millis(6_000));
+    /// assert_eq!(now.minus_ms(u64::MAX), Timestamp::from_millis(0));
+    /// ```
     pub fn minus_ms(self, ms: u64) -> Self {
         Timestamp(self.0.saturating_sub(ms))
     }
 
     /// The current wall-clock time.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// assert!(Timestamp::now() > Timestamp::from_millis(1_700_000_000_000)); // after 2023
+    /// ```
     pub fn now() -> Self {
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -208,12 +330,26 @@ impl Timestamp {
     }
 
     /// This time plus `ms` milliseconds, saturating.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// assert_eq!(Timestamp::from_millis(1).plus_ms(2), Timestamp::from_millis(3));
+    /// assert_eq!(Timestamp::from_millis(1).plus_ms(u64::MAX).as_millis(), u64::MAX);
+    /// ```
     pub fn plus_ms(self, ms: u64) -> Self {
         Timestamp(self.0.saturating_add(ms))
     }
 
     /// ISO 8601 / RFC 3339 in UTC with millisecond precision, e.g.
-    /// `2026-08-01T10:00:00.000Z`.
+    /// `2026-08-01T10:00:00.000Z`: the form of `createdAt` and `lastUpdatedAt`.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    ///
+    /// let t = Timestamp::from_millis(1_785_578_400_123);
+    /// assert_eq!(t.to_rfc3339(), "2026-08-01T10:00:00.123Z");
+    /// ```
     pub fn to_rfc3339(self) -> String {
         let secs = (self.0 / 1000) as i64;
         let millis = self.0 % 1000;
@@ -234,6 +370,19 @@ impl Timestamp {
 }
 
 /// Where a task stands. The last three are terminal: once reached, never left.
+///
+/// ```text
+/// working ──> input_required ──> working      (any number of rounds)
+/// working | input_required ──> completed | failed | cancelled   (final)
+/// ```
+///
+/// ```
+/// use mcp_tasks::TaskStatus;
+///
+/// assert_eq!(TaskStatus::InputRequired.as_str(), "input_required");
+/// assert!(TaskStatus::Cancelled.is_terminal());
+/// assert_eq!(serde_json::to_string(&TaskStatus::Working).unwrap(), r#""working""#);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
@@ -250,7 +399,14 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
-    /// Whether the status is final.
+    /// Whether the status is final (`completed`, `failed` or `cancelled`).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskStatus;
+    ///
+    /// assert!(TaskStatus::Completed.is_terminal());
+    /// assert!(!TaskStatus::InputRequired.is_terminal());
+    /// ```
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -258,7 +414,14 @@ impl TaskStatus {
         )
     }
 
-    /// The wire name (`"working"`, `"input_required"`, …).
+    /// The wire name (`"working"`, `"input_required"`, …), also its `Display`.
+    ///
+    /// ```
+    /// use mcp_tasks::TaskStatus;
+    ///
+    /// assert_eq!(TaskStatus::Failed.as_str(), "failed");
+    /// assert_eq!(TaskStatus::Failed.to_string(), "failed");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Working => "working",
@@ -276,7 +439,16 @@ impl fmt::Display for TaskStatus {
     }
 }
 
-/// A JSON-RPC error object as carried by a `failed` task.
+/// A JSON-RPC error object as carried by a `failed` task (its `error` field).
+///
+/// ```
+/// use mcp_tasks::RpcError;
+/// use mcp_tasks::store::ErrorObject;
+///
+/// let error = ErrorObject::from(RpcError::internal("backend crashed"));
+/// assert_eq!((error.code, error.message.as_str()), (-32603, "backend crashed"));
+/// assert_eq!(serde_json::to_value(&error).unwrap()["code"], -32603); // no `data`: left out
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorObject {
     /// The JSON-RPC error code.
@@ -290,6 +462,13 @@ pub struct ErrorObject {
 
 impl ErrorObject {
     /// An error with a code and a message.
+    ///
+    /// ```
+    /// use mcp_tasks::store::ErrorObject;
+    ///
+    /// let error = ErrorObject::new(-32603, "the build server is unreachable");
+    /// assert_eq!(error.data, None);
+    /// ```
     pub fn new(code: i64, message: impl Into<String>) -> Self {
         ErrorObject {
             code,
@@ -298,7 +477,15 @@ impl ErrorObject {
         }
     }
 
-    /// Adds structured detail.
+    /// Adds structured detail (`data`).
+    ///
+    /// ```
+    /// use mcp_tasks::store::ErrorObject;
+    /// use serde_json::json;
+    ///
+    /// let error = ErrorObject::new(-32603, "upstream failed").with_data(json!({"status": 502}));
+    /// assert_eq!(error.data.unwrap()["status"], 502);
+    /// ```
     pub fn with_data(mut self, data: Value) -> Self {
         self.data = Some(data);
         self
@@ -319,6 +506,27 @@ impl From<RpcError> for ErrorObject {
 ///
 /// Stores persist records (they are `serde` types) and change them only through
 /// [`TaskRecord::apply`].
+///
+/// ```
+/// use mcp_tasks::store::{Timestamp, Transition};
+/// use mcp_tasks::{Principal, TaskId, TaskRecord, TaskStatus};
+///
+/// let now = Timestamp::from_millis(1_785_578_400_000);
+/// let mut task = TaskRecord::new(TaskId::random(), Some(Principal::from("alice")), now);
+/// task.ttl_ms = Some(60_000);
+/// task.apply(&Transition::Progress { message: "Half way".into() }, now.plus_ms(10)).unwrap();
+/// assert_eq!((task.status, task.revision), (TaskStatus::Working, 1));
+///
+/// // The JSON of tasks/get (without `resultType`):
+/// let json = task.to_detailed_json();
+/// assert_eq!(json["statusMessage"], "Half way");
+/// assert_eq!(json["ttlMs"], 60_000);
+/// assert_eq!(json["lastUpdatedAt"], "2026-08-01T10:00:00.010Z");
+///
+/// // Stores keep the record as JSON.
+/// let stored = serde_json::to_string(&task).unwrap();
+/// assert_eq!(serde_json::from_str::<TaskRecord>(&stored).unwrap(), task);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct TaskRecord {
@@ -363,7 +571,16 @@ pub struct TaskRecord {
 }
 
 impl TaskRecord {
-    /// A new `working` task.
+    /// A new `working` task with no TTL, no poll interval and revision 0: what a store's
+    /// `create` receives, with the fields the layer sets filled in.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord, TaskStatus};
+    ///
+    /// let task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// assert_eq!((task.status, task.revision, task.ttl_ms), (TaskStatus::Working, 0, None));
+    /// ```
     pub fn new(id: TaskId, owner: Option<Principal>, now: Timestamp) -> Self {
         TaskRecord {
             id,
@@ -384,24 +601,66 @@ impl TaskRecord {
         }
     }
 
-    /// When the task stops existing, if its lifetime is bounded.
+    /// When the task stops existing, if its lifetime is bounded: `created_at + ttl`.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1_000));
+    /// assert_eq!(task.expires_at(), None);
+    /// task.ttl_ms = Some(500);
+    /// assert_eq!(task.expires_at(), Some(Timestamp::from_millis(1_500)));
+    /// ```
     pub fn expires_at(&self) -> Option<Timestamp> {
         self.ttl_ms.map(|ttl| self.created_at.plus_ms(ttl))
     }
 
     /// Whether the task has outlived its TTL at `now`; expired tasks read as absent.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1_000));
+    /// task.ttl_ms = Some(500);
+    /// assert!(!task.is_expired(Timestamp::from_millis(1_499)));
+    /// assert!(task.is_expired(Timestamp::from_millis(1_500)));
+    /// ```
     pub fn is_expired(&self, now: Timestamp) -> bool {
         self.expires_at().is_some_and(|at| at <= now)
     }
 
     /// Whether a read in `scope` at `now` sees the record: its owner is visible in
     /// the scope and it has not expired. Every store reads through this rule.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Scope, Timestamp};
+    /// use mcp_tasks::{Principal, TaskId, TaskRecord};
+    ///
+    /// let alice = Principal::from("alice");
+    /// let now = Timestamp::now();
+    /// let task = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    /// assert!(task.is_visible(Scope::Owner(Some(&alice)), now));
+    /// assert!(!task.is_visible(Scope::Owner(None), now)); // reads exactly like a missing id
+    /// assert!(task.is_visible(Scope::Any, now));
+    /// ```
     pub fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
         scope.permits(self.owner.as_ref()) && !self.is_expired(now)
     }
 
     /// When a record without a TTL became terminal: the time its retention counts
     /// from. `None` for a record with a TTL (it expires instead) or still running.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Timestamp, Transition};
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1_000));
+    /// assert_eq!(task.retired_at(), None);
+    /// task.apply(&Transition::Cancel, Timestamp::from_millis(2_000)).unwrap();
+    /// assert_eq!(task.retired_at(), Some(Timestamp::from_millis(2_000)));
+    /// ```
     pub fn retired_at(&self) -> Option<Timestamp> {
         (self.ttl_ms.is_none() && self.status.is_terminal()).then_some(self.updated_at)
     }
@@ -410,6 +669,21 @@ impl TaskRecord {
     ///
     /// Returns whether the record changed. A rejected transition leaves the record as
     /// it was. On a change, `updated_at` becomes `now` and `revision` goes up by one.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Applied, Timestamp, Transition, TransitionError};
+    /// use mcp_tasks::{TaskId, TaskRecord, TaskStatus};
+    /// use serde_json::json;
+    ///
+    /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(0));
+    /// let done = Transition::Complete { result: json!({"content": []}), message: None };
+    /// assert_eq!(task.apply(&done, Timestamp::from_millis(5)), Ok(Applied::Changed));
+    /// assert_eq!(task.status, TaskStatus::Completed);
+    /// // Terminal is final; a cancel of a finished task changes nothing.
+    /// assert_eq!(task.apply(&done, Timestamp::from_millis(6)), Err(TransitionError::Terminal));
+    /// assert_eq!(task.apply(&Transition::Cancel, Timestamp::from_millis(7)), Ok(Applied::Unchanged));
+    /// assert_eq!(task.revision, 1);
+    /// ```
     pub fn apply(
         &mut self,
         transition: &Transition,
@@ -523,6 +797,16 @@ impl TaskRecord {
     ///
     /// `ttlMs` is always present (`null` when unlimited); every other absent field is
     /// left out, never `null`.
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// let json = task.to_detailed_json();
+    /// assert!(json["ttlMs"].is_null());
+    /// assert!(!json.contains_key("statusMessage") && !json.contains_key("result"));
+    /// ```
     pub fn to_detailed_json(&self) -> Map<String, Value> {
         self.clone().into_detailed_json()
     }
@@ -530,6 +814,19 @@ impl TaskRecord {
     /// [`to_detailed_json`](Self::to_detailed_json) for a record the caller no longer
     /// needs: the result, error or input requests move into the JSON instead of being
     /// copied (the `tasks/get` path).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Timestamp, Transition};
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    /// use serde_json::json;
+    ///
+    /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// let done = Transition::Complete { result: json!({"content": []}), message: None };
+    /// task.apply(&done, Timestamp::now()).unwrap();
+    /// let json = task.into_detailed_json();
+    /// assert_eq!(json["status"], "completed");
+    /// assert_eq!(json["result"], json!({"content": []}));
+    /// ```
     pub fn into_detailed_json(mut self) -> Map<String, Value> {
         let mut map = self.to_summary_json();
         let detail = match self.status {
@@ -555,6 +852,19 @@ impl TaskRecord {
 
     /// The task fields common to every status: the body of a `CreateTaskResult`
     /// (without `resultType`).
+    ///
+    /// ```
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let id = TaskId::random();
+    /// let json = TaskRecord::new(id, None, Timestamp::from_millis(0)).to_summary_json();
+    /// assert_eq!(json["taskId"], id.to_string());
+    /// assert_eq!(json["createdAt"], "1970-01-01T00:00:00.000Z");
+    /// for key in ["status", "lastUpdatedAt", "ttlMs"] {
+    ///     assert!(json.contains_key(key));
+    /// }
+    /// ```
     pub fn to_summary_json(&self) -> Map<String, Value> {
         let mut map = Map::with_capacity(10);
         map.insert("taskId".into(), Value::String(self.id.to_string()));
@@ -579,6 +889,30 @@ impl TaskRecord {
 }
 
 /// A change to a task, applied atomically by the store through [`TaskRecord::apply`].
+///
+/// The layer makes `Answer` (from `tasks/update`) and `Cancel` (from `tasks/cancel`);
+/// the worker API ([`Tasks`](crate::Tasks)) makes the others, and
+/// [`Tasks::apply`](crate::Tasks::apply) takes any of them.
+///
+/// ```
+/// use mcp_tasks::store::{Timestamp, Transition};
+/// use mcp_tasks::{TaskId, TaskRecord, TaskStatus};
+/// use serde_json::json;
+///
+/// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// let ask = Transition::RequireInput {
+///     requests: json!({"ok": {"method": "roots/list"}}).as_object().unwrap().clone(),
+///     message: Some("Which folder?".into()),
+/// };
+/// task.apply(&ask, Timestamp::now()).unwrap();
+/// assert_eq!(task.status, TaskStatus::InputRequired);
+/// let answer = Transition::Answer {
+///     responses: json!({"ok": {"roots": []}}).as_object().unwrap().clone(),
+/// };
+/// task.apply(&answer, Timestamp::now()).unwrap();
+/// assert_eq!(task.status, TaskStatus::Working);
+/// assert_eq!(task.input_responses["ok"], json!({"roots": []}));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Transition {
@@ -617,7 +951,20 @@ pub enum Transition {
     Cancel,
 }
 
-/// Whether a transition changed the record.
+/// Whether a transition changed the record: a store writes (and announces) the
+/// record only on [`Changed`](Applied::Changed).
+///
+/// ```
+/// use mcp_tasks::store::{Applied, Timestamp, Transition};
+/// use mcp_tasks::{TaskId, TaskRecord};
+/// use serde_json::Map;
+///
+/// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// // An answer while no question is outstanding is ignored.
+/// let answer = Transition::Answer { responses: Map::new() };
+/// assert_eq!(task.apply(&answer, Timestamp::now()), Ok(Applied::Unchanged));
+/// assert_eq!(task.apply(&Transition::Cancel, Timestamp::now()), Ok(Applied::Changed));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
     /// The record changed and was written.

@@ -2,24 +2,34 @@
 //! loopback: the acknowledgment, ownership, every status change, merging with the
 //! inner service's stream, bounded memory, disconnects and notifier failures.
 
-mod listen_support;
+mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use listen_support::{
-    CountingStore, ListenSupport, Server, builder, meta, sse_event, within, without_meta,
-};
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::notify::TaskNotifier;
-use mcp_tasks::{MemoryStore, RpcError, TaskId, TaskRecord};
+use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
+use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskRecord};
 use serde_json::{Value, json};
+use support::fixtures::{ListenSupport, Server, listen_builder};
+use support::requests::modern_meta;
+use support::sse;
+use support::wait::within;
+use tokio::sync::watch;
 
 const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
 fn id(text: &str) -> TaskId {
     text.parse().unwrap()
+}
+
+/// `params` of a task notification without its `_meta`: comparable with
+/// `Client::get_detailed`.
+fn without_meta(params: &Value) -> Value {
+    let mut params = params.clone();
+    params.as_object_mut().unwrap().remove("_meta");
+    params
 }
 
 /// The message is the acknowledgment, for `subscription`, agreeing to exactly
@@ -34,11 +44,11 @@ fn assert_ack(message: &Value, subscription: Value, notifications: Value) {
 
 #[tokio::test]
 async fn the_ack_comes_first_and_lists_only_the_callers_tasks() {
-    let server = Server::start(ListenSupport::NotFound).await;
+    let server = Server::listening(ListenSupport::NotFound).await;
     let client = server.client();
-    let alice = client.create_task(Some("alice")).await;
-    let bob = client.create_task(Some("bob")).await;
-    let anonymous = client.create_task(None).await;
+    let alice = client.create_task_id("job", json!({}), Some("alice")).await;
+    let bob = client.create_task_id("job", json!({}), Some("bob")).await;
+    let anonymous = client.create_task_id("job", json!({}), None).await;
     let unknown = TaskId::random().to_string();
 
     let mut stream = client
@@ -54,11 +64,7 @@ async fn the_ack_comes_first_and_lists_only_the_callers_tasks() {
     let first = stream.next_event().await.unwrap();
     assert_eq!(first.data_lines, 1);
     assert!(first.comments.is_empty());
-    assert_ack(
-        first.data.as_ref().unwrap(),
-        json!(7),
-        json!({"taskIds": [alice]}),
-    );
+    assert_ack(&first.message(), json!(7), json!({"taskIds": [alice]}));
     assert_eq!(server.listen.stream_count(), 1);
 
     // A caller that owns nothing it named gets an empty agreement.
@@ -74,10 +80,10 @@ async fn the_ack_comes_first_and_lists_only_the_callers_tasks() {
 
 #[tokio::test]
 async fn the_inner_ack_keeps_its_fields_and_gains_the_task_ids() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let task = client.create_task(Some("alice")).await;
-    let foreign = client.create_task(Some("bob")).await;
+    let task = client.create_task_id("job", json!({}), Some("alice")).await;
+    let foreign = client.create_task_id("job", json!({}), Some("bob")).await;
     let mut stream = client
         .listen_with(
             Some("alice"),
@@ -98,15 +104,15 @@ async fn the_inner_ack_keeps_its_fields_and_gains_the_task_ids() {
         inner.request["params"]["notifications"],
         json!({"toolsListChanged": true, "promptsListChanged": true})
     );
-    assert_eq!(inner.request["params"]["_meta"], meta(true));
+    assert_eq!(inner.request["params"]["_meta"], modern_meta(true));
     assert_eq!(inner.request["id"], "sub-1");
 }
 
 #[tokio::test]
 async fn the_subscription_id_keeps_its_json_type() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     for subscription in [json!(42), json!("42"), json!("listen-α")] {
         let mut stream = client.listen(None, subscription.clone(), &[&task]).await;
         let ack = stream.next_message().await;
@@ -124,11 +130,11 @@ async fn the_subscription_id_keeps_its_json_type() {
 
 #[tokio::test]
 async fn a_stream_never_sees_another_principals_task() {
-    let server = Server::start(ListenSupport::NotFound).await;
+    let server = Server::listening(ListenSupport::NotFound).await;
     let client = server.client();
-    let alice = client.create_task(Some("alice")).await;
-    let bob = client.create_task(Some("bob")).await;
-    let anonymous = client.create_task(None).await;
+    let alice = client.create_task_id("job", json!({}), Some("alice")).await;
+    let bob = client.create_task_id("job", json!({}), Some("bob")).await;
+    let anonymous = client.create_task_id("job", json!({}), None).await;
     let all = [alice.as_str(), bob.as_str(), anonymous.as_str()];
 
     let mut streams = Vec::new();
@@ -169,12 +175,12 @@ async fn a_stream_never_sees_another_principals_task() {
 
 #[tokio::test]
 async fn every_status_change_is_pushed_and_equals_tasks_get() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
     let user = Some("alice");
-    let first = client.create_task(user).await;
-    let second = client.create_task(user).await;
-    let third = client.create_task(user).await;
+    let first = client.create_task_id("job", json!({}), user).await;
+    let second = client.create_task_id("job", json!({}), user).await;
+    let third = client.create_task_id("job", json!({}), user).await;
     let mut stream = client
         .listen(user, json!(5), &[&first, &second, &third])
         .await;
@@ -187,7 +193,7 @@ async fn every_status_change_is_pushed_and_equals_tasks_get() {
         assert_eq!(params["_meta"], json!({SUB_ID: 5}));
         assert_eq!(params["status"], status, "{params}");
         assert!(params.get("resultType").is_none());
-        assert_eq!(without_meta(&params), client.get_detailed(user, task).await);
+        assert_eq!(without_meta(&params), client.get_detailed(task, user).await);
         params
     };
 
@@ -211,15 +217,8 @@ async fn every_status_change_is_pushed_and_equals_tasks_get() {
         async move { tasks.wait_for_input(&task).await }
     });
     let answer = json!({"action": "accept", "content": {"ok": true}});
-    let ack = client
-        .task_method(
-            user,
-            "tasks/update",
-            &first,
-            json!({"inputResponses": {"go": answer}}),
-        )
-        .await;
-    assert_eq!(ack.result()["resultType"], "complete");
+    let ack = client.update(&first, json!({"go": answer}), user).await;
+    assert_eq!(ack.ok()["resultType"], "complete");
     let params = check(&first, "working").await;
     assert!(params.get("inputRequests").is_none());
     let answers = within("the worker's answers", waiter)
@@ -244,19 +243,31 @@ async fn every_status_change_is_pushed_and_equals_tasks_get() {
     );
     assert!(params.get("result").is_none());
 
-    let ack = client
-        .task_method(user, "tasks/cancel", &third, json!({}))
-        .await;
-    assert_eq!(ack.result()["resultType"], "complete");
+    let ack = client.cancel(&third, user).await;
+    assert_eq!(ack.ok()["resultType"], "complete");
     check(&third, "cancelled").await;
+}
+
+/// Hooks counting the store's reads, to show who polls it; each read is signalled.
+#[derive(Debug)]
+struct CountGets(watch::Sender<usize>);
+
+impl StoreHooks for CountGets {
+    fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
+        if let StoreCall::Get { .. } = call {
+            self.0.send_modify(|gets| *gets += 1);
+        }
+        Ok(())
+    }
 }
 
 #[tokio::test]
 async fn wait_for_input_wakes_on_the_answer_without_polling_the_store() {
-    let store = Arc::new(CountingStore::default());
-    let server = Server::with(ListenSupport::NotFound, builder(store.clone())).await;
+    let (gets, mut reads) = watch::channel(0);
+    let store = Arc::new(Intercept::new(MemoryStore::new(), CountGets(gets)));
+    let server = Server::listening_with(ListenSupport::NotFound, listen_builder(store)).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let requests = InputRequests::new().with("name", InputRequest::confirm("Name?", "name"));
     server
         .tasks
@@ -264,38 +275,25 @@ async fn wait_for_input_wakes_on_the_answer_without_polling_the_store() {
         .await
         .unwrap();
 
-    let before = store.gets.load(Ordering::SeqCst);
+    let before = *reads.borrow_and_update();
     let mut waiter = tokio::spawn({
         let tasks = server.tasks.clone();
         let task = id(&task);
         async move { tasks.wait_for_input(&task).await }
     });
-    within("the worker's first read", async {
-        while store.gets.load(Ordering::SeqCst) == before {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    let settled = store.gets.load(Ordering::SeqCst);
+    let settled = *within("the worker's first read", reads.wait_for(|&n| n > before))
+        .await
+        .expect("the store is alive");
     // Nothing is answered yet: the worker waits, and reads nothing meanwhile.
     let early = tokio::time::timeout(Duration::from_millis(300), &mut waiter).await;
     assert!(early.is_err(), "wait_for_input resolved without an answer");
-    assert_eq!(
-        store.gets.load(Ordering::SeqCst),
-        settled,
-        "the worker polled"
-    );
+    assert_eq!(*reads.borrow(), settled, "the worker polled");
 
     let answer = json!({"action": "accept", "content": {"name": "Ada"}});
     client
-        .task_method(
-            None,
-            "tasks/update",
-            &task,
-            json!({"inputResponses": {"name": answer}}),
-        )
+        .update(&task, json!({"name": answer}), None)
         .await
-        .result();
+        .ok();
     let answers = within("the worker's wake-up", waiter)
         .await
         .unwrap()
@@ -305,10 +303,10 @@ async fn wait_for_input_wakes_on_the_answer_without_polling_the_store() {
 
 #[tokio::test]
 async fn an_unread_stream_keeps_at_most_one_state_per_task() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let a = client.create_task(None).await;
-    let b = client.create_task(None).await;
+    let a = client.create_task_id("job", json!({}), None).await;
+    let b = client.create_task_id("job", json!({}), None).await;
     let mut stream = client.listen(None, json!(1), &[&a, &b]).await;
     stream.next_message().await;
 
@@ -350,9 +348,9 @@ async fn an_unread_stream_keeps_at_most_one_state_per_task() {
 
 #[tokio::test]
 async fn closing_a_stream_deregisters_it_at_once() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let mut merged = client.listen(None, json!(1), &[&task]).await;
     merged.next_message().await;
     let mut other = client.listen(None, json!(2), &[&task]).await;
@@ -380,9 +378,9 @@ async fn closing_a_stream_deregisters_it_at_once() {
 
 #[tokio::test]
 async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let mut stream = client
         .listen_with(
             None,
@@ -396,7 +394,7 @@ async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
     let sender = inner.sender.take().unwrap();
     within("the ack chunk taken", inner.taken.recv()).await;
 
-    let changed = sse_event(
+    let changed = sse::event(
         &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
         "params": {"_meta": {SUB_ID: 9}}}),
     );
@@ -413,7 +411,7 @@ async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
 
     // A graceful end: the inner result goes through, then the stream ends.
     let result = json!({"jsonrpc": "2.0", "id": 9, "result": {"resultType": "complete", "_meta": {SUB_ID: 9}}});
-    sender.send(sse_event(&result)).unwrap();
+    sender.send(sse::event(&result)).unwrap();
     drop(sender);
     assert_eq!(stream.next_message().await, result);
     assert!(stream.next_event().await.is_none());
@@ -425,9 +423,9 @@ async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
 #[tokio::test]
 async fn an_inner_service_without_listen_support_gets_a_tasks_only_stream() {
     for support in [ListenSupport::NotFound, ListenSupport::SseError] {
-        let server = Server::start(support).await;
+        let server = Server::listening(support).await;
         let client = server.client();
-        let task = client.create_task(Some("alice")).await;
+        let task = client.create_task_id("job", json!({}), Some("alice")).await;
         let mut stream = client
             .listen_with(
                 Some("alice"),
@@ -453,17 +451,18 @@ async fn an_inner_service_without_listen_support_gets_a_tasks_only_stream() {
         assert_eq!(params["status"], "completed");
         assert_eq!(
             without_meta(&params),
-            client.get_detailed(Some("alice"), &task).await
+            client.get_detailed(&task, Some("alice")).await
         );
     }
 }
 
 #[tokio::test]
 async fn idle_streams_get_keep_alive_comments() {
-    let layer = builder(Arc::new(MemoryStore::new())).with_keep_alive(Duration::from_millis(50));
-    let server = Server::with(ListenSupport::Stream, layer).await;
+    let layer =
+        listen_builder(Arc::new(MemoryStore::new())).with_keep_alive(Duration::from_millis(50));
+    let server = Server::listening_with(ListenSupport::Stream, layer).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let mut stream = client.listen(None, json!(1), &[&task]).await;
     stream.next_message().await;
     for _ in 0..2 {
@@ -475,29 +474,29 @@ async fn idle_streams_get_keep_alive_comments() {
 
 #[tokio::test]
 async fn listen_requests_are_checked_before_anything_is_forwarded() {
-    let server = Server::start(ListenSupport::Stream).await;
+    let server = Server::listening(ListenSupport::Stream).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let listen = |notifications: Value, declare: bool| {
-        json!({"jsonrpc": "2.0", "id": 4, "method": "subscriptions/listen",
-            "params": {"notifications": notifications, "_meta": meta(declare)}})
+        client
+            .request("subscriptions/listen")
+            .id(json!(4))
+            .params(json!({"notifications": notifications}))
+            .declare(declare)
+            .send()
     };
 
-    let reply = client
-        .call(None, &listen(json!({"taskIds": [task]}), false), None)
-        .await;
+    let reply = listen(json!({"taskIds": [task]}), false).await;
     assert_eq!((reply.status.as_u16(), reply.code()), (400, Some(-32021)));
     assert_eq!(
-        reply.message["error"]["data"]["requiredCapabilities"]["extensions"],
+        reply.json["error"]["data"]["requiredCapabilities"]["extensions"],
         json!({"io.modelcontextprotocol/tasks": {}})
     );
-    assert_eq!(reply.message["id"], 4);
+    assert_eq!(reply.json["id"], 4);
 
     let too_many: Vec<String> = (0..1001).map(|_| TaskId::random().to_string()).collect();
     for bad in [json!("x"), json!([1]), json!(too_many)] {
-        let reply = client
-            .call(None, &listen(json!({"taskIds": bad}), true), None)
-            .await;
+        let reply = listen(json!({"taskIds": bad}), true).await;
         assert_eq!(reply.code(), Some(-32602));
     }
     let at_most: Vec<String> = (0..1000).map(|_| TaskId::random().to_string()).collect();
@@ -527,8 +526,8 @@ async fn listen_requests_are_checked_before_anything_is_forwarded() {
 
 #[tokio::test]
 async fn a_disabled_layer_leaves_task_ids_to_the_inner_service() {
-    let layer = builder(Arc::new(MemoryStore::new())).with_enabled(false);
-    let server = Server::with(ListenSupport::Stream, layer).await;
+    let layer = listen_builder(Arc::new(MemoryStore::new())).with_enabled(false);
+    let server = Server::listening_with(ListenSupport::Stream, layer).await;
     let client = server.client();
     let task = TaskId::random().to_string();
     let mut stream = client
@@ -556,11 +555,12 @@ impl TaskNotifier for Panicking {
 
 #[tokio::test]
 async fn a_panicking_notifier_fails_neither_request_nor_worker() {
-    let layer = builder(Arc::new(MemoryStore::new()));
+    let layer = listen_builder(Arc::new(MemoryStore::new()));
     let notifier = Panicking(layer.listen_notifier());
-    let server = Server::with(ListenSupport::NotFound, layer.with_notifier(notifier)).await;
+    let server =
+        Server::listening_with(ListenSupport::NotFound, layer.with_notifier(notifier)).await;
     let client = server.client();
-    let task = client.create_task(Some("alice")).await;
+    let task = client.create_task_id("job", json!({}), Some("alice")).await;
     let mut stream = client.listen(Some("alice"), json!(1), &[&task]).await;
     assert_ack(
         &stream.next_message().await,
@@ -576,21 +576,19 @@ async fn a_panicking_notifier_fails_neither_request_nor_worker() {
         .unwrap();
     assert_eq!(stream.next_task().await["statusMessage"], "still here");
     // So does a client's.
-    let ack = client
-        .task_method(Some("alice"), "tasks/cancel", &task, json!({}))
-        .await;
-    assert_eq!(ack.result()["resultType"], "complete");
+    let ack = client.cancel(&task, Some("alice")).await;
+    assert_eq!(ack.ok()["resultType"], "complete");
     assert_eq!(stream.next_task().await["status"], "cancelled");
-    let got = client.get_detailed(Some("alice"), &task).await;
+    let got = client.get_detailed(&task, Some("alice")).await;
     assert_eq!(got["status"], "cancelled");
 }
 
 #[tokio::test]
 async fn without_a_notifier_a_listen_agrees_to_no_task() {
-    let layer = builder(Arc::new(MemoryStore::new())).without_notifier();
-    let server = Server::with(ListenSupport::Stream, layer).await;
+    let layer = listen_builder(Arc::new(MemoryStore::new())).without_notifier();
+    let server = Server::listening_with(ListenSupport::Stream, layer).await;
     let client = server.client();
-    let task = client.create_task(None).await;
+    let task = client.create_task_id("job", json!({}), None).await;
     let mut stream = client.listen(None, json!(1), &[&task]).await;
     assert_ack(
         &stream.next_message().await,
@@ -620,8 +618,9 @@ mod rmcp_inner {
     use serde_json::json;
     use tower::Layer as _;
 
-    use super::listen_support::{Client, builder, serve, without_meta};
-    use super::{SUB_ID, id};
+    use super::support::fixtures::listen_builder;
+    use super::support::http::{Client, serve};
+    use super::{SUB_ID, id, without_meta};
 
     #[derive(Clone)]
     struct Fixture;
@@ -653,7 +652,9 @@ mod rmcp_inner {
     #[tokio::test]
     async fn task_notifications_in_front_of_rmcp() {
         for json_response in [true, false] {
-            let layer = builder(Arc::new(MemoryStore::new())).build().unwrap();
+            let layer = listen_builder(Arc::new(MemoryStore::new()))
+                .build()
+                .unwrap();
             let rmcp = StreamableHttpService::new(
                 || Ok(Fixture),
                 Arc::new(LocalSessionManager::default()),
@@ -666,7 +667,7 @@ mod rmcp_inner {
             );
             let server = serve(layer.layer(rmcp)).await;
             let client = Client::new(server.addr);
-            let task = client.create_task(Some("alice")).await;
+            let task = client.create_task_id("job", json!({}), Some("alice")).await;
             let mut stream = client
                 .listen_with(
                     Some("alice"),
@@ -694,7 +695,7 @@ mod rmcp_inner {
             assert_eq!(params["_meta"], json!({SUB_ID: 11}));
             assert_eq!(
                 without_meta(&params),
-                client.get_detailed(Some("alice"), &task).await
+                client.get_detailed(&task, Some("alice")).await
             );
             server.abort();
         }
@@ -703,9 +704,9 @@ mod rmcp_inner {
 
 #[tokio::test]
 async fn an_inner_refusal_other_than_method_not_found_reaches_the_client() {
-    let server = Server::start(ListenSupport::Rejects).await;
+    let server = Server::listening(ListenSupport::Rejects).await;
     let client = server.client();
-    let task = client.create_task(Some("alice")).await;
+    let task = client.create_task_id("job", json!({}), Some("alice")).await;
     let answer = client.listen(Some("alice"), json!(3), &[&task]).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.headers["content-type"], "application/json");

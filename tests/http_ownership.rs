@@ -2,22 +2,18 @@
 //! `Authorization: Bearer <name>`), and anyone else sees exactly what they would see
 //! for an id that does not exist.
 
-mod common;
+mod support;
 
-use common::{Reply, Server};
 use mcp_tasks::{RpcError, TaskId};
 use serde_json::{Value, json};
+use support::fixtures::{Server, Tool, layer_builder, spec, standard_inner};
+use support::http::{Client, Reply};
 
 const ANONYMOUS: Option<&str> = None;
 
 /// Sends `method` for `id` as `principal` with a fixed JSON-RPC id, so that replies
 /// for different task ids can be compared whole.
-async fn task_call(
-    client: &common::Client,
-    method: &str,
-    id: &str,
-    principal: Option<&str>,
-) -> Reply {
+async fn task_call(client: &Client, method: &str, id: &str, principal: Option<&str>) -> Reply {
     let params = match method {
         "tasks/update" => json!({"taskId": id, "inputResponses": {"k": {"action": "accept"}}}),
         _ => json!({"taskId": id}),
@@ -31,7 +27,7 @@ async fn task_call(
 
 /// Asserts that `id` looks missing to `principal` on every route, exactly like an
 /// unknown id, and that no reply echoes it.
-async fn assert_invisible(client: &common::Client, id: &str, principal: Option<&str>) {
+async fn assert_invisible(client: &Client, id: &str, principal: Option<&str>) {
     let unknown = TaskId::random().to_string();
     for method in ["tasks/get", "tasks/update", "tasks/cancel"] {
         let foreign = task_call(client, method, id, principal).await;
@@ -112,11 +108,11 @@ async fn a_cancel_by_another_principal_leaves_the_task_running() {
 
 #[tokio::test]
 async fn answers_from_another_principal_are_not_applied() {
-    let layer = common::layer_builder().build().unwrap();
+    let layer = layer_builder().build().unwrap();
     let tasks = layer.handle();
     let ask = {
         let tasks = tasks.clone();
-        common::spec(move |_| {
+        spec(move |_| {
             let tasks = tasks.clone();
             mcp_tasks::TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
@@ -132,7 +128,7 @@ async fn answers_from_another_principal_are_not_applied() {
             })
         })
     };
-    let inner = common::standard_inner(&tasks).tool("ask", common::Tool::Context(ask));
+    let inner = standard_inner(&tasks).tool("ask", Tool::Context(ask));
     let server = Server::start(layer, inner).await;
     let client = server.client();
     let id = client.create_task_id("ask", json!({}), Some("alice")).await;
@@ -163,10 +159,7 @@ async fn the_inner_service_sees_the_same_principal_the_task_gets() {
     let id = client
         .create_task_id("work", json!({}), Some("carol"))
         .await;
-    assert_eq!(
-        server.inner.last_received().principal.as_deref(),
-        Some("carol")
-    );
+    assert_eq!(server.inner.last_received().principal_name(), Some("carol"));
     let record = server.tasks.status(&id.parse().unwrap()).await.unwrap();
     assert_eq!(record.owner.as_ref().map(|p| p.as_str()), Some("carol"));
     let id = client.create_task_id("work", json!({}), ANONYMOUS).await;

@@ -2,19 +2,14 @@
 //! HTTP: with JSON replies and with SSE replies, next to the same rmcp server without
 //! the layer.
 
-#[path = "support/server.rs"]
-mod server;
+mod support;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer};
 use rmcp::model::{
@@ -28,7 +23,9 @@ use rmcp::transport::streamable_http_server::{
 };
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
-use server::{TestServer, serve};
+use support::http::{Client, Reply, TestServer, serve};
+use support::requests::Call;
+use support::wait;
 use tower::{ServiceBuilder, ServiceExt as _};
 
 const EXT: &str = "io.modelcontextprotocol/tasks";
@@ -159,91 +156,42 @@ async fn layered(json_response: bool) -> TestServer {
     serve(app).await
 }
 
-struct Reply {
-    status: u16,
-    content_type: String,
-    body: Bytes,
-}
-
-impl Reply {
-    /// The JSON-RPC response, from a JSON body or from the SSE event carrying it.
-    fn message(&self) -> Value {
-        if !self.content_type.starts_with("text/event-stream") {
-            return serde_json::from_slice(&self.body).expect("a JSON body");
-        }
-        let text = std::str::from_utf8(&self.body).unwrap();
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
-            .find(|m| m.get("id").is_some() && m.get("method").is_none())
-            .expect("an SSE event carrying the response")
-    }
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-async fn post(url: &str, method: &str, name: Option<&str>, params: Value, declared: bool) -> Reply {
-    let mut params = params;
-    let capabilities = if declared {
-        json!({"extensions": {EXT: {}}})
-    } else {
-        json!({})
+/// One exchange with `server`: `method` with `params` and JSON-RPC id 7, declaring
+/// the extension when `declared`, with `name` (or no `Mcp-Name`).
+async fn post(
+    server: &TestServer,
+    method: &str,
+    name: Option<&str>,
+    params: Value,
+    declared: bool,
+) -> Reply {
+    let client = Client::new(server.addr);
+    let call = client
+        .request(method)
+        .id(json!(7))
+        .params(params)
+        .declare(declared);
+    let call = match name {
+        Some(name) => call.header("mcp-name", name),
+        None => call.without_header("mcp-name"),
     };
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    });
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let mut req = Request::post(url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", method);
-    if let Some(name) = name {
-        req = req.header("mcp-name", name);
-    }
-    let req = req
-        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
-        .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(10), client().request(req))
-        .await
-        .expect("the server answers in time")
-        .unwrap();
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        content_type,
-        body,
-    }
+    call.send().await
 }
 
-async fn get_task(url: &str, id: &str) -> Value {
-    let reply = post(url, "tasks/get", Some(id), json!({"taskId": id}), true).await;
+async fn get_task(server: &TestServer, id: &str) -> Value {
+    let reply = post(server, "tasks/get", Some(id), json!({"taskId": id}), true).await;
     assert_eq!(reply.status, 200);
     reply.message()["result"].clone()
 }
 
-async fn poll_until(url: &str, id: &str, wanted: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let task = get_task(url, id).await;
-        if task["status"] == wanted {
-            return task;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "task never reached {wanted}: {task}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn poll_until(server: &TestServer, id: &str, wanted: &str) -> Value {
+    let mut task = Value::Null;
+    let reached = wait::poll(async || {
+        task = get_task(server, id).await;
+        (task["status"] == wanted).then(|| task.clone())
+    })
+    .await;
+    reached.unwrap_or_else(|| panic!("task never reached {wanted}: {task}"))
 }
 
 #[tokio::test]
@@ -261,10 +209,10 @@ async fn sync_traffic_is_byte_identical_with_and_without_the_layer() {
             ("tools/call", Some("job"), json!({"name": "job"}), false),
         ];
         for (method, name, params, declared) in cases {
-            let a = post(&plain.url, method, name, params.clone(), declared).await;
-            let b = post(&wrapped.url, method, name, params, declared).await;
+            let a = post(&plain, method, name, params.clone(), declared).await;
+            let b = post(&wrapped, method, name, params, declared).await;
             assert_eq!(a.status, b.status, "{method}");
-            assert_eq!(a.content_type, b.content_type, "{method}");
+            assert_eq!(a.content_type(), b.content_type(), "{method}");
             assert_eq!(a.body, b.body, "{method} json_response={json_response}");
         }
     }
@@ -275,7 +223,7 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
     for json_response in [true, false] {
         let server = layered(json_response).await;
         let reply = post(
-            &server.url,
+            &server,
             "tools/call",
             Some("job"),
             json!({"name": "job"}),
@@ -289,7 +237,7 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
             true => "application/json",
             false => "text/event-stream",
         };
-        assert_eq!(reply.content_type, expected);
+        assert_eq!(reply.content_type(), expected);
         let created = reply.message()["result"].clone();
         assert_eq!(created["resultType"], "task", "{created}");
         assert_eq!(created["status"], "working");
@@ -299,7 +247,7 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
             "rmcp-fixture"
         );
         let id = created["taskId"].as_str().unwrap().to_owned();
-        let done = poll_until(&server.url, &id, "completed").await;
+        let done = poll_until(&server, &id, "completed").await;
         assert_eq!(done["resultType"], "complete");
         assert_eq!(done["result"]["content"][0]["text"], "job done");
         assert_eq!(done["statusMessage"], "half way");
@@ -310,7 +258,7 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
 async fn a_question_round_trip_through_rmcp() {
     let server = layered(true).await;
     let reply = post(
-        &server.url,
+        &server,
         "tools/call",
         Some("ask"),
         json!({"name": "ask"}),
@@ -321,13 +269,13 @@ async fn a_question_round_trip_through_rmcp() {
         .as_str()
         .unwrap()
         .to_owned();
-    let waiting = poll_until(&server.url, &id, "input_required").await;
+    let waiting = poll_until(&server, &id, "input_required").await;
     assert_eq!(
         waiting["inputRequests"]["go"]["method"],
         "elicitation/create"
     );
     let update = post(
-        &server.url,
+        &server,
         "tasks/update",
         Some(&id),
         json!({"taskId": id, "inputResponses": {"go": {"action": "accept", "content": {"confirm": true}}}}),
@@ -335,7 +283,7 @@ async fn a_question_round_trip_through_rmcp() {
     )
     .await;
     assert_eq!(update.message()["result"]["resultType"], "complete");
-    let done = poll_until(&server.url, &id, "completed").await;
+    let done = poll_until(&server, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], "answer: true");
 }
 
@@ -344,12 +292,14 @@ async fn discover_gains_the_extension_and_keeps_everything_else() {
     for json_response in [true, false] {
         let plain = bare(json_response).await;
         let wrapped = layered(json_response).await;
-        let a = post(&plain.url, "server/discover", None, json!({}), true)
+        let a = post(&plain, "server/discover", None, json!({}), true)
             .await
-            .message();
-        let b = post(&wrapped.url, "server/discover", None, json!({}), true)
+            .message()
+            .clone();
+        let b = post(&wrapped, "server/discover", None, json!({}), true)
             .await
-            .message();
+            .message()
+            .clone();
         assert_eq!(b["result"]["capabilities"]["extensions"][EXT], json!({}));
         assert!(b["result"]["capabilities"].get("tasks").is_none());
         let mut expected = a.clone();
@@ -366,7 +316,7 @@ async fn discover_gains_the_extension_and_keeps_everything_else() {
 async fn without_the_extension_the_handler_runs_synchronously() {
     let server = layered(true).await;
     let reply = post(
-        &server.url,
+        &server,
         "tools/call",
         Some("job"),
         json!({"name": "job"}),
@@ -383,7 +333,7 @@ async fn the_task_surface_is_served_by_the_layer_not_rmcp() {
     let server = layered(true).await;
     let unknown = "A".repeat(43);
     let reply = post(
-        &server.url,
+        &server,
         "tasks/get",
         Some(&unknown),
         json!({"taskId": unknown}),
@@ -392,7 +342,7 @@ async fn the_task_surface_is_served_by_the_layer_not_rmcp() {
     .await;
     assert_eq!(reply.message()["error"]["code"], -32602);
     let reply = post(
-        &server.url,
+        &server,
         "tasks/get",
         Some(&unknown),
         json!({"taskId": unknown}),
@@ -401,7 +351,7 @@ async fn the_task_surface_is_served_by_the_layer_not_rmcp() {
     .await;
     assert_eq!(reply.status, 400);
     assert_eq!(reply.message()["error"]["code"], -32021);
-    let reply = post(&server.url, "tasks/list", None, json!({}), true).await;
+    let reply = post(&server, "tasks/list", None, json!({}), true).await;
     assert_eq!(reply.status, 404);
     assert_eq!(reply.message()["error"]["code"], -32601);
 }
@@ -421,29 +371,10 @@ async fn the_layer_wraps_any_tower_service_clone() {
         .layer(layer)
         .service(rmcp_service(fixture, true));
     let request = |method: &str, params: Value| {
-        let mut params = params;
-        params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXT: {}}}});
-        let name = params
-            .get("name")
-            .or(params.get("taskId"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        Request::post("http://127.0.0.1/mcp")
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
+        Call::new(method)
+            .params(params)
             .header("host", "127.0.0.1")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", method)
-            .header("mcp-name", name)
-            .body(Full::new(Bytes::from(
-                serde_json::to_vec(
-                    &json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}),
-                )
-                .unwrap(),
-            )))
-            .unwrap()
+            .build::<Full<Bytes>>()
     };
     let created = service
         .clone()

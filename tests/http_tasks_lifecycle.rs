@@ -1,21 +1,23 @@
 //! A task's life over real HTTP: the `CreateTaskResult`, durability, results and
 //! errors, refusals, SSE answers, the input round trip, and cancel racing complete.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    Server, Tool, is_rfc3339, is_task_id, layer_builder, spec, sse_messages, standard_inner,
-    sync_fallback, text_result,
-};
 use http::StatusCode;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::store::TransitionError;
 use mcp_tasks::wire::META_SERVER_INFO;
 use mcp_tasks::{RpcError, TaskError, TaskId, TaskRecord, TaskSpec, TaskStatus};
 use serde_json::{Map, Value, json};
+use support::fixtures::{
+    SERVER_NAME, SERVER_VERSION, Server, Tool, layer_builder, spec, standard_inner, sync_fallback,
+    text_result,
+};
+use support::wait::recv;
+use support::{is_rfc3339, is_task_id, sse};
 use tokio::sync::{Barrier, mpsc};
 
 const CREATE_KEYS: [&str; 9] = [
@@ -31,7 +33,7 @@ const CREATE_KEYS: [&str; 9] = [
 ];
 
 fn server_info() -> Value {
-    json!({META_SERVER_INFO: {"name": common::SERVER_NAME, "version": common::SERVER_VERSION}})
+    json!({META_SERVER_INFO: {"name": SERVER_NAME, "version": SERVER_VERSION}})
 }
 
 #[track_caller]
@@ -299,7 +301,7 @@ async fn a_synchronous_sse_answer_reaches_the_client_unchanged() {
         assert_eq!(reply.status, StatusCode::OK);
         assert!(reply.content_type().starts_with("text/event-stream"));
         assert_eq!(reply.body, server.inner.last_sent(), "byte for byte");
-        let messages = sse_messages(&reply.body);
+        let messages = sse::messages(&reply.body);
         assert_eq!(messages.len(), 2, "{}", reply.text());
         assert_eq!(messages[0]["method"], "notifications/progress");
         assert_eq!(messages[1]["id"], 9);
@@ -322,7 +324,7 @@ async fn an_sse_answer_with_a_task_becomes_a_create_task_result() {
         reply.content_type().starts_with("text/event-stream"),
         "{reply:?}"
     );
-    let messages = sse_messages(&reply.body);
+    let messages = sse::messages(&reply.body);
     assert_eq!(messages.len(), 2, "{}", reply.text());
     assert_eq!(messages[0]["method"], "notifications/progress");
     let sent = String::from_utf8_lossy(&server.inner.last_sent()).into_owned();
@@ -455,10 +457,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
         )
         .await;
     assert_eq!(ack.ok()["resultType"], "complete");
-    let event = tokio::time::timeout(common::POLL_DEADLINE, worker_events.recv())
-        .await
-        .expect("the worker was never woken")
-        .unwrap();
+    let event = recv("the worker's wake-up", &mut worker_events).await;
     let WorkerEvent::Answers(Ok(answers)) = event else {
         panic!("unexpected {event:?}");
     };
@@ -469,10 +468,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
             "confirm": {"action": "accept", "content": {"ok": true}},
         })
     );
-    let event = tokio::time::timeout(common::POLL_DEADLINE, worker_events.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let event = recv("the worker's second request", &mut worker_events).await;
     match event {
         WorkerEvent::Reused(Err(TaskError::Refused(TransitionError::DuplicateKeys(keys)))) => {
             assert_eq!(keys, ["name"]);
@@ -538,10 +534,7 @@ async fn cancel_racing_complete_ends_in_exactly_one_consistent_state() {
         let ack = client.cancel(&id, None).await;
         assert_eq!(ack.ok()["resultType"], "complete", "round {round}");
         let (worker_id, worker_result, worker_record) =
-            tokio::time::timeout(common::POLL_DEADLINE, worker_outcomes.recv())
-                .await
-                .expect("the worker never finished")
-                .unwrap();
+            recv("the worker's end", &mut worker_outcomes).await;
         assert_eq!(worker_id.to_string(), id);
         let task = client.get(&id, None).await.ok().clone();
         assert_eq!(

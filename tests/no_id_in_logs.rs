@@ -6,15 +6,15 @@
 //! is `mcp_tasks` with the field `method`; its `answered` event carries `status` and
 //! `elapsed_us`. None of it may contain a task id.
 
-mod common;
+mod support;
 
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use common::{Server, Tool, layer_builder, spec, standard_inner, text_result};
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::{RpcError, TaskSpec};
 use serde_json::json;
+use support::fixtures::{Server, Tool, layer_builder, spec, standard_inner, text_result};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 #[derive(Clone, Default)]

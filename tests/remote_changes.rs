@@ -2,33 +2,66 @@
 //! workers: the multi-node contract suite on an in-memory stand-in for a shared
 //! database, so the suite itself is shown to hold without any server.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::store::{
-    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, Scope, Timestamp, Transition, Updated,
-};
-use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+use mcp_tasks::store::{ChangeFeed, ChangeSender, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::test_suite::{Intercept, StoreHooks};
+use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
 
-/// One node over a memory store that every node shares, as processes share a
-/// database: each write that changed something is announced to the other nodes'
-/// feeds, never to the writer's own.
+/// What makes one node of a memory store that every node shares, as processes
+/// share a database: each write that changed something is announced to the other
+/// nodes' feeds, never to the writer's own.
 #[derive(Debug, Clone)]
-struct Node {
-    shared: Arc<MemoryStore>,
+struct Announce {
     feeds: Arc<[ChangeSender]>,
     me: usize,
 }
+
+impl Announce {
+    fn announce(&self, id: &TaskId) {
+        for (node, feed) in self.feeds.iter().enumerate() {
+            if node != self.me {
+                // No subscriber on that node is fine: nobody is listening there.
+                feed.send(*id);
+            }
+        }
+    }
+}
+
+impl StoreHooks for Announce {
+    fn after_create(&self, id: &TaskId, result: &Result<(), StoreError>) {
+        if result.is_ok() {
+            self.announce(id);
+        }
+    }
+
+    fn after_update(&self, id: &TaskId, result: &Result<Option<Updated>, StoreError>) {
+        if let Ok(Some(updated)) = result
+            && updated.changed()
+        {
+            self.announce(id);
+        }
+    }
+
+    fn subscribe(&self, _store: &dyn TaskStore) -> Option<ChangeFeed> {
+        Some(self.feeds[self.me].subscribe())
+    }
+}
+
+/// One node over the shared memory store.
+type Node = Intercept<Arc<MemoryStore>, Announce>;
 
 /// `n` nodes over one fresh store.
 fn nodes(n: usize) -> Vec<Node> {
     let shared = Arc::new(MemoryStore::new());
     let feeds: Arc<[ChangeSender]> = (0..n).map(|_| ChangeSender::new(256)).collect();
     (0..n)
-        .map(|me| Node {
-            shared: shared.clone(),
-            feeds: feeds.clone(),
-            me,
+        .map(|me| {
+            let feeds = feeds.clone();
+            Intercept::new(shared.clone(), Announce { feeds, me })
         })
         .collect()
 }
@@ -40,69 +73,6 @@ async fn two_nodes() -> Option<(Node, Node)> {
     Some((a, b))
 }
 
-impl Node {
-    fn announce(&self, id: &TaskId) {
-        for (node, feed) in self.feeds.iter().enumerate() {
-            if node != self.me {
-                // No subscriber on that node is fine: nobody is listening there.
-                feed.send(*id);
-            }
-        }
-    }
-}
-
-impl TaskStore for Node {
-    fn create<'a>(
-        &'a self,
-        record: TaskRecord,
-        limits: CreateLimits,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            let id = record.id;
-            self.shared.create(record, limits).await?;
-            self.announce(&id);
-            Ok(())
-        })
-    }
-
-    fn get<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        self.shared.get(id, scope, now)
-    }
-
-    fn update<'a>(
-        &'a self,
-        id: &'a TaskId,
-        scope: Scope<'a>,
-        transition: &'a Transition,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
-        Box::pin(async move {
-            let updated = self.shared.update(id, scope, transition, now).await?;
-            if updated.as_ref().is_some_and(Updated::changed) {
-                self.announce(id);
-            }
-            Ok(updated)
-        })
-    }
-
-    fn cleanup<'a>(
-        &'a self,
-        now: Timestamp,
-        retention: Duration,
-    ) -> BoxFuture<'a, Result<usize, StoreError>> {
-        self.shared.cleanup(now, retention)
-    }
-
-    fn subscribe(&self) -> Option<ChangeFeed> {
-        Some(self.feeds[self.me].subscribe())
-    }
-}
-
 mod memory_nodes {
     mcp_tasks::task_store_node_tests!(super::two_nodes());
 }
@@ -110,17 +80,6 @@ mod memory_nodes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_updates_through_four_nodes_are_never_lost() {
     mcp_tasks::test_suite::nodes_concurrent_updates_never_lost(nodes(4)).await;
-}
-
-/// Signals once when dropped: the inner call's future went away.
-struct DroppedSignal(Option<tokio::sync::oneshot::Sender<()>>);
-
-impl Drop for DroppedSignal {
-    fn drop(&mut self) {
-        if let Some(signal) = self.0.take() {
-            let _ = signal.send(());
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,14 +90,14 @@ async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
     use mcp_tasks::{TaskMode, TasksLayer};
     use serde_json::{Value, json};
     use std::convert::Infallible;
-    use std::sync::Mutex;
+    use support::requests::Call;
+    use support::wait::{SendOnDrop, recv, within};
     use tower::{Layer as _, ServiceExt as _};
 
     let (a, b) = two_nodes().await.unwrap();
-    let (dropped_tx, dropped_rx) = tokio::sync::oneshot::channel::<()>();
-    let dropped_tx = Arc::new(Mutex::new(Some(dropped_tx)));
+    let (dropped_tx, mut dropped_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let inner = tower::service_fn(move |_req: http::Request<RequestBody<Full<Bytes>>>| {
-        let guard = DroppedSignal(dropped_tx.lock().unwrap().take());
+        let guard = SendOnDrop::new(dropped_tx.clone(), ());
         async move {
             let _guard = guard;
             std::future::pending::<()>().await;
@@ -156,20 +115,12 @@ async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
         .build()
         .unwrap();
     let service = layer.layer(inner);
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "slow", "arguments": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}}});
-    let request = http::Request::post("/mcp")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "slow")
-        .body(Full::new(Bytes::from(serde_json::to_vec(&body).unwrap())))
-        .unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(5), service.oneshot(request))
+    let request = Call::new("tools/call")
+        .params(json!({"name": "slow", "arguments": {}}))
+        .without_header("accept")
+        .build::<Full<Bytes>>();
+    let response = within("the call becomes a task", service.oneshot(request))
         .await
-        .expect("the call becomes a task in time")
         .unwrap();
     let created: Value =
         serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
@@ -186,8 +137,9 @@ async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
         .unwrap()
         .unwrap();
     assert!(cancelled.changed());
-    tokio::time::timeout(Duration::from_secs(5), dropped_rx)
-        .await
-        .expect("the cancel on node B drops the call running on node A")
-        .unwrap();
+    recv(
+        "the cancel on node B drops the call running on node A",
+        &mut dropped_rx,
+    )
+    .await;
 }

@@ -2,41 +2,27 @@
 //! events reach the client as they are written, and only the response waits for
 //! the handler's choice.
 
+mod support;
+
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame};
+use http_body::Body;
 use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::body::RequestBody;
 use mcp_tasks::{MemoryStore, TaskContext, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
+use support::http::Frames;
+use support::requests::Call;
+use support::sse::{self, Event};
+use support::wait::within;
 use tokio::sync::mpsc;
 use tower::{Layer as _, ServiceExt as _};
 
-/// An SSE body the test writes event by event.
-struct Written(mpsc::UnboundedReceiver<Bytes>);
-
-impl Body for Written {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|b| Ok(Frame::data(b))))
-    }
-}
-
 fn event(message: Value) -> Bytes {
-    Bytes::from(format!("data: {message}\n\n"))
+    sse::event(&message)
 }
 
 type Slot = Arc<Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>>;
@@ -59,7 +45,8 @@ fn service(
                 ctx.create(TaskSpec::new()).expect("a task may be made");
             }
             let rx = body.lock().unwrap().take().expect("one call per test");
-            let mut response = Response::new(Written(rx));
+            // The test writes the body event by event; nobody counts the chunks.
+            let mut response = Response::new(Frames::fed(rx, mpsc::unbounded_channel().0));
             response.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("text/event-stream"),
@@ -75,26 +62,18 @@ fn service(
 }
 
 fn call(tool: &str) -> Request<Full<Bytes>> {
-    let body = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
-        "name": tool, "arguments": {},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}}}});
-    Request::post("/mcp")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap()
+    Call::new("tools/call")
+        .id(json!(5))
+        .params(json!({"name": tool, "arguments": {}}))
+        .without_header("accept")
+        .build()
 }
 
 async fn next_chunk<B: Body<Data = Bytes> + Unpin>(body: &mut B) -> Option<Bytes>
 where
     B::Error: std::fmt::Debug,
 {
-    let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
-        .await
-        .expect("the client hears from the stream in time")?;
+    let frame = within("the client hears from the stream", body.frame()).await?;
     Some(frame.unwrap().into_data().unwrap())
 }
 
@@ -162,4 +141,33 @@ async fn a_task_replaces_only_the_response_event() {
         next_chunk(&mut body).await.is_none(),
         "the stream ends with the handle"
     );
+}
+
+/// The harness's own SSE parser (the one every test reads streams with) reads
+/// events ended by LF, CRLF or a lone CR, however the bytes are cut.
+#[test]
+fn the_test_sse_parser_reads_every_line_ending() {
+    let expected = |data: &str| Event {
+        data: Some(data.to_owned()),
+        data_lines: data.split('\n').count(),
+        comments: vec!["note".to_owned()],
+    };
+    for (stream, data) in [
+        (&b": note\ndata: a\n\n"[..], "a"),
+        (b": note\r\ndata: a\r\n\r\n", "a"),
+        (b": note\rdata: a\r\r", "a"),
+        (b": note\r\ndata:a\rdata: b\n\r\n", "a\nb"),
+    ] {
+        for cut in 0..=stream.len() {
+            let mut reader = sse::EventReader::new();
+            reader.push(&stream[..cut]);
+            let mut events: Vec<Event> = std::iter::from_fn(|| reader.next_event()).collect();
+            reader.push(&stream[cut..]);
+            events.extend(std::iter::from_fn(|| reader.next_event()));
+            assert_eq!(events, [expected(data)], "{stream:?} cut at {cut}");
+        }
+        // A stream of two such events, read in one piece.
+        let twice = [stream, stream].concat();
+        assert_eq!(sse::events(&twice), [expected(data), expected(data)]);
+    }
 }

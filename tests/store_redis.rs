@@ -7,127 +7,20 @@
 //! key prefix, so the tests run in parallel on one server; their keys are deleted
 //! when the store is dropped.
 
-#[path = "support/scratch_store.rs"]
-mod scratch_store;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
 use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
-
-/// The server to test against; `None` (after saying so) when the tests should be
-/// skipped.
-fn redis_url() -> Option<String> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!(
-            "REDIS_URL is not set: CI must start a Redis server and set REDIS_URL (e.g. redis://127.0.0.1:6379)"
-        ),
-        _ => {
-            eprintln!(
-                "REDIS_URL is not set: skipping the RedisStore tests (set it, e.g. to redis://127.0.0.1:6379, to run them)"
-            );
-            None
-        }
-    }
-}
-
-fn unique_prefix() -> String {
-    let id = TaskId::random();
-    let hex: String = id.as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("mcp-tasks-test:{hex}:")
-}
-
-/// A `RedisStore` under a prefix of its own, whose keys are deleted when the last
-/// instance under it is dropped.
-type TestStore = scratch_store::Scratch<RedisStore, KeyJanitor>;
-
-#[derive(Debug)]
-struct KeyJanitor {
-    url: String,
-    prefix: String,
-}
-
-impl Drop for KeyJanitor {
-    fn drop(&mut self) {
-        // Best effort, synchronous (Drop cannot await): the prefix is random, so
-        // leftovers never disturb another test.
-        let Ok(client) = mcp_tasks::redis::Client::open(self.url.as_str()) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection() else {
-            return;
-        };
-        let pattern = format!("{}*", self.prefix);
-        let mut cursor: u64 = 0;
-        loop {
-            let Ok((next, keys)): Result<(u64, Vec<String>), _> = mcp_tasks::redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut conn)
-            else {
-                return;
-            };
-            if !keys.is_empty() {
-                let _: Result<u64, _> = mcp_tasks::redis::cmd("DEL").arg(&keys).query(&mut conn);
-            }
-            if next == 0 {
-                return;
-            }
-            cursor = next;
-        }
-    }
-}
-
-async fn node(url: &str, prefix: &str, keys: &Arc<KeyJanitor>) -> TestStore {
-    let store = RedisStore::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
-        .with_prefix(prefix);
-    TestStore::new(store, keys.clone())
-}
-
-/// `n` nodes (separate connections and node ids) sharing one fresh prefix.
-async fn nodes(n: usize) -> Option<Vec<TestStore>> {
-    let url = redis_url()?;
-    let prefix = unique_prefix();
-    let keys = Arc::new(KeyJanitor {
-        url: url.clone(),
-        prefix: prefix.clone(),
-    });
-    let mut nodes = Vec::with_capacity(n);
-    for _ in 0..n {
-        nodes.push(node(&url, &prefix, &keys).await);
-    }
-    Some(nodes)
-}
-
-async fn two_nodes() -> Option<(TestStore, TestStore)> {
-    let mut nodes = nodes(2).await?;
-    let b = nodes.pop()?;
-    let a = nodes.pop()?;
-    Some((a, b))
-}
+use support::stores::redis::{nodes, redis_url, scratch, two_nodes, unique_prefix};
 
 /// A fresh, empty store for one rule of the suite. Without `REDIS_URL` (outside CI)
 /// the rule runs on a `MemoryStore` instead, so the suite still compiles and runs.
 async fn fresh_store() -> Arc<dyn TaskStore> {
-    match redis_url() {
-        Some(url) => {
-            let prefix = unique_prefix();
-            let keys = Arc::new(KeyJanitor {
-                url: url.clone(),
-                prefix: prefix.clone(),
-            });
-            Arc::new(node(&url, &prefix, &keys).await)
-        }
+    match scratch().await {
+        Some(store) => Arc::new(store),
         None => Arc::new(MemoryStore::new()),
     }
 }

@@ -1,5 +1,6 @@
-//! Pieces the example servers share: a demo bearer-token auth layer and a small
-//! hyper server that mounts one service at `/mcp`.
+//! Pieces `retrofit`, `conformance_server` and `tests/retrofit.rs` share: a demo
+//! bearer-token auth function, rmcp helpers, and a small hyper server that mounts one
+//! service at `/mcp`. (`quickstart` needs none of it: it is whole in one file.)
 //!
 //! Not part of the library: a real deployment puts its own authentication in front
 //! of `TasksLayer` and serves with its framework of choice.

@@ -1,5 +1,30 @@
 //! Change notifications: a hook that runs right after each store write, and the
 //! default one, which feeds `subscriptions/listen` streams.
+//!
+//! Every layer starts with [`ListenNotifier`]. Replace it with
+//! [`with_notifier`](crate::TasksLayerBuilder::with_notifier) (calling the layer's own
+//! from yours keeps listen delivery), or turn notifications off with
+//! [`without_notifier`](crate::TasksLayerBuilder::without_notifier):
+//!
+//! ```
+//! use mcp_tasks::notify::TaskNotifier;
+//! use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
+//!
+//! # fn main() -> Result<(), mcp_tasks::ConfigError> {
+//! let builder = TasksLayer::builder(MemoryStore::new());
+//! let listen = builder.listen_notifier();
+//! let layer = builder
+//!     .with_notifier(move |task: &TaskRecord| {
+//!         listen.task_changed(task);
+//!         if task.status.is_terminal() {
+//!             tracing::info!(status = %task.status, "task finished");
+//!         }
+//!     })
+//!     .build()?;
+//! # drop(layer);
+//! # Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,8 +44,48 @@ use registry::Registry;
 /// It runs on the writer's path (a request or a worker), so it must return quickly
 /// and never block. A panic in it is caught and logged; the write stands. Anything
 /// that delivers a change to clients must deliver it only to the record's owner.
+///
+/// Any `Fn(&TaskRecord) + Send + Sync + 'static` is a notifier; a type can implement
+/// it too, e.g. to forward changes to a queue without blocking:
+///
+/// ```
+/// use mcp_tasks::notify::TaskNotifier;
+/// use mcp_tasks::store::{Timestamp, Transition};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TasksLayer};
+/// use tokio::sync::mpsc;
+///
+/// /// Sends every finished task to an audit log, dropping changes when the log lags.
+/// struct Audit(mpsc::Sender<(TaskId, TaskStatus)>);
+///
+/// impl TaskNotifier for Audit {
+///     fn task_changed(&self, task: &TaskRecord) {
+///         if task.status.is_terminal() {
+///             let _ = self.0.try_send((task.id, task.status)); // never wait here
+///         }
+///     }
+/// }
+///
+/// let (sender, mut log) = mpsc::channel(1_024);
+/// let audit = Audit(sender);
+/// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// task.apply(&Transition::Cancel, Timestamp::now()).unwrap();
+/// audit.task_changed(&task);
+/// assert_eq!(log.try_recv().unwrap(), (task.id, TaskStatus::Cancelled));
+///
+/// let layer = TasksLayer::builder(MemoryStore::new()).with_notifier(audit).build();
+/// assert!(layer.is_ok());
+/// ```
 pub trait TaskNotifier: Send + Sync + 'static {
     /// `task` is the record as stored after the change.
+    ///
+    /// ```
+    /// use mcp_tasks::notify::TaskNotifier;
+    /// use mcp_tasks::store::Timestamp;
+    /// use mcp_tasks::{TaskId, TaskRecord, TaskStatus};
+    ///
+    /// let notifier = |task: &TaskRecord| assert_eq!(task.status, TaskStatus::Working);
+    /// notifier.task_changed(&TaskRecord::new(TaskId::random(), None, Timestamp::now()));
+    /// ```
     fn task_changed(&self, task: &TaskRecord);
 }
 
@@ -80,7 +145,14 @@ impl ListenNotifier {
     }
 
     /// How many listen streams are open on this layer (each one a client's
-    /// `subscriptions/listen` that named task ids).
+    /// `subscriptions/listen` that named task ids), e.g. for a metrics gauge.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// assert_eq!(layer.listen_notifier().stream_count(), 0);
+    /// ```
     pub fn stream_count(&self) -> usize {
         self.registry.stream_count()
     }

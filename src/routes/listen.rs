@@ -132,7 +132,7 @@ where
     let response = inner
         .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
         .await?;
-    let (mut head, body) = response.into_parts();
+    let (head, body) = response.into_parts();
     if !head.status.is_success() || !sse::is_event_stream(&head.headers) {
         // Only "no such method" means the inner service has no listen support; any
         // other refusal (a bad filter, a header problem) is the client's to see.
@@ -176,28 +176,14 @@ where
             let notifications = object_entry_in(params, "notifications");
             notifications.insert("taskIds".into(), Value::Array(agreed_ids));
             let ack = sse::data_event(&serde_json::to_vec(&ack).unwrap_or_default());
-            head.headers.remove(header::CONTENT_LENGTH);
-            head.headers
-                .insert("x-accel-buffering", HeaderValue::from_static("no"));
-            let body = ListenBody::new(stream, ack, rest, Some(body));
-            Ok(Response::from_parts(
-                head,
-                ResponseBody::boxed(Box::pin(body)),
-            ))
+            Ok(merged(head, ListenBody::new(stream, ack, rest, Some(body))))
         }
         First::Other { rest, body } => {
             tracing::warn!(
                 "the inner listen stream did not start with an acknowledgment; sending one"
             );
             let ack = acknowledgment(&stream.subscription_id, agreed_ids);
-            head.headers.remove(header::CONTENT_LENGTH);
-            head.headers
-                .insert("x-accel-buffering", HeaderValue::from_static("no"));
-            let body = ListenBody::new(stream, ack, rest, Some(body));
-            Ok(Response::from_parts(
-                head,
-                ResponseBody::boxed(Box::pin(body)),
-            ))
+            Ok(merged(head, ListenBody::new(stream, ack, rest, Some(body))))
         }
         First::Unsupported => {
             tracing::debug!(
@@ -206,6 +192,15 @@ where
             Ok(tasks_only(stream, agreed_ids))
         }
     }
+}
+
+/// The inner stream's head over the merged body: its length no longer holds, and
+/// proxies must not buffer the stream.
+fn merged<B>(mut head: http::response::Parts, body: ListenBody) -> Response<ResponseBody<B>> {
+    head.headers.remove(header::CONTENT_LENGTH);
+    head.headers
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Response::from_parts(head, ResponseBody::boxed(Box::pin(body)))
 }
 
 /// The request body with `params.notifications.taskIds` removed: the inner service

@@ -1,5 +1,9 @@
 //! The change feed: ids of tasks that other nodes changed, from a shared store to
 //! each layer over it.
+//!
+//! A shared store keeps one [`ChangeSender`]; its listener (on `NOTIFY`, pub/sub, …)
+//! sends the id of every task another node wrote, and each
+//! [`TaskStore::subscribe`](super::TaskStore::subscribe) hands out a [`ChangeFeed`].
 
 use std::fmt;
 
@@ -7,10 +11,35 @@ use tokio::sync::broadcast;
 
 use crate::task::TaskId;
 
-/// Capacity a store gives its feed when it has no reason to choose another.
+/// Capacity a store gives its feed when it has no reason to choose another (4 096
+/// ids; what [`ChangeSender::default`] uses).
+///
+/// ```
+/// use mcp_tasks::store::{ChangeSender, FEED_CAPACITY};
+///
+/// assert_eq!(FEED_CAPACITY, 4_096);
+/// let sender = ChangeSender::new(FEED_CAPACITY); // the same as ChangeSender::default()
+/// # drop(sender);
+/// ```
 pub const FEED_CAPACITY: usize = 4_096;
 
 /// What a [`ChangeFeed`] delivers.
+///
+/// ```
+/// use mcp_tasks::store::{ChangeFeed, FeedEvent};
+///
+/// async fn relay(mut feed: ChangeFeed) {
+///     while let Some(event) = feed.recv().await {
+///         match event {
+///             FeedEvent::Changed(id) => { /* re-read this task */ let _ = id; }
+///             FeedEvent::Missed(n) => tracing::warn!(n, "changes missed: re-read every waiter"),
+///             _ => {}
+///         }
+///     }
+///     // `None`: the store closed the feed.
+/// }
+/// # let _ = relay;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FeedEvent {
@@ -43,8 +72,16 @@ pub struct ChangeSender {
 }
 
 impl ChangeSender {
-    /// A sender whose feeds each buffer up to `capacity` ids (at least one); a
-    /// feed that falls further behind gets [`FeedEvent::Missed`].
+    /// A sender whose feeds each buffer up to `capacity` ids (at least one; a store
+    /// with no reason to choose uses [`FEED_CAPACITY`], 4 096); a feed that falls
+    /// further behind gets [`FeedEvent::Missed`].
+    ///
+    /// ```
+    /// use mcp_tasks::store::ChangeSender;
+    ///
+    /// let sender = ChangeSender::new(1_024);
+    /// assert_eq!(sender.feed_count(), 0);
+    /// ```
     pub fn new(capacity: usize) -> Self {
         ChangeSender {
             sender: broadcast::channel(capacity.max(1)).0,
@@ -52,11 +89,32 @@ impl ChangeSender {
     }
 
     /// Announces a change to every feed; nothing happens when there is none.
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    /// use mcp_tasks::store::{ChangeSender, FeedEvent};
+    ///
+    /// let sender = ChangeSender::default();
+    /// sender.send(TaskId::random()); // no feed yet: dropped
+    /// let mut feed = sender.subscribe();
+    /// let id = TaskId::random();
+    /// sender.send(id);
+    /// assert_eq!(feed.try_recv(), Some(FeedEvent::Changed(id)));
+    /// ```
     pub fn send(&self, id: TaskId) {
         let _ = self.sender.send(id);
     }
 
-    /// A new feed, receiving every id sent from now on.
+    /// A new feed, receiving every id sent from now on: what a store's
+    /// [`TaskStore::subscribe`](super::TaskStore::subscribe) returns.
+    ///
+    /// ```
+    /// use mcp_tasks::store::ChangeSender;
+    ///
+    /// let sender = ChangeSender::default();
+    /// let mut feed = sender.subscribe();
+    /// assert_eq!(feed.try_recv(), None); // nothing sent yet
+    /// ```
     pub fn subscribe(&self) -> ChangeFeed {
         ChangeFeed {
             receiver: self.sender.subscribe(),
@@ -64,6 +122,16 @@ impl ChangeSender {
     }
 
     /// How many feeds are open.
+    ///
+    /// ```
+    /// use mcp_tasks::store::ChangeSender;
+    ///
+    /// let sender = ChangeSender::default();
+    /// let feed = sender.subscribe();
+    /// assert_eq!(sender.feed_count(), 1);
+    /// drop(feed);
+    /// assert_eq!(sender.feed_count(), 0);
+    /// ```
     pub fn feed_count(&self) -> usize {
         self.sender.receiver_count()
     }
@@ -102,7 +170,19 @@ pub struct ChangeFeed {
 }
 
 impl ChangeFeed {
-    /// The next event; `None` once the store closed the feed.
+    /// The next event; `None` once the store closed the feed (dropped its sender).
+    ///
+    /// ```
+    /// use mcp_tasks::store::ChangeSender;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let sender = ChangeSender::default();
+    /// let mut feed = sender.subscribe();
+    /// drop(sender);
+    /// assert_eq!(feed.recv().await, None);
+    /// # }
+    /// ```
     pub async fn recv(&mut self) -> Option<FeedEvent> {
         match self.receiver.recv().await {
             Ok(id) => Some(FeedEvent::Changed(id)),
@@ -112,12 +192,34 @@ impl ChangeFeed {
     }
 
     /// Whether the store closed the feed (nothing more will arrive).
+    ///
+    /// ```
+    /// use mcp_tasks::store::ChangeSender;
+    ///
+    /// let sender = ChangeSender::default();
+    /// let feed = sender.subscribe();
+    /// assert!(!feed.is_closed());
+    /// drop(sender);
+    /// assert!(feed.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.receiver.is_closed()
     }
 
     /// The next event if one is ready; `None` when none is (see
     /// [`is_closed`](Self::is_closed) to tell a closed feed).
+    ///
+    /// ```
+    /// use mcp_tasks::TaskId;
+    /// use mcp_tasks::store::{ChangeSender, FeedEvent};
+    ///
+    /// let sender = ChangeSender::default();
+    /// let mut feed = sender.subscribe();
+    /// assert_eq!(feed.try_recv(), None);
+    /// let id = TaskId::random();
+    /// sender.send(id);
+    /// assert_eq!(feed.try_recv(), Some(FeedEvent::Changed(id)));
+    /// ```
     pub fn try_recv(&mut self) -> Option<FeedEvent> {
         match self.receiver.try_recv() {
             Ok(id) => Some(FeedEvent::Changed(id)),

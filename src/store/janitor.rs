@@ -16,8 +16,32 @@ use crate::task::Timestamp;
 /// failed sweep is logged and retried at the next tick. Each sweep emits a `tracing`
 /// event with the number of records removed.
 ///
-/// [`TasksLayer`](crate::TasksLayer) starts one by default; build your own with
-/// [`Janitor::new`] to run it under your own supervision.
+/// [`TasksLayer`](crate::TasksLayer) starts one by default (every
+/// [`JANITOR_INTERVAL`](crate::defaults::JANITOR_INTERVAL), 60 s, keeping terminal
+/// tasks without a TTL for [`RETENTION`](crate::defaults::RETENTION), 1 hour); build
+/// your own with [`Janitor::new`], or take the layer's settings with
+/// [`TasksLayer::janitor`](crate::TasksLayer::janitor), to run it under your own
+/// supervision.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use mcp_tasks::store::{CreateLimits, Janitor, Timestamp};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// let store = Arc::new(MemoryStore::new());
+/// let mut short_lived = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(0));
+/// short_lived.ttl_ms = Some(1); // expired long ago
+/// store.create(short_lived, CreateLimits::default()).await?;
+///
+/// let janitor = Janitor::new(store.clone(), Duration::from_secs(60), Duration::from_secs(3600));
+/// assert_eq!(janitor.sweep().await?, 1);
+/// assert!(store.is_empty());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Janitor {
     store: Arc<dyn TaskStore>,
@@ -26,7 +50,19 @@ pub struct Janitor {
 }
 
 impl Janitor {
-    /// A janitor for `store`.
+    /// A janitor for `store` that sweeps every `interval` (the layer's default is 60 s)
+    /// and evicts terminal tasks without a TTL once they are older than `retention`
+    /// (the layer's default is 1 hour).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use mcp_tasks::store::Janitor;
+    /// use mcp_tasks::{MemoryStore, defaults};
+    ///
+    /// let store = Arc::new(MemoryStore::new());
+    /// let janitor = Janitor::new(store, defaults::JANITOR_INTERVAL, defaults::RETENTION);
+    /// # drop(janitor);
+    /// ```
     pub fn new(store: Arc<dyn TaskStore>, interval: Duration, retention: Duration) -> Self {
         Janitor {
             store,
@@ -36,13 +72,43 @@ impl Janitor {
     }
 
     /// One sweep now; returns how many records were removed.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use mcp_tasks::store::Janitor;
+    /// use mcp_tasks::{MemoryStore, defaults};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let janitor = Janitor::new(Arc::new(MemoryStore::new()), defaults::JANITOR_INTERVAL, defaults::RETENTION);
+    /// assert_eq!(janitor.sweep().await?, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let removed = self.store.cleanup(Timestamp::now(), self.retention).await?;
         tracing::debug!(removed, "mcp-tasks janitor sweep");
         Ok(removed)
     }
 
-    /// Sweeps every `interval` until `shutdown` resolves.
+    /// Sweeps every `interval` until `shutdown` resolves. The first sweep comes one
+    /// interval after the start.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use mcp_tasks::store::Janitor;
+    /// use mcp_tasks::{MemoryStore, defaults};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let janitor = Janitor::new(Arc::new(MemoryStore::new()), defaults::JANITOR_INTERVAL, defaults::RETENTION);
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let running = tokio::spawn(janitor.run(async { let _ = stopped.await; }));
+    /// // … at shutdown:
+    /// stop.send(()).unwrap();
+    /// running.await.unwrap();
+    /// # }
+    /// ```
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
         let mut ticker = tokio::time::interval(self.interval);
@@ -61,6 +127,23 @@ impl Janitor {
     }
 
     /// Runs on the current tokio runtime until the returned handle is aborted.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, as [`tokio::spawn`] does.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use mcp_tasks::store::Janitor;
+    /// use mcp_tasks::{MemoryStore, defaults};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let janitor = Janitor::new(Arc::new(MemoryStore::new()), defaults::JANITOR_INTERVAL, defaults::RETENTION);
+    /// let handle = janitor.spawn();
+    /// handle.abort();
+    /// # }
+    /// ```
     pub fn spawn(self) -> tokio::task::JoinHandle<()> {
         tokio::spawn(self.run(std::future::pending()))
     }

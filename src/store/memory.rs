@@ -17,6 +17,32 @@ const SHARDS: usize = 64;
 /// Records are spread over 64 independently locked shards, so writers on different
 /// tasks rarely meet. Each shard keeps its records ordered by expiry time, so a
 /// cleanup costs O(expired), not O(rows). Locks are never held across an `.await`.
+/// Tasks live as long as the process: `PostgresStore` and `RedisStore` (features
+/// `postgres` and `redis`, in [`store`](crate::store)) keep them across restarts and
+/// share them between nodes.
+///
+/// ```
+/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+/// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore, TasksLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// let store = MemoryStore::new();
+/// let alice = Principal::from("alice");
+/// let id = TaskId::random();
+/// let record = TaskRecord::new(id, Some(alice.clone()), Timestamp::now());
+/// store.create(record, CreateLimits::default()).await?;
+/// assert_eq!(store.len(), 1);
+///
+/// // Owner-scoped: another caller sees nothing.
+/// assert!(store.get(&id, Scope::Owner(Some(&alice)), Timestamp::now()).await?.is_some());
+/// assert!(store.get(&id, Scope::Owner(None), Timestamp::now()).await?.is_none());
+///
+/// let layer = TasksLayer::new(store); // the usual place for it
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     rows: AtomicUsize,
@@ -34,6 +60,12 @@ struct Shard {
 
 impl MemoryStore {
     /// An empty store.
+    ///
+    /// ```
+    /// use mcp_tasks::MemoryStore;
+    ///
+    /// assert!(MemoryStore::new().is_empty());
+    /// ```
     pub fn new() -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -42,12 +74,33 @@ impl MemoryStore {
         }
     }
 
-    /// How many records the store holds, expired ones not yet swept included.
+    /// How many records the store holds, expired ones not yet swept included (they
+    /// count against the row cap until the janitor removes them).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Timestamp};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// store.create(record, CreateLimits::default()).await?;
+    /// assert_eq!(store.len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn len(&self) -> usize {
         self.rows.load(Ordering::Acquire)
     }
 
     /// Whether the store holds no record.
+    ///
+    /// ```
+    /// use mcp_tasks::MemoryStore;
+    ///
+    /// assert!(MemoryStore::default().is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -17,6 +17,28 @@
 //!   terminal states never change and concurrent writers never lose an update;
 //! - an expired record reads as absent everywhere; `cleanup` only frees the space;
 //! - `create` returns only once `get` would find the record.
+//!
+//! Any store goes into the layer the same way, also chosen at run time:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `PostgresStore`, `RedisStore` or your own, behind one type.
+//! let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+//! let layer = TasksLayer::builder(store.clone()).without_janitor().build()?;
+//!
+//! // The layer and the store see the same tasks.
+//! let id = TaskId::random();
+//! store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+//! assert!(layer.handle().status(&id).await.is_ok());
+//! assert!(store.get(&id, Scope::Any, Timestamp::now()).await?.is_some());
+//! # Ok(())
+//! # }
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
@@ -50,9 +72,44 @@ pub use rules::retention_cutoff;
 
 /// A boxed, sendable future: what [`TaskStore`] methods return, so the trait stays
 /// object safe.
+///
+/// An implementation wraps its `async` block in `Box::pin`:
+///
+/// ```
+/// use mcp_tasks::StoreError;
+/// use mcp_tasks::store::BoxFuture;
+///
+/// fn count<'a>(rows: &'a [u32]) -> BoxFuture<'a, Result<usize, StoreError>> {
+///     Box::pin(async move { Ok(rows.len()) })
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert_eq!(count(&[1, 2, 3]).await.unwrap(), 3);
+/// # }
+/// ```
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Caps that `create` enforces atomically with the insert.
+///
+/// The layer passes its [`with_max_rows`](crate::TasksLayerBuilder::with_max_rows)
+/// (default 10 000) and
+/// [`with_max_tasks_per_owner`](crate::TasksLayerBuilder::with_max_tasks_per_owner)
+/// (default none) on every create. The `Default` is no cap at all.
+///
+/// ```
+/// use mcp_tasks::store::{CreateLimits, Timestamp};
+/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let one = CreateLimits::new(Some(1), None);
+/// let record = || TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// store.create(record(), one).await.unwrap();
+/// assert!(matches!(store.create(record(), one).await, Err(StoreError::LimitReached)));
+/// assert!(store.create(record(), CreateLimits::default()).await.is_ok());
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct CreateLimits {
@@ -63,7 +120,14 @@ pub struct CreateLimits {
 }
 
 impl CreateLimits {
-    /// Limits with a row cap and an optional per-owner cap.
+    /// Limits with a row cap and an optional per-owner cap (`None`: unlimited).
+    ///
+    /// ```
+    /// use mcp_tasks::store::CreateLimits;
+    ///
+    /// let limits = CreateLimits::new(Some(10_000), Some(100));
+    /// assert_eq!((limits.max_rows, limits.max_per_owner), (Some(10_000), Some(100)));
+    /// ```
     pub fn new(max_rows: Option<usize>, max_per_owner: Option<usize>) -> Self {
         CreateLimits {
             max_rows,
@@ -73,6 +137,28 @@ impl CreateLimits {
 }
 
 /// The result of a successful [`TaskStore::update`] on an existing task.
+///
+/// ```
+/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition, TransitionError};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TaskStore};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// let store = MemoryStore::new();
+/// let id = TaskId::random();
+/// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+///
+/// let cancel = Transition::Cancel;
+/// let updated = store.update(&id, Scope::Any, &cancel, Timestamp::now()).await?.unwrap();
+/// assert!(updated.changed());
+/// assert_eq!(updated.record.status, TaskStatus::Cancelled);
+///
+/// let late = Transition::Progress { message: "still going".into() };
+/// let refused = store.update(&id, Scope::Any, &late, Timestamp::now()).await?.unwrap();
+/// assert_eq!(refused.outcome, Err(TransitionError::Terminal));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Updated {
@@ -83,12 +169,31 @@ pub struct Updated {
 }
 
 impl Updated {
-    /// Bundles a record and the state machine's verdict.
+    /// Bundles a record and the state machine's verdict: what a store's `update`
+    /// returns after [`TaskRecord::apply`].
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Timestamp, Transition, Updated};
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// let outcome = record.apply(&Transition::Cancel, Timestamp::now());
+    /// let updated = Updated::new(record, outcome);
+    /// assert!(updated.changed());
+    /// ```
     pub fn new(record: TaskRecord, outcome: Result<Applied, TransitionError>) -> Self {
         Updated { record, outcome }
     }
 
-    /// Whether the record was written.
+    /// Whether the record was written (the transition was applied and changed it).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Applied, Timestamp, Updated};
+    /// use mcp_tasks::{TaskId, TaskRecord};
+    ///
+    /// let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    /// assert!(!Updated::new(record, Ok(Applied::Unchanged)).changed());
+    /// ```
     pub fn changed(&self) -> bool {
         matches!(self.outcome, Ok(Applied::Changed))
     }
@@ -98,9 +203,111 @@ impl Updated {
 ///
 /// Implement it for a database to make tasks durable or shared between nodes; run
 /// `mcp_tasks::task_store_tests!` (feature `test-util`) against the implementation.
+///
+/// Every method returns a [`BoxFuture`], so the trait is object safe and needs no
+/// macro. A store that wraps the memory store and counts the writes made through it:
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::time::Duration;
+/// use mcp_tasks::store::{BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated};
+/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore, TasksLayer};
+///
+/// #[derive(Debug, Default)]
+/// struct CountingStore {
+///     inner: MemoryStore,
+///     writes: AtomicUsize,
+/// }
+///
+/// impl TaskStore for CountingStore {
+///     fn create<'a>(
+///         &'a self,
+///         record: TaskRecord,
+///         limits: CreateLimits,
+///     ) -> BoxFuture<'a, Result<(), StoreError>> {
+///         Box::pin(async move {
+///             self.inner.create(record, limits).await?;
+///             self.writes.fetch_add(1, Ordering::Relaxed);
+///             Ok(())
+///         })
+///     }
+///
+///     fn get<'a>(
+///         &'a self,
+///         id: &'a TaskId,
+///         scope: Scope<'a>,
+///         now: Timestamp,
+///     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+///         self.inner.get(id, scope, now)
+///     }
+///
+///     fn update<'a>(
+///         &'a self,
+///         id: &'a TaskId,
+///         scope: Scope<'a>,
+///         transition: &'a Transition,
+///         now: Timestamp,
+///     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+///         Box::pin(async move {
+///             let updated = self.inner.update(id, scope, transition, now).await?;
+///             if updated.as_ref().is_some_and(Updated::changed) {
+///                 self.writes.fetch_add(1, Ordering::Relaxed);
+///             }
+///             Ok(updated)
+///         })
+///     }
+///
+///     fn cleanup<'a>(
+///         &'a self,
+///         now: Timestamp,
+///         retention: Duration,
+///     ) -> BoxFuture<'a, Result<usize, StoreError>> {
+///         Box::pin(async move {
+///             let removed = self.inner.cleanup(now, retention).await?;
+///             tracing::debug!(removed, "swept");
+///             Ok(removed)
+///         })
+///     }
+///
+///     fn subscribe(&self) -> Option<ChangeFeed> {
+///         self.inner.subscribe() // `None`: one process, nothing to hear from other nodes
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = CountingStore::default();
+/// let id = TaskId::random();
+/// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+/// let found = store.get(&id, Scope::Any, Timestamp::now()).await?;
+/// assert_eq!(found.map(|task| task.id), Some(id));
+/// assert_eq!(store.writes.load(Ordering::Relaxed), 1);
+///
+/// let layer = TasksLayer::new(store); // or `Arc<dyn TaskStore>`
+/// # let _ = layer;
+/// # Ok(())
+/// # }
+/// ```
 pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// Inserts a new record, enforcing `limits` atomically with the insert
     /// ([`StoreError::LimitReached`] when full). Returns once `get` would find it.
+    /// An id already stored is [`StoreError::Duplicate`].
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let id = TaskId::random();
+    /// let limits = CreateLimits::new(Some(10_000), None);
+    /// store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await?;
+    /// let again = store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await;
+    /// assert!(matches!(again, Err(mcp_tasks::StoreError::Duplicate)));
+    /// # Ok(())
+    /// # }
+    /// ```
     fn create<'a>(
         &'a self,
         record: TaskRecord,
@@ -108,6 +315,24 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The record, if it exists, has not expired at `now`, and is visible in `scope`.
+    /// `Ok(None)` otherwise: missing, expired and foreign read the same.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let id = TaskId::random();
+    /// let mut record = TaskRecord::new(id, None, Timestamp::from_millis(1_000));
+    /// record.ttl_ms = Some(1_000);
+    /// store.create(record, CreateLimits::default()).await?;
+    /// assert!(store.get(&id, Scope::Any, Timestamp::from_millis(1_999)).await?.is_some());
+    /// assert!(store.get(&id, Scope::Any, Timestamp::from_millis(2_000)).await?.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
     fn get<'a>(
         &'a self,
         id: &'a TaskId,
@@ -116,7 +341,30 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
 
     /// Applies `transition` atomically with [`TaskRecord::apply`]. `Ok(None)` when the
-    /// task is missing, expired or not visible in `scope`.
+    /// task is missing, expired or not visible in `scope`. A transition the state
+    /// machine refuses is `Ok(Some(_))` with the refusal in
+    /// [`Updated::outcome`] and nothing written.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let id = TaskId::random();
+    /// use mcp_tasks::Principal;
+    ///
+    /// let alice = Principal::from("alice");
+    /// store.create(TaskRecord::new(id, Some(alice.clone()), Timestamp::now()), CreateLimits::default()).await?;
+    /// let cancel = Transition::Cancel;
+    /// // Another caller's update finds nothing, exactly as for a missing id.
+    /// assert!(store.update(&id, Scope::Owner(None), &cancel, Timestamp::now()).await?.is_none());
+    /// let updated = store.update(&id, Scope::Owner(Some(&alice)), &cancel, Timestamp::now()).await?;
+    /// assert!(updated.unwrap().changed());
+    /// # Ok(())
+    /// # }
+    /// ```
     fn update<'a>(
         &'a self,
         id: &'a TaskId,
@@ -126,7 +374,27 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>>;
 
     /// Removes records that expired at `now`, and records without a TTL that have been
-    /// terminal for longer than `retention`. Returns how many were removed.
+    /// terminal for longer than `retention`. Returns how many were removed. The
+    /// [`Janitor`] calls it on a timer.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let id = TaskId::random();
+    /// use std::time::Duration;
+    ///
+    /// let mut record = TaskRecord::new(id, None, Timestamp::from_millis(0));
+    /// record.ttl_ms = Some(10);
+    /// store.create(record, CreateLimits::default()).await?;
+    /// let removed = store.cleanup(Timestamp::from_millis(10), Duration::from_secs(3600)).await?;
+    /// assert_eq!(removed, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn cleanup<'a>(
         &'a self,
         now: Timestamp,
@@ -140,6 +408,28 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// waiting on it, so listen streams and `wait_for_input` on this node see changes
     /// made on another. A receiver that lags skips ids; the layer then wakes every
     /// waiting worker to re-read its task, and listen streams get the next change.
+    ///
+    /// A shared store keeps a [`ChangeSender`], feeds it from its backend's
+    /// notifications, and hands out its feeds:
+    ///
+    /// ```
+    /// use mcp_tasks::store::{ChangeFeed, ChangeSender};
+    /// use mcp_tasks::{MemoryStore, TaskStore};
+    ///
+    /// struct Shared {
+    ///     changes: ChangeSender, // fed by the backend's listener with other nodes' ids
+    /// }
+    ///
+    /// impl Shared {
+    ///     fn subscribe(&self) -> Option<ChangeFeed> {
+    ///         Some(self.changes.subscribe())
+    ///     }
+    /// }
+    ///
+    /// assert!(MemoryStore::new().subscribe().is_none()); // one process: nothing to hear
+    /// let shared = Shared { changes: ChangeSender::default() };
+    /// assert!(shared.subscribe().is_some());
+    /// ```
     fn subscribe(&self) -> Option<ChangeFeed> {
         None
     }

@@ -129,10 +129,31 @@ struct Feed {
 }
 
 impl PostgresStore {
-    /// The table name used unless [`with_table`](Self::with_table) says otherwise.
+    /// The table name used unless [`with_table`](Self::with_table) says otherwise:
+    /// `mcp_tasks`, announcing on the channel `mcp_tasks_changes`.
+    ///
+    /// ```
+    /// assert_eq!(mcp_tasks::PostgresStore::DEFAULT_TABLE, "mcp_tasks");
+    /// ```
     pub const DEFAULT_TABLE: &'static str = "mcp_tasks";
 
-    /// A store over an existing pool, on the table [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
+    /// A store over an existing pool (sized, timed out and secured as you like), on
+    /// the table [`DEFAULT_TABLE`](Self::DEFAULT_TABLE), `mcp_tasks`.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    /// use mcp_tasks::sqlx::postgres::PgPoolOptions;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pool = PgPoolOptions::new()
+    ///     .max_connections(20)
+    ///     .connect("postgres://app@db.internal/app")
+    ///     .await?;
+    /// let store = PostgresStore::new(pool);
+    /// assert_eq!(store.table(), "mcp_tasks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(pool: PgPool) -> Self {
         let node = node_id();
         PostgresStore {
@@ -140,7 +161,20 @@ impl PostgresStore {
         }
     }
 
-    /// Connects a pool with sqlx's default settings to the database at `url`.
+    /// Connects a pool with sqlx's default settings (at most 10 connections) to the
+    /// database at `url`, on the table [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
+    /// Fails with [`StoreError::Backend`] when the database cannot be reached.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = std::env::var("DATABASE_URL")?;
+    /// let store = PostgresStore::connect(&url).await?;
+    /// store.migrate().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
             .connect(url)
@@ -171,22 +205,58 @@ impl PostgresStore {
     }
 
     /// The pool the store runs its queries on.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// let rows: i64 = mcp_tasks::sqlx::query_scalar("SELECT count(*) FROM mcp_tasks")
+    ///     .fetch_one(store.pool())
+    ///     .await?;
+    /// println!("{rows} tasks stored");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
     }
 
     /// The table the store keeps its records in.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// assert_eq!(store.with_table("billing_tasks")?.table(), "billing_tasks");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn table(&self) -> &str {
         &self.inner.table
     }
 
     /// The `NOTIFY` channel the store announces its writes on: `<table>_changes`.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// assert_eq!(store.channel(), "mcp_tasks_changes");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn channel(&self) -> &str {
         &self.inner.channel
     }
 
     /// Creates the table and its indexes unless they exist. Safe to run on every node
     /// at every start, concurrently too (an advisory lock orders the runs).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// store.migrate().await?; // once per start, before the layer serves
+    /// store.migrate().await?; // and again: nothing to do
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
@@ -213,6 +283,19 @@ impl PostgresStore {
     /// Call this once at startup, before building the layer, to close that gap; an
     /// unreachable database fails here instead of in the background. If the listener
     /// was started already and is reconnecting, this waits until it is back.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::{PostgresStore, TasksLayer};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// store.migrate().await?;
+    /// store.listen().await?; // other nodes' changes reach this node from now on
+    /// let layer = TasksLayer::new(store);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn listen(&self) -> Result<(), StoreError> {
         let running = self.lock_feed().as_ref().map(|feed| feed.ready.clone());
         let mut ready = match running {

@@ -272,12 +272,30 @@ impl Feed {
 }
 
 impl RedisStore {
-    /// The key prefix used unless [`RedisStore::with_prefix`] says otherwise.
+    /// The key prefix used unless [`RedisStore::with_prefix`] says otherwise:
+    /// `mcp-tasks:`, announcing on the channel `mcp-tasks:changes`.
+    ///
+    /// ```
+    /// assert_eq!(mcp_tasks::RedisStore::DEFAULT_PREFIX, "mcp-tasks:");
+    /// ```
     pub const DEFAULT_PREFIX: &'static str = "mcp-tasks:";
 
     /// Connects to the server at `url` (e.g. `redis://127.0.0.1:6379`), with a
     /// reconnecting connection for the records and, once [`TaskStore::subscribe`] is
-    /// called, a second one for the change feed.
+    /// called, a second one for the change feed. Keys go under
+    /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX), `mcp-tasks:`.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::{RedisStore, TasksLayer};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.prefix(), "mcp-tasks:");
+    /// let layer = TasksLayer::new(store); // subscribes to other nodes' changes
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, StoreError> {
         let client = Client::open(url).map_err(StoreError::backend)?;
         let conn = ConnectionManager::new(client.clone())
@@ -291,6 +309,20 @@ impl RedisStore {
     /// It announces its writes to other nodes but, until
     /// [`RedisStore::with_change_feed`] gives it a client to listen with, does not
     /// hear theirs: [`TaskStore::subscribe`] answers `None`.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::RedisStore;
+    /// use mcp_tasks::redis::Client;
+    /// use mcp_tasks::redis::aio::ConnectionManager;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = Client::open("redis://127.0.0.1:6379")?;
+    /// let conn = ConnectionManager::new(client.clone()).await?;
+    /// let store = RedisStore::new(conn).with_change_feed(client);
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(conn: ConnectionManager) -> Self {
         RedisStore {
             conn,
@@ -304,7 +336,23 @@ impl RedisStore {
     }
 
     /// Listens for other nodes' changes with a dedicated connection from `client`
-    /// (pub/sub needs a connection of its own).
+    /// (pub/sub needs a connection of its own). The connection opens on the first
+    /// [`TaskStore::subscribe`], which the layer calls when it is built.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::{RedisStore, TaskStore};
+    /// use mcp_tasks::redis::Client;
+    /// use mcp_tasks::redis::aio::ConnectionManager;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = Client::open("redis://127.0.0.1:6379")?;
+    /// let store = RedisStore::new(ConnectionManager::new(client.clone()).await?);
+    /// assert!(store.subscribe().is_none()); // deaf to other nodes
+    /// let store = store.with_change_feed(client);
+    /// assert!(store.subscribe().is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_change_feed(mut self, client: Client) -> Self {
         self.feed = Some(Feed::new(client));
         self
@@ -313,6 +361,17 @@ impl RedisStore {
     /// Puts every key (and the change channel) under `prefix` instead of
     /// `mcp-tasks:`. Nodes that share tasks must use the same prefix. Call it before
     /// using the store.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::RedisStore;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// // On Redis Cluster: a hash tag keeps every key of the store in one slot.
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?.with_prefix("{billing}:");
+    /// assert_eq!(store.prefix(), "{billing}:");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.keys = Arc::new(Keys::new(&prefix.into()));
         if let Some(feed) = &self.feed {
@@ -322,6 +381,14 @@ impl RedisStore {
     }
 
     /// The key prefix in use.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.prefix(), mcp_tasks::RedisStore::DEFAULT_PREFIX);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn prefix(&self) -> &str {
         &self.keys.prefix
     }
@@ -401,17 +468,8 @@ impl TaskStore for RedisStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let stored: Option<String> = redis::cmd("HGET")
-                .arg(self.keys.task(&id.to_string()))
-                .arg("rec")
-                .query_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
-            match stored {
-                Some(json) => Ok(Some(decode(&json)?).filter(|r| r.is_visible(scope, now))),
-                None => Ok(None),
-            }
+            let stored = CompareAndSwap::read(self, id).await?;
+            Ok(stored.filter(|r| r.is_visible(scope, now)))
         })
     }
 

@@ -8,11 +8,11 @@
 //!     META_PROTOCOL_VERSION, MCP_PROTOCOL_VERSION, PROTOCOL_VERSION};
 //! use serde_json::json;
 //!
-//! let task_id = "k3J9…"; // from the CreateTaskResult
+//! let task_id = mcp_tasks::TaskId::random().to_string(); // from the CreateTaskResult
 //! let request = http::Request::post("/mcp")
 //!     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
 //!     .header(MCP_METHOD, "tasks/get")
-//!     .header(MCP_NAME, "k3J9")
+//!     .header(MCP_NAME, &task_id) // the task id on tasks/*, the tool name on tools/call
 //!     .body(json!({
 //!         "jsonrpc": "2.0", "id": 1, "method": "tasks/get",
 //!         "params": {"taskId": task_id, "_meta": {
@@ -23,6 +23,10 @@
 //!     .unwrap();
 //! assert_eq!(request.headers()[MCP_METHOD], "tasks/get");
 //! ```
+//!
+//! [The wire in one page](crate#the-wire-in-one-page), in the crate docs, has every
+//! request and reply of the extension and the error codes with their HTTP statuses;
+//! [`RpcError`] builds those errors.
 
 use http::HeaderName;
 

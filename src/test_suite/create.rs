@@ -1,0 +1,218 @@
+//! Creating records: what `create` stores, duplicate ids, and the row caps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::helpers::{HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread};
+use crate::error::StoreError;
+use crate::store::{CreateLimits, TaskStore};
+use crate::task::{Principal, Scope, TaskRecord, Timestamp};
+
+/// `create` returns only once `get` finds the record, and `get` returns the record
+/// as it was stored, for its owner and for [`Scope::Any`].
+pub async fn create_then_get<S: TaskStore>(store: S) {
+    const RULE: &str = "create_then_get";
+    let now = Timestamp::now();
+    let alice = Principal::from("alice");
+    let mut owned = record(Some(alice.clone()), now, Some(HOUR_MS));
+    owned.status_message = Some("Queued".to_owned());
+    owned.poll_interval_ms = Some(250);
+    let anonymous = record(None, now, None);
+    for r in [&owned, &anonymous] {
+        create(RULE, &store, r.clone(), CreateLimits::default()).await;
+    }
+    let found = get(RULE, &store, &owned.id, Scope::Owner(Some(&alice)), now).await;
+    assert_eq!(
+        found.as_ref(),
+        Some(&owned),
+        "[{RULE}] get by the owner right after create must return the stored record unchanged"
+    );
+    let found = get(RULE, &store, &owned.id, Scope::Any, now).await;
+    assert_eq!(
+        found.as_ref(),
+        Some(&owned),
+        "[{RULE}] get with Scope::Any right after create must return the stored record"
+    );
+    let found = get(RULE, &store, &anonymous.id, Scope::Owner(None), now).await;
+    assert_eq!(
+        found.as_ref(),
+        Some(&anonymous),
+        "[{RULE}] an unowned record must be found by Scope::Owner(None) right after create"
+    );
+}
+
+/// Creating a second record with an id that exists fails with
+/// [`StoreError::Duplicate`], leaves the first record as it was, and does not use up
+/// room under the row cap.
+pub async fn create_rejects_duplicate_id<S: TaskStore>(store: S) {
+    const RULE: &str = "create_rejects_duplicate_id";
+    let now = Timestamp::now();
+    let limits = CreateLimits::new(Some(2), None);
+    let first = record(Some(Principal::from("alice")), now, Some(HOUR_MS));
+    create(RULE, &store, first.clone(), limits).await;
+    let mut twin = record(Some(Principal::from("mallory")), now, None);
+    twin.id = first.id;
+    match store.create(twin, limits).await {
+        Err(StoreError::Duplicate) => {}
+        other => panic!(
+            "[{RULE}] a second create with an existing id must fail with StoreError::Duplicate, got {other:?}"
+        ),
+    }
+    let found = get(RULE, &store, &first.id, Scope::Any, now).await;
+    assert_eq!(
+        found.as_ref(),
+        Some(&first),
+        "[{RULE}] a refused duplicate must leave the existing record untouched"
+    );
+    let second = record(None, now, Some(HOUR_MS));
+    match store.create(second, limits).await {
+        Ok(()) => {}
+        other => panic!(
+            "[{RULE}] a refused duplicate must not take a row: with max_rows 2 and one record, create must succeed, got {other:?}"
+        ),
+    }
+}
+
+/// `max_rows` holds atomically: of many concurrent creates against a cap of K,
+/// exactly K succeed and the rest fail with [`StoreError::LimitReached`]; a record
+/// removed by `cleanup` frees its row.
+pub async fn max_rows_enforced_atomically<S: TaskStore>(store: S) {
+    const RULE: &str = "max_rows_enforced_atomically";
+    const CAP: usize = 10;
+    require_multi_thread(RULE);
+    let now = Timestamp::now();
+    let store = Arc::new(store);
+    let limits = CreateLimits::new(Some(CAP), None);
+    let records: Vec<TaskRecord> = (0..WRITERS)
+        .map(|i| {
+            let owner = (i % 3 != 0).then(|| Principal::from(format!("owner-{}", i % 5)));
+            record(owner, now, Some(1_000))
+        })
+        .collect();
+    let results = race(records.clone(), {
+        let store = store.clone();
+        move |r: TaskRecord| {
+            let store = store.clone();
+            async move { store.create(r, limits).await }
+        }
+    })
+    .await;
+    let mut created = Vec::new();
+    for (r, result) in records.iter().zip(results) {
+        match result {
+            Ok(()) => created.push(r.id),
+            Err(StoreError::LimitReached) => {}
+            Err(e) => {
+                panic!("[{RULE}] a create over the cap must fail with LimitReached, got Err({e})")
+            }
+        }
+    }
+    assert_eq!(
+        created.len(),
+        CAP,
+        "[{RULE}] {WRITERS} concurrent creates with max_rows {CAP} must create exactly {CAP}"
+    );
+    for id in &created {
+        assert!(
+            get(RULE, &*store, id, Scope::Any, now).await.is_some(),
+            "[{RULE}] every successful create must be readable"
+        );
+    }
+    match store.create(record(None, now, None), limits).await {
+        Err(StoreError::LimitReached) => {}
+        other => {
+            panic!("[{RULE}] a create on a full store must fail with LimitReached, got {other:?}")
+        }
+    }
+    let swept = now.plus_ms(1_000);
+    assert_eq!(
+        cleanup(RULE, &*store, swept, Duration::ZERO).await,
+        CAP,
+        "[{RULE}] cleanup must remove the {CAP} expired records"
+    );
+    match store.create(record(None, swept, None), limits).await {
+        Ok(()) => {}
+        other => panic!("[{RULE}] rows freed by cleanup must be usable again, got {other:?}"),
+    }
+}
+
+/// The per-owner cap counts each owner (and the anonymous owner) separately, holds
+/// under concurrent creates, and frees a slot when `cleanup` removes a record.
+pub async fn per_owner_cap_enforced<S: TaskStore>(store: S) {
+    const RULE: &str = "per_owner_cap_enforced";
+    const PER_OWNER: usize = 3;
+    require_multi_thread(RULE);
+    let now = Timestamp::now();
+    let store = Arc::new(store);
+    let limits = CreateLimits::new(None, Some(PER_OWNER));
+    let alice = Principal::from("alice");
+    let records: Vec<TaskRecord> = (0..WRITERS)
+        .map(|i| match i % 4 {
+            0 => record(None, now, Some(1_000)),
+            1 => record(Some(Principal::from("bob")), now, Some(HOUR_MS)),
+            _ => record(Some(alice.clone()), now, Some(1_000)),
+        })
+        .collect();
+    let results = race(records.clone(), {
+        let store = store.clone();
+        move |r: TaskRecord| {
+            let store = store.clone();
+            async move { store.create(r, limits).await }
+        }
+    })
+    .await;
+    let mut per_owner = std::collections::BTreeMap::<Option<Principal>, usize>::new();
+    for (r, result) in records.iter().zip(results) {
+        match result {
+            Ok(()) => *per_owner.entry(r.owner.clone()).or_default() += 1,
+            Err(StoreError::LimitReached) => {}
+            Err(e) => panic!(
+                "[{RULE}] a create over the per-owner cap must fail with LimitReached, got Err({e})"
+            ),
+        }
+    }
+    for owner in [None, Some(Principal::from("bob")), Some(alice.clone())] {
+        assert_eq!(
+            per_owner.get(&owner).copied().unwrap_or(0),
+            PER_OWNER,
+            "[{RULE}] concurrent creates by {owner:?} with a per-owner cap of {PER_OWNER} must create exactly {PER_OWNER}"
+        );
+    }
+    match store
+        .create(record(Some(alice.clone()), now, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached) => {}
+        other => {
+            panic!("[{RULE}] alice at her cap must be refused with LimitReached, got {other:?}")
+        }
+    }
+    match store
+        .create(record(Some(Principal::from("carol")), now, None), limits)
+        .await
+    {
+        Ok(()) => {}
+        other => panic!("[{RULE}] another owner must not be limited by alice's cap, got {other:?}"),
+    }
+    let swept = now.plus_ms(1_000);
+    assert_eq!(
+        cleanup(RULE, &*store, swept, Duration::ZERO).await,
+        2 * PER_OWNER,
+        "[{RULE}] cleanup must remove alice's and the anonymous owner's expired records"
+    );
+    match store.create(record(Some(alice), swept, None), limits).await {
+        Ok(()) => {}
+        other => panic!(
+            "[{RULE}] a slot freed by cleanup must be usable by its owner again, got {other:?}"
+        ),
+    }
+    match store
+        .create(record(Some(Principal::from("bob")), swept, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached) => {}
+        other => panic!(
+            "[{RULE}] bob's records did not expire, so bob must still be at his cap, got {other:?}"
+        ),
+    }
+}

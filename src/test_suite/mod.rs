@@ -1,0 +1,273 @@
+//! The public contract suite for [`TaskStore`] implementations.
+//!
+//! Every store, the built-in [`MemoryStore`](crate::MemoryStore) or one of your own,
+//! must keep the same rules: a foreign owner reads exactly like a missing id,
+//! terminal states never change, expired records read as absent before any cleanup,
+//! the row caps hold under concurrent creates, and concurrent writers on one task
+//! never lose an update. This module checks each rule with one public async
+//! function, and [`task_store_tests!`](crate::task_store_tests) turns them all into
+//! `#[tokio::test]`s for a store of your choice.
+//!
+//! # Running the suite on your store
+//!
+//! Enable the `test-util` feature in your dev-dependencies, then invoke the macro in a
+//! module of its own with an expression that evaluates to a future of a fresh, empty
+//! store (an `async` block or a call to an `async fn`). The expression is evaluated
+//! once per test, so every rule gets its own store.
+//!
+//! ```no_run
+//! use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+//! use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+//! use std::time::Duration;
+//!
+//! /// A store that adds an audit trail around the memory store.
+//! #[derive(Debug, Default)]
+//! pub struct AuditedStore {
+//!     inner: MemoryStore,
+//! }
+//!
+//! impl TaskStore for AuditedStore {
+//!     fn create<'a>(
+//!         &'a self,
+//!         record: TaskRecord,
+//!         limits: CreateLimits,
+//!     ) -> BoxFuture<'a, Result<(), StoreError>> {
+//!         self.inner.create(record, limits)
+//!     }
+//!
+//!     fn get<'a>(
+//!         &'a self,
+//!         id: &'a TaskId,
+//!         scope: Scope<'a>,
+//!         now: Timestamp,
+//!     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+//!         self.inner.get(id, scope, now)
+//!     }
+//!
+//!     fn update<'a>(
+//!         &'a self,
+//!         id: &'a TaskId,
+//!         scope: Scope<'a>,
+//!         transition: &'a Transition,
+//!         now: Timestamp,
+//!     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+//!         self.inner.update(id, scope, transition, now)
+//!     }
+//!
+//!     fn cleanup<'a>(
+//!         &'a self,
+//!         now: Timestamp,
+//!         retention: Duration,
+//!     ) -> BoxFuture<'a, Result<usize, StoreError>> {
+//!         self.inner.cleanup(now, retention)
+//!     }
+//! }
+//!
+//! async fn fresh_store() -> AuditedStore {
+//!     AuditedStore::default()
+//! }
+//!
+//! #[cfg(test)]
+//! mod audited_store_contract {
+//!     mcp_tasks::task_store_tests!(super::fresh_store());
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! The generated tests run on a multi-thread tokio runtime, so the test crate needs
+//! `tokio` with the `macros` and `rt-multi-thread` features. A store backed by a
+//! shared database should hand each test its own namespace (a schema, a key
+//! prefix): `cleanup` counts and the row caps are checked exactly.
+//!
+//! # Calling the rules directly
+//!
+//! Each function takes a fresh, empty store **by value** (any `S: TaskStore`, which
+//! includes `Arc<dyn TaskStore>`) and panics with a message naming the broken rule.
+//! They read the wall clock only to pick a starting time, and pass explicit `now`
+//! values afterwards, as the [`TaskStore`] contract requires. The contention rules
+//! spawn tasks and need a multi-thread runtime.
+//!
+//! A store may answer [`StoreError::Contention`] when a compare-and-swap keeps
+//! losing. That answer promises that nothing was written, so the concurrent rules
+//! retry it (a bounded number of times) instead of counting it as a loss.
+//!
+//! # Stores shared between nodes
+//!
+//! A store that several processes share implements
+//! [`TaskStore::subscribe`]: each instance announces the writes made through it to
+//! the *other* instances, and the layer relays them to its notifier and waiting
+//! workers. The `nodes_*` functions check that contract on two (or more) instances
+//! over the same fresh shared state, as two nodes would hold them: a write is
+//! announced to the other node only, a layer on one node sees answers and cancels
+//! given through the other, and concurrent writers spread over the nodes still see
+//! exactly one terminal write win and no update lost.
+//! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
+//! Every wait in them is bounded, and a store may start listening in the
+//! background: the rules first write until each node has heard the other.
+//!
+//! # Watching or breaking a store in a test
+//!
+//! [`Intercept`] wraps any store and runs [`StoreHooks`] around its calls: count or
+//! report reads, announce writes to other nodes, make a call fail, or keep a guard
+//! alive as long as the store. Every hook defaults to doing nothing, so a test
+//! writes only the one it needs instead of a whole forwarding [`TaskStore`].
+//!
+//! [`TaskStore`]: crate::TaskStore
+//! [`TaskStore::subscribe`]: crate::TaskStore::subscribe
+//! [`StoreError::Contention`]: crate::StoreError::Contention
+
+mod contention;
+mod create;
+mod expiry;
+mod helpers;
+mod input;
+mod intercept;
+mod nodes;
+mod ownership;
+mod transitions;
+
+pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
+pub use create::{
+    create_rejects_duplicate_id, create_then_get, max_rows_enforced_atomically,
+    per_owner_cap_enforced,
+};
+pub use expiry::{
+    cleanup_removes_expired, expired_reads_as_absent, terminal_without_ttl_evicted_after_retention,
+};
+pub use input::{
+    answers_for_keys_not_outstanding_are_ignored, duplicate_input_keys_rejected,
+    partial_answers_keep_input_required,
+};
+pub use intercept::{Intercept, StoreCall, StoreHooks};
+pub use nodes::{
+    nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
+    nodes_concurrent_updates_never_lost, nodes_remote_writes_reach_the_layer,
+};
+pub use ownership::{foreign_owner_reads_as_missing, scope_any_sees_all};
+pub use transitions::{
+    rejected_transition_changes_nothing, revision_increments_on_every_change,
+    terminal_states_never_change,
+};
+
+/// Runs every rule of the suite as a `#[tokio::test]` on a multi-thread runtime.
+///
+/// The argument is an expression evaluating to a future of a fresh, empty store; it
+/// is evaluated once per test. Invoke the macro inside a module of its own, since
+/// each rule becomes a test function named after it.
+///
+/// ```no_run
+/// mod memory_store_contract {
+///     mcp_tasks::task_store_tests!(async { mcp_tasks::MemoryStore::new() });
+/// }
+///
+/// mod shared_store_contract {
+///     use std::sync::Arc;
+///
+///     async fn shared() -> Arc<dyn mcp_tasks::TaskStore> {
+///         Arc::new(mcp_tasks::MemoryStore::new())
+///     }
+///
+///     mcp_tasks::task_store_tests!(shared());
+/// }
+/// # fn main() {}
+/// ```
+///
+/// The test crate needs `tokio` with the `macros` and `rt-multi-thread` features.
+#[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+macro_rules! task_store_tests {
+    ($factory:expr $(,)?) => {
+        $crate::task_store_tests!(@rules $factory;
+            create_then_get,
+            create_rejects_duplicate_id,
+            foreign_owner_reads_as_missing,
+            scope_any_sees_all,
+            terminal_states_never_change,
+            rejected_transition_changes_nothing,
+            answers_for_keys_not_outstanding_are_ignored,
+            partial_answers_keep_input_required,
+            duplicate_input_keys_rejected,
+            expired_reads_as_absent,
+            cleanup_removes_expired,
+            terminal_without_ttl_evicted_after_retention,
+            max_rows_enforced_atomically,
+            per_owner_cap_enforced,
+            revision_increments_on_every_change,
+            concurrent_terminal_writes_one_wins,
+            concurrent_updates_never_lost,
+        );
+    };
+    (@rules $factory:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $rule() {
+                $crate::test_suite::$rule($factory.await).await;
+            }
+        )*
+    };
+}
+
+/// Runs every multi-node rule of the suite (the `nodes_*` functions) as a
+/// `#[tokio::test]` on a multi-thread runtime: the contract any store that
+/// implements [`TaskStore::subscribe`](crate::TaskStore::subscribe) must keep.
+///
+/// The argument is an expression evaluating to a future of
+/// `Option<(S, S)>`: two instances of the store over the same fresh shared state
+/// (one database table, one key prefix), as two processes would hold them. It is
+/// evaluated once per test. `None` skips the test, for a backend that is not
+/// available where the tests run (say so before returning it). Invoke the macro
+/// inside a module of its own, next to [`task_store_tests!`](crate::task_store_tests).
+///
+/// ```no_run
+/// mod shared_store_nodes {
+///     use std::sync::Arc;
+///
+///     use mcp_tasks::TaskStore;
+///
+///     /// Two handles on one shared database, or `None` where none is configured.
+///     async fn two_nodes() -> Option<(Arc<dyn TaskStore>, Arc<dyn TaskStore>)> {
+///         let url = std::env::var("MY_STORE_URL").ok()?;
+///         Some((connect(&url).await, connect(&url).await))
+///     }
+///     # async fn connect(_url: &str) -> Arc<dyn TaskStore> { Arc::new(mcp_tasks::MemoryStore::new()) }
+///
+///     mcp_tasks::task_store_node_tests!(two_nodes());
+/// }
+/// # fn main() {}
+/// ```
+///
+/// The test crate needs `tokio` with the `macros` and `rt-multi-thread` features.
+#[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+macro_rules! task_store_node_tests {
+    ($factory:expr $(,)?) => {
+        $crate::task_store_node_tests!(@pair $factory;
+            nodes_announce_to_the_other_node_only,
+            nodes_remote_writes_reach_the_layer,
+        );
+        $crate::task_store_node_tests!(@all $factory;
+            nodes_concurrent_terminal_writes_one_wins,
+            nodes_concurrent_updates_never_lost,
+        );
+    };
+    (@pair $factory:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $rule() {
+                if let ::core::option::Option::Some((a, b)) = $factory.await {
+                    $crate::test_suite::$rule(a, b).await;
+                }
+            }
+        )*
+    };
+    (@all $factory:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $rule() {
+                if let ::core::option::Option::Some((a, b)) = $factory.await {
+                    $crate::test_suite::$rule(::std::vec![a, b]).await;
+                }
+            }
+        )*
+    };
+}

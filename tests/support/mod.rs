@@ -1,0 +1,39 @@
+//! The one harness of the integration tests and benches, shared as `mod support;`
+//! (benches: `#[path = "../tests/support/mod.rs"] mod support;`):
+//!
+//! - [`http`]: the loopback server (127.0.0.1, port 0, `TCP_NODELAY`), the demo
+//!   authentication, the client, [`Reply`](http::Reply) and
+//!   [`EventStream`](http::EventStream);
+//! - [`sse`]: the one SSE event parser of the tests (CR, LF and CRLF line ends);
+//! - [`requests`]: modern 2026-07-28 requests, their `_meta` and standard headers;
+//! - [`fixtures`]: the inner services and tools the layer wraps, the standard
+//!   layer settings, and the [`Server`](fixtures::Server) running them;
+//! - [`stores`]: scratch PostgreSQL and Redis stores from `DATABASE_URL` and
+//!   `REDIS_URL`;
+//! - [`wait`]: bounded waiting, on signals where there are any.
+
+// Each test crate uses only part of the harness; the rest is dead code there.
+#![allow(dead_code)]
+
+pub(crate) mod fixtures;
+pub(crate) mod http;
+pub(crate) mod requests;
+pub(crate) mod sse;
+pub(crate) mod stores;
+pub(crate) mod wait;
+
+/// Whether `s` is an RFC 3339 timestamp.
+pub(crate) fn is_rfc3339(s: &serde_json::Value) -> bool {
+    s.as_str().is_some_and(|s| {
+        time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).is_ok()
+    })
+}
+
+/// Whether `s` looks like a task id: 43 base64url characters.
+pub(crate) fn is_task_id(s: &serde_json::Value) -> bool {
+    s.as_str().is_some_and(|s| {
+        s.len() == 43
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
