@@ -22,12 +22,18 @@ pub(crate) struct Config {
     pub(crate) default_poll_interval: Option<Duration>,
     pub(crate) max_request_bytes: usize,
     pub(crate) max_response_bytes: usize,
+    pub(crate) max_input_response_bytes: usize,
+    pub(crate) max_task_input_bytes: usize,
+    pub(crate) max_result_bytes: usize,
     pub(crate) server_info: Option<Value>,
     pub(crate) tool_modes: HashMap<String, TaskMode>,
     pub(crate) default_mode: TaskMode,
     pub(crate) task_policy: Option<TaskPolicy>,
     pub(crate) janitor: Option<(Duration, Duration)>,
     pub(crate) max_listen_task_ids: usize,
+    pub(crate) max_listen_streams_per_owner: usize,
+    pub(crate) max_listen_streams: usize,
+    pub(crate) listen_ack_timeout: Duration,
     pub(crate) keep_alive: Duration,
 }
 

@@ -3,11 +3,18 @@
 //! | constant | value | what it bounds |
 //! |---|---|---|
 //! | [`MAX_ROWS`] | 10 000 | tasks one store holds (`with_max_rows`) |
+//! | [`MAX_TASKS_PER_OWNER`] | 1 000 | tasks one principal (or all anonymous callers) holds (`with_max_tasks_per_owner`) |
 //! | [`TTL`] | 1 hour | lifetime of a task whose tool sets none |
 //! | [`MAX_TTL`] | 10 years | the longest lifetime accepted |
 //! | [`MAX_REQUEST_BYTES`] | 4 MiB | request bodies the layer reads |
 //! | [`MAX_RESPONSE_BYTES`] | 16 MiB | inner responses buffered to decide on a task |
+//! | [`MAX_INPUT_RESPONSE_BYTES`] | 256 KiB | one answer in a `tasks/update` (`with_max_input_response_bytes`) |
+//! | [`MAX_TASK_INPUT_BYTES`] | 1 MiB | answers kept per task (`with_max_task_input_bytes`) |
+//! | [`MAX_RESULT_BYTES`] | 8 MiB | a task's serialized result (`with_max_result_bytes`) |
 //! | [`MAX_LISTEN_TASK_IDS`] | 1 000 | task ids one `subscriptions/listen` may name |
+//! | [`MAX_LISTEN_STREAMS_PER_OWNER`] | 16 | open listen streams with task ids per principal (`with_max_listen_streams_per_owner`) |
+//! | [`MAX_LISTEN_STREAMS`] | 1 000 | open listen streams with task ids in all (`with_max_listen_streams`) |
+//! | [`LISTEN_ACK_TIMEOUT`] | 5 s | wait for the inner listen stream's acknowledgment (`with_listen_ack_timeout`) |
 //! | [`KEEP_ALIVE`] | 15 s | keep-alive comments on idle listen streams |
 //! | [`MAX_KEEP_ALIVE`] | 1 hour | the longest keep-alive interval accepted |
 //! | [`JANITOR_INTERVAL`] | 60 s | time between janitor sweeps |
@@ -20,6 +27,7 @@
 //!
 //! assert_eq!(defaults::TTL, Duration::from_secs(3600));
 //! assert_eq!(defaults::MAX_ROWS, 10_000);
+//! assert_eq!(defaults::MAX_TASKS_PER_OWNER, defaults::MAX_ROWS / 10);
 //! ```
 
 use std::time::Duration;
@@ -27,6 +35,10 @@ use std::time::Duration;
 /// Most tasks a store holds (10 000): a client looping a task-making tool cannot
 /// grow it without bound.
 pub const MAX_ROWS: usize = 10_000;
+/// Most tasks one principal (or all anonymous callers together) holds (1 000, a
+/// tenth of [`MAX_ROWS`]): one client looping a task-making tool is refused long
+/// before it fills the store for everyone else. Expired tasks never count.
+pub const MAX_TASKS_PER_OWNER: usize = 1_000;
 /// Lifetime of a task whose tool sets none (1 hour).
 pub const TTL: Duration = Duration::from_secs(3600);
 /// The longest task lifetime accepted (10 years); longer ones are refused (use an
@@ -37,8 +49,28 @@ pub const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// Largest inner response buffered while deciding whether a call became a task
 /// (16 MiB); a larger one streams through unchanged.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest serialized answer one `tasks/update` may give to one input request
+/// (256 KiB); a larger one is refused with -32602 and the task is unchanged.
+pub const MAX_INPUT_RESPONSE_BYTES: usize = 256 * 1024;
+/// Most bytes of answers (keys and serialized values) one task keeps (1 MiB); a
+/// `tasks/update` that would pass it is refused with -32602 and the task is
+/// unchanged.
+pub const MAX_TASK_INPUT_BYTES: usize = 1024 * 1024;
+/// Largest serialized task result stored (8 MiB, half rmcp's 16 MiB client
+/// limit); a larger completion fails the task with -32603 "Result too large".
+pub const MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
 /// Most task ids one `subscriptions/listen` may name (1 000).
 pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
+/// Most listen streams carrying task ids one principal (or all anonymous callers
+/// together) may hold open at once (16); one more is refused with -32603 "Too many
+/// listen streams".
+pub const MAX_LISTEN_STREAMS_PER_OWNER: usize = 16;
+/// Most listen streams carrying task ids the layer holds open at once (1 000).
+pub const MAX_LISTEN_STREAMS: usize = 1_000;
+/// How long the layer waits for the inner service's listen stream to start with its
+/// acknowledgment (5 s); after it, the client gets the layer's own acknowledgment
+/// and a stream of task notifications alone.
+pub const LISTEN_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Interval between keep-alive comments on an idle listen stream (15 s).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// The longest keep-alive interval accepted (1 hour).

@@ -233,9 +233,10 @@ impl Engine {
         record.status_message = spec.status_message.clone();
         match self.store.create(record.clone(), self.limits()).await {
             Ok(()) => {}
-            Err(StoreError::LimitReached) => {
-                tracing::warn!("task refused: task limit reached");
-                return Err(RpcError::internal("Task limit reached"));
+            Err(StoreError::LimitReached(limit)) => {
+                tracing::warn!(limit = limit.as_str(), "task refused: task limit reached");
+                return Err(RpcError::internal("Task limit reached")
+                    .with_data(serde_json::json!({"limit": limit.as_str()})));
             }
             Err(e) => {
                 tracing::error!(error = %e, "task store failed to create a task");
@@ -334,6 +335,51 @@ impl Drop for Watch<'_> {
         {
             waiters.remove(&self.task);
         }
+    }
+}
+
+/// The length of `value` serialized as JSON, or `None` once it passes `cap`
+/// (serializing stops there, so a huge value costs at most `cap` bytes of work).
+pub(crate) fn json_len_within(value: &Value, cap: usize) -> Option<usize> {
+    struct Count {
+        len: usize,
+        cap: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.len += buf.len();
+            if self.len > self.cap {
+                return Err(std::io::Error::other("over the cap"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { len: 0, cap };
+    serde_json::to_writer(&mut count, value).ok()?;
+    Some(count.len)
+}
+
+impl Engine {
+    /// A completion whose serialized result passes `max_result_bytes` is refused:
+    /// `Err` carries the failure to store instead (-32603 "Result too large").
+    pub(crate) fn limit_result(&self, transition: Transition) -> Result<Transition, Transition> {
+        let Transition::Complete { result, .. } = &transition else {
+            return Ok(transition);
+        };
+        if json_len_within(result, self.config.max_result_bytes).is_some() {
+            return Ok(transition);
+        }
+        tracing::warn!(
+            max_result_bytes = self.config.max_result_bytes,
+            "a task result is too large; the task fails instead"
+        );
+        Err(Transition::Fail {
+            error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Result too large"),
+            message: Some("Result too large".into()),
+        })
     }
 }
 

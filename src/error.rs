@@ -75,6 +75,47 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// Which cap a refused `create` hit: carried by [`StoreError::LimitReached`], and
+/// sent to the client as `error.data.limit` of the -32603 "Task limit reached".
+///
+/// ```
+/// use mcp_tasks::StoreError;
+/// use mcp_tasks::store::Limit;
+///
+/// let refused = StoreError::LimitReached(Limit::PerOwner);
+/// assert_eq!(refused.to_string(), "task limit reached");
+/// assert_eq!(Limit::PerOwner.as_str(), "per_owner");
+/// assert_eq!(Limit::Rows.as_str(), "rows");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// The store holds `max_rows` records.
+    Rows,
+    /// The record's owner (or the anonymous owner) holds `max_per_owner` records.
+    PerOwner,
+}
+
+impl Limit {
+    /// The name sent in `error.data.limit`: `"rows"` or `"per_owner"`.
+    ///
+    /// ```
+    /// assert_eq!(mcp_tasks::store::Limit::Rows.as_str(), "rows");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Limit::Rows => "rows",
+            Limit::PerOwner => "per_owner",
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A store operation failed.
 ///
 /// ```
@@ -87,8 +128,9 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// `create` hit the row cap (or the per-owner cap).
-    LimitReached,
+    /// `create` hit a cap: the row cap ([`Limit::Rows`]) or the per-owner cap
+    /// ([`Limit::PerOwner`]).
+    LimitReached(Limit),
     /// A task with this id already exists.
     Duplicate,
     /// A compare-and-swap lost too many times in a row.
@@ -118,7 +160,7 @@ impl StoreError {
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            StoreError::LimitReached => "task limit reached",
+            StoreError::LimitReached(_) => "task limit reached",
             StoreError::Duplicate => "a task with this id already exists",
             StoreError::Contention => "too much contention on one task",
             StoreError::Backend(_) => "the task store backend failed",

@@ -57,6 +57,7 @@ pin_project! {
     /// let mut service = TasksLayer::new(MemoryStore::new()).layer(mcp);
     /// // `tasks/list` was removed from the specification: the layer answers 404 itself.
     /// let request = Request::post("/mcp")
+    ///     .header("content-type", "application/json")
     ///     .header("mcp-protocol-version", "2026-07-28")
     ///     .header("mcp-method", "tasks/list")
     ///     .body(Full::from(r#"{"jsonrpc":"2.0","id":1,"method":"tasks/list","params":{"_meta":{

@@ -73,6 +73,7 @@ use crate::worker::Tasks;
 ///     }},
 /// });
 /// let request = Request::post("/mcp")
+///     .header("content-type", "application/json")
 ///     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
 ///     .header(MCP_METHOD, "tasks/get")
 ///     .header(MCP_NAME, &task_id) // the task id, on tasks/get, tasks/update, tasks/cancel
@@ -268,17 +269,23 @@ impl TasksLayerBuilder {
             config: Config {
                 enabled: true,
                 max_rows: Some(defaults::MAX_ROWS),
-                max_per_owner: None,
+                max_per_owner: Some(defaults::MAX_TASKS_PER_OWNER),
                 default_ttl: Some(defaults::TTL),
                 default_poll_interval: None,
                 max_request_bytes: defaults::MAX_REQUEST_BYTES,
                 max_response_bytes: defaults::MAX_RESPONSE_BYTES,
+                max_input_response_bytes: defaults::MAX_INPUT_RESPONSE_BYTES,
+                max_task_input_bytes: defaults::MAX_TASK_INPUT_BYTES,
+                max_result_bytes: defaults::MAX_RESULT_BYTES,
                 server_info: None,
                 tool_modes: HashMap::new(),
                 default_mode: TaskMode::Optional,
                 task_policy: None,
                 janitor: Some((defaults::JANITOR_INTERVAL, defaults::RETENTION)),
                 max_listen_task_ids: defaults::MAX_LISTEN_TASK_IDS,
+                max_listen_streams_per_owner: defaults::MAX_LISTEN_STREAMS_PER_OWNER,
+                max_listen_streams: defaults::MAX_LISTEN_STREAMS,
+                listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
             },
             notifier: Some(Arc::new(listen.clone())),
@@ -310,8 +317,8 @@ impl TasksLayerBuilder {
     }
 
     /// The row cap (default [`defaults::MAX_ROWS`], 10 000); a create beyond it
-    /// answers -32603 "Task limit reached". Expired tasks not swept yet may still
-    /// count (see each store). Zero is refused.
+    /// answers -32603 "Task limit reached" with `error.data` `{"limit": "rows"}`.
+    /// Expired tasks never count. Zero is refused.
     ///
     /// ```
     /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
@@ -345,8 +352,10 @@ impl TasksLayerBuilder {
     }
 
     /// A cap on the tasks one principal (or all anonymous callers together) may
-    /// hold (default: none), so that one client's flood never locks out another. A
-    /// create beyond it answers -32603 "Task limit reached". Zero is refused.
+    /// hold (default [`defaults::MAX_TASKS_PER_OWNER`], 1 000), so that one client's
+    /// flood never locks out another. A create beyond it answers -32603 "Task limit
+    /// reached" with `error.data` `{"limit": "per_owner"}` (the row cap's refusal
+    /// says `"rows"`). Expired tasks never count. Zero is refused.
     ///
     /// ```
     /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
@@ -361,7 +370,9 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// No cap per principal (the default): only the row cap applies.
+    /// No cap per principal (the default is [`defaults::MAX_TASKS_PER_OWNER`],
+    /// 1 000): only the row cap applies, so one client can fill the store for all.
+    /// Only for deployments where every caller is trusted.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
@@ -453,6 +464,61 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
         self.config.max_response_bytes = bytes;
+        self
+    }
+
+    /// The largest serialized answer a `tasks/update` may give to one input request
+    /// (default [`defaults::MAX_INPUT_RESPONSE_BYTES`], 256 KiB). A larger one is
+    /// refused with -32602 naming the limit; the task is unchanged and still
+    /// answerable. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let small = TasksLayer::builder(MemoryStore::new()).with_max_input_response_bytes(4096);
+    /// assert!(small.build().is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_input_response_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_input_response_bytes"));
+    /// ```
+    pub fn with_max_input_response_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_input_response_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of answers (keys and serialized values) one task keeps
+    /// (default [`defaults::MAX_TASK_INPUT_BYTES`], 1 MiB). A `tasks/update` that
+    /// would pass it is refused with -32602 naming the limit; the task is unchanged.
+    /// Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let big = TasksLayer::builder(MemoryStore::new()).with_max_task_input_bytes(8 << 20);
+    /// assert!(big.build().is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_task_input_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_task_input_bytes"));
+    /// ```
+    pub fn with_max_task_input_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_task_input_bytes = bytes;
+        self
+    }
+
+    /// The largest serialized result a task stores (default
+    /// [`defaults::MAX_RESULT_BYTES`], 8 MiB, below rmcp's 16 MiB client limit). A
+    /// completion with a larger result, from [`Tasks::complete`](crate::Tasks::complete)
+    /// or a [`TaskMode::Auto`] call, fails the task with -32603 "Result too large"
+    /// instead. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let big = TasksLayer::builder(MemoryStore::new()).with_max_result_bytes(12 << 20);
+    /// assert!(big.build().is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_result_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_result_bytes"));
+    /// ```
+    pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_result_bytes = bytes;
         self
     }
 
@@ -706,6 +772,70 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// The most listen streams carrying task ids one principal (or all anonymous
+    /// callers together) may hold open at once (default
+    /// [`defaults::MAX_LISTEN_STREAMS_PER_OWNER`], 16). One more is answered -32603
+    /// "Too many listen streams" with `error.data` `{"limit": "listen_per_owner"}`
+    /// (HTTP 200) until one of them closes. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_streams_per_owner(4)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_streams_per_owner(0)
+    ///     .build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_streams_per_owner"));
+    /// ```
+    pub fn with_max_listen_streams_per_owner(mut self, max: usize) -> Self {
+        self.config.max_listen_streams_per_owner = max;
+        self
+    }
+
+    /// The most listen streams carrying task ids the layer holds open at once,
+    /// whoever opened them (default [`defaults::MAX_LISTEN_STREAMS`], 1 000). One more
+    /// is answered -32603 "Too many listen streams" with `error.data`
+    /// `{"limit": "listen_total"}` (HTTP 200) until one closes. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_listen_streams(10_000).build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_listen_streams(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_streams"));
+    /// ```
+    pub fn with_max_listen_streams(mut self, max: usize) -> Self {
+        self.config.max_listen_streams = max;
+        self
+    }
+
+    /// How long the layer waits for the inner service's listen response and its
+    /// first message, the acknowledgment (default [`defaults::LISTEN_ACK_TIMEOUT`],
+    /// 5 s). After it the inner stream is dropped and the client gets the layer's own
+    /// acknowledgment and a stream of task notifications alone. Zero is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_listen_ack_timeout(Duration::from_secs(1))
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new())
+    ///     .with_listen_ack_timeout(Duration::ZERO)
+    ///     .build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDuration("listen_ack_timeout"));
+    /// ```
+    pub fn with_listen_ack_timeout(mut self, timeout: Duration) -> Self {
+        self.config.listen_ack_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and builds the layer. Starts the janitor on the current
     /// tokio runtime, if one is running and the janitor is on, and, for a store
     /// shared between nodes ([`TaskStore::subscribe`]), the relay of other nodes'
@@ -736,11 +866,29 @@ impl TasksLayerBuilder {
         if c.max_per_owner == Some(0) {
             return Err(ConfigError::ZeroLimit("max_tasks_per_owner"));
         }
+        if c.max_listen_streams_per_owner == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_streams_per_owner"));
+        }
+        if c.max_listen_streams == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_streams"));
+        }
+        if c.listen_ack_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration("listen_ack_timeout"));
+        }
         if c.max_request_bytes == 0 {
             return Err(ConfigError::ZeroLimit("max_request_bytes"));
         }
         if c.max_response_bytes == 0 {
             return Err(ConfigError::ZeroLimit("max_response_bytes"));
+        }
+        if c.max_input_response_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_input_response_bytes"));
+        }
+        if c.max_task_input_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_task_input_bytes"));
+        }
+        if c.max_result_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_result_bytes"));
         }
         if c.default_ttl.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_ttl"));

@@ -21,7 +21,8 @@ use crate::future::ResponseFuture;
 use crate::routes::{self, Reply, forward, reply};
 use crate::task::Scope;
 use crate::wire::{
-    Envelope, HeaderRoute, RpcError, is_owned_method, result_response, route_by_headers,
+    Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, result_response_raw,
+    route_by_headers,
 };
 use crate::worker::Tasks;
 
@@ -301,25 +302,15 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    if is_tasks_method(&envelope.method) {
+        return Ok(answer_tasks(&engine, &parts, &envelope).await);
+    }
     let id = envelope.id.as_ref();
     let declared = match envelope.validate(&parts.headers) {
         Ok(declared) => declared.0,
         Err(e) => return Ok(reply(e, id)),
     };
     match envelope.method.as_str() {
-        "tasks/list" | "tasks/result" => Ok(reply(RpcError::method_not_found(), id)),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => {
-            if !declared {
-                return Ok(reply(RpcError::tasks_extension_required(), id));
-            }
-            let owner = engine.principal(&parts);
-            let answer = routes::tasks::answer(&engine, &envelope, Scope::Owner(owner.as_ref()));
-            let response = match answer.await {
-                Ok(result) => result_response(id, result),
-                Err(e) => e.to_response(id),
-            };
-            Ok(response.map(ResponseBody::full))
-        }
         "tools/call" => {
             let tool = envelope.param("name").and_then(Value::as_str).unwrap_or("");
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
@@ -345,5 +336,52 @@ where
             routes::listen::call(&engine, inner, parts, bytes, &envelope, declared).await
         }
         _ => forward(inner, parts, bytes, id).await,
+    }
+}
+
+/// The `tasks/*` methods the layer answers itself, never reaching the inner service.
+fn is_tasks_method(method: &str) -> bool {
+    matches!(
+        method,
+        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/list" | "tasks/result"
+    )
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` (and the removed `tasks/list`,
+/// `tasks/result`): the media types, the envelope, the notification form, then the
+/// specification's validation order. Replies echo the id exactly as written.
+async fn answer_tasks<B>(
+    engine: &Engine,
+    parts: &http::request::Parts,
+    envelope: &Envelope,
+) -> Response<ResponseBody<B>> {
+    let id = envelope.valid_raw_id();
+    let error = |e: RpcError| e.to_response_raw(id).map(ResponseBody::full);
+    if let Err(e) = check_media_types(&parts.headers) {
+        return error(e);
+    }
+    if let Err(e) = envelope.check_strict() {
+        return error(e);
+    }
+    if envelope.is_notification() {
+        // A notification gets 202 and no body; nothing is looked up or changed.
+        let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
+        *accepted.status_mut() = StatusCode::ACCEPTED;
+        return accepted;
+    }
+    let declared = match envelope.validate(&parts.headers) {
+        Ok(declared) => declared.0,
+        Err(e) => return error(e),
+    };
+    if matches!(envelope.method.as_str(), "tasks/list" | "tasks/result") {
+        return error(RpcError::method_not_found());
+    }
+    if !declared {
+        return error(RpcError::tasks_extension_required());
+    }
+    let owner = engine.principal(parts);
+    match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
+        Ok(result) => result_response_raw(id, result).map(ResponseBody::full),
+        Err(e) => error(e),
     }
 }

@@ -167,6 +167,12 @@ impl Tasks {
     /// `CallToolResult`, `isError: true` included). `resultType: "complete"` is
     /// added when absent.
     ///
+    /// A result whose JSON is larger than
+    /// [`with_max_result_bytes`](crate::TasksLayerBuilder::with_max_result_bytes)
+    /// (8 MiB by default) is not stored: the task becomes `failed` with -32603
+    /// "Result too large", and this returns [`TaskError::Refused`]. The same cap
+    /// holds for [`apply`](Self::apply) with a `Complete` transition.
+    ///
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
@@ -361,12 +367,21 @@ impl Tasks {
         id: &TaskId,
         transition: Transition,
     ) -> Result<TaskRecord, TaskError> {
+        let (transition, too_large) = match self.engine.limit_result(transition) {
+            Ok(transition) => (transition, false),
+            Err(fail) => (fail, true),
+        };
         let updated = self
             .engine
             .update(id, Scope::Any, &transition)
             .await?
             .ok_or(TaskError::NotFound)?;
         updated.outcome?;
+        if too_large {
+            return Err(TaskError::Refused(TransitionError::Invalid(
+                "the result is larger than max_result_bytes; the task failed with \"Result too large\"",
+            )));
+        }
         Ok(updated.record)
     }
 }

@@ -16,3 +16,57 @@ mod shared_dyn_store {
 
     mcp_tasks::task_store_tests!(shared());
 }
+
+/// A store that keeps `TaskStore::visible`'s default (one `get` per id), as a
+/// third-party store written before it existed does.
+mod default_visible {
+    use std::time::Duration;
+
+    use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+    use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+
+    #[derive(Debug, Default)]
+    struct Plain(MemoryStore);
+
+    impl TaskStore for Plain {
+        fn create<'a>(
+            &'a self,
+            record: TaskRecord,
+            limits: CreateLimits,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.0.create(record, limits)
+        }
+
+        fn get<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+            self.0.get(id, scope, now)
+        }
+
+        fn update<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            transition: &'a Transition,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+            self.0.update(id, scope, transition, now)
+        }
+
+        fn cleanup<'a>(
+            &'a self,
+            now: Timestamp,
+            retention: Duration,
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
+            self.0.cleanup(now, retention)
+        }
+    }
+
+    #[tokio::test]
+    async fn visible_lists_only_visible_ids() {
+        mcp_tasks::test_suite::visible_lists_only_visible_ids(Plain::default()).await;
+    }
+}

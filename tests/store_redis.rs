@@ -12,7 +12,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+use mcp_tasks::store::{CreateLimits, Limit, Scope, Timestamp};
 use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
 use support::stores::redis::{nodes, redis_url, scratch, two_nodes, unique_prefix};
 
@@ -64,7 +64,7 @@ async fn records_dropped_by_native_expiry_are_still_counted_and_freed() {
     twin_time.ttl_ms = Some(60_000);
     assert!(matches!(
         b.create(twin_time, limits).await,
-        Err(StoreError::LimitReached)
+        Err(StoreError::LimitReached(Limit::Rows))
     ));
     // ...and cleanup counts the record Redis already dropped, freeing its row.
     assert_eq!(

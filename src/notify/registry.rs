@@ -20,6 +20,27 @@ struct RegistryState {
     next_id: u64,
     streams: HashMap<u64, Arc<Slot>>,
     by_task: HashMap<TaskId, HashMap<u64, Arc<Slot>>>,
+    /// Open streams per principal (the anonymous callers together under `None`).
+    per_principal: HashMap<Option<Principal>, usize>,
+}
+
+/// Which cap refused a new stream in [`Registry::try_register`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamLimit {
+    /// The principal has the most streams one principal may hold.
+    PerOwner,
+    /// The layer has the most streams it may hold.
+    Total,
+}
+
+impl StreamLimit {
+    /// The name sent in `error.data.limit`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            StreamLimit::PerOwner => "listen_per_owner",
+            StreamLimit::Total => "listen_total",
+        }
+    }
 }
 
 impl Registry {
@@ -27,13 +48,39 @@ impl Registry {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a stream for `principal` naming `tasks`; it stays until the returned
-    /// guard is dropped.
+    /// Adds a stream for `principal` naming `tasks`, unless the layer already holds
+    /// `max_total` streams or the principal `max_per_principal`; it stays until the
+    /// returned guard is dropped (or closed).
+    pub(crate) fn try_register(
+        self: &Arc<Self>,
+        principal: Option<Principal>,
+        tasks: &[TaskId],
+        max_per_principal: usize,
+        max_total: usize,
+    ) -> Result<Subscription, StreamLimit> {
+        self.insert(principal, tasks, Some((max_per_principal, max_total)))
+    }
+
+    /// Adds a stream for `principal` naming `tasks` without any cap; it stays until
+    /// the returned guard is dropped.
+    #[cfg(test)]
     pub(crate) fn register(
         self: &Arc<Self>,
         principal: Option<Principal>,
         tasks: &[TaskId],
     ) -> Subscription {
+        match self.insert(principal, tasks, None) {
+            Ok(subscription) => subscription,
+            Err(_) => unreachable!("no cap"),
+        }
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        principal: Option<Principal>,
+        tasks: &[TaskId],
+        caps: Option<(usize, usize)>,
+    ) -> Result<Subscription, StreamLimit> {
         let slot = Arc::new(Slot {
             principal,
             state: Mutex::new(SlotState {
@@ -43,7 +90,22 @@ impl Registry {
                 closed: false,
             }),
         });
+        // Checked and taken under one lock, so concurrent listens never overshoot.
         let mut state = self.lock();
+        let held = state
+            .per_principal
+            .get(&slot.principal)
+            .copied()
+            .unwrap_or(0);
+        if let Some((max_per_principal, max_total)) = caps {
+            if state.streams.len() >= max_total {
+                return Err(StreamLimit::Total);
+            }
+            if held >= max_per_principal {
+                return Err(StreamLimit::PerOwner);
+            }
+        }
+        state.per_principal.insert(slot.principal.clone(), held + 1);
         let id = state.next_id;
         state.next_id += 1;
         state.streams.insert(id, slot.clone());
@@ -54,12 +116,12 @@ impl Registry {
                 .or_default()
                 .insert(id, slot.clone());
         }
-        Subscription {
+        Ok(Subscription {
             registry: self.clone(),
             id,
             tasks: tasks.to_vec(),
             slot,
-        }
+        })
     }
 
     /// Hands a changed task to every stream that named it and whose principal owns
@@ -91,7 +153,14 @@ impl Registry {
     /// Removes a stream and its index entries.
     fn remove(&self, id: u64, tasks: &[TaskId]) {
         let mut state = self.lock();
-        state.streams.remove(&id);
+        if let Some(slot) = state.streams.remove(&id)
+            && let Some(held) = state.per_principal.get_mut(&slot.principal)
+        {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                state.per_principal.remove(&slot.principal);
+            }
+        }
         state.unindex(id, tasks);
     }
 
@@ -341,6 +410,33 @@ mod tests {
         registry.deliver(&record(task, None, 2, "x"));
         assert!(alice.slot.take_or_wait(waker).is_none());
         assert_eq!(anonymous.slot.take_or_wait(waker).map(|v| v.len()), Some(1));
+    }
+
+    #[test]
+    fn stream_caps_hold_per_principal_and_in_total_and_free_on_close() {
+        let registry = Arc::new(Registry::default());
+        let alice = || Some(Principal::from("alice"));
+        let a1 = registry.try_register(alice(), &[], 2, 3).unwrap();
+        let mut a2 = registry.try_register(alice(), &[], 2, 3).unwrap();
+        assert_eq!(
+            registry.try_register(alice(), &[], 2, 3).err(),
+            Some(StreamLimit::PerOwner)
+        );
+        let anonymous = registry.try_register(None, &[], 2, 3).unwrap();
+        assert_eq!(
+            registry.try_register(None, &[], 2, 3).err(),
+            Some(StreamLimit::Total)
+        );
+        a2.close();
+        let a3 = registry.try_register(alice(), &[], 2, 3).unwrap();
+        drop(a2); // closed before: freed once only
+        assert_eq!(
+            registry.try_register(alice(), &[], 2, 4).err(),
+            Some(StreamLimit::PerOwner)
+        );
+        drop((a1, a3, anonymous));
+        assert_eq!(registry.stream_count(), 0);
+        assert!(registry.lock().per_principal.is_empty());
     }
 
     #[test]

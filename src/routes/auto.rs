@@ -174,6 +174,9 @@ fn strip_extension(message: &mut Map<String, Value>) {
 /// One inner exchange, its body read up to the response cap.
 enum Exchange<B, E> {
     Full(http::response::Parts, Bytes),
+    /// An SSE answer read up to and including its response event; the stream goes
+    /// on in the body.
+    Answered(http::response::Parts, Bytes, std::pin::Pin<Box<B>>),
     Large(http::response::Parts, Bytes, std::pin::Pin<Box<B>>),
     /// The body failed mid-stream.
     Broken,
@@ -199,6 +202,18 @@ where
         Err(e) => return Exchange::Failed(e),
     };
     let (head, body) = response.into_parts();
+    if sse::is_event_stream(&head.headers) {
+        return match read_to_response(body, cap).await {
+            Ok(SseRead::Answered(prefix, rest)) => Exchange::Answered(head, prefix, rest),
+            Ok(SseRead::Ended(bytes)) => Exchange::Full(head, bytes),
+            Ok(SseRead::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
+            Err(e) => {
+                let e: BoxError = e.into();
+                tracing::error!(error = %e, "the inner service's response failed mid-stream");
+                Exchange::Broken
+            }
+        };
+    }
     match read_up_to(body, cap).await {
         Ok(ReadOutcome::Complete(bytes)) => Exchange::Full(head, bytes),
         Ok(ReadOutcome::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
@@ -208,6 +223,49 @@ where
             Exchange::Broken
         }
     }
+}
+
+/// How far an SSE answer was read.
+enum SseRead<B> {
+    /// Up to and including the response event; the rest is still in the body.
+    Answered(Bytes, std::pin::Pin<Box<B>>),
+    /// The stream ended (without a response, or with one in its last bytes).
+    Ended(Bytes),
+    /// More than the cap arrived before a response event.
+    Overflow(Bytes, std::pin::Pin<Box<B>>),
+}
+
+/// Reads an SSE body event by event until its JSON-RPC response: the answer is
+/// taken from the response event, not from the end of the stream (which a server
+/// may keep open). Each byte is scanned once; at most `cap` bytes are held.
+async fn read_to_response<B>(body: B, cap: usize) -> Result<SseRead<B>, B::Error>
+where
+    B: Body<Data = Bytes>,
+{
+    use http_body_util::BodyExt as _;
+    let mut body = Box::pin(body);
+    let mut events = sse::Splitter::new();
+    let mut read = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        events.push(&data);
+        while let Some(event) = events.next_event() {
+            let is_response = event.json().is_some_and(|m| sse::is_response(&m));
+            read.extend_from_slice(&event.raw);
+            if is_response {
+                read.extend_from_slice(&events.take_rest());
+                return Ok(SseRead::Answered(read.freeze(), body));
+            }
+        }
+        if read.len() + events.buffered() > cap {
+            read.extend_from_slice(&events.take_rest());
+            return Ok(SseRead::Overflow(read.freeze(), body));
+        }
+    }
+    read.extend_from_slice(&events.take_rest());
+    Ok(SseRead::Ended(read.freeze()))
 }
 
 /// The inner answer as the client receives it, unchanged.
@@ -225,6 +283,18 @@ where
                 return Ok(reply(RpcError::internal_error(), id));
             }
             Ok(Response::from_parts(head, ResponseBody::full(bytes)))
+        }
+        Exchange::Answered(mut head, prefix, rest) => {
+            if head.extensions.remove::<TaskSpec>().is_some() {
+                tracing::warn!(
+                    "a tool answered with a task where none may be made; answering -32603"
+                );
+                return Ok(reply(RpcError::internal_error(), id));
+            }
+            Ok(Response::from_parts(
+                head,
+                ResponseBody::prefixed(prefix, rest),
+            ))
         }
         Exchange::Large(head, prefix, rest) => Ok(Response::from_parts(
             head,
@@ -254,7 +324,15 @@ fn internal(why: &'static str) -> Step {
 fn classify<B, E>(exchange: Exchange<B, E>) -> Step {
     let (mut head, bytes) = match exchange {
         Exchange::Full(head, bytes) => (head, bytes),
-        Exchange::Large(..) => return internal("the inner response exceeds the response cap"),
+        // What follows the response event is not part of the answer.
+        Exchange::Answered(head, bytes, _rest) => (head, bytes),
+        Exchange::Large(..) => {
+            tracing::warn!("auto task failed: the inner response exceeds the response cap");
+            return Step::Fail(ErrorObject::new(
+                RpcError::INTERNAL_ERROR,
+                "Result too large",
+            ));
+        }
         Exchange::Broken => return internal("the inner response failed mid-stream"),
         Exchange::Failed(_) => return internal("the inner service failed"),
     };
@@ -513,6 +591,10 @@ impl<S> Runner<S> {
     }
 
     async fn finish(&mut self, task: &TaskId, transition: Transition) {
+        let transition = self
+            .engine
+            .limit_result(transition)
+            .unwrap_or_else(|fail| fail);
         match self.engine.update(task, Scope::Any, &transition).await {
             Ok(Some(updated)) => match updated.outcome {
                 // The client's cancel won the race: its state stands.

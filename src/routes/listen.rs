@@ -95,23 +95,46 @@ where
             }
         }
     }
-    let mut subscription = engine
-        .listen
-        .registry()
-        .register(owner.clone(), &candidates);
-    let now = Timestamp::now();
-    let mut agreed = Vec::with_capacity(candidates.len());
-    for task in candidates {
-        match engine
-            .store
-            .get(&task, Scope::Owner(owner.as_ref()), now)
-            .await
-        {
-            Ok(Some(_)) => agreed.push(task),
-            Ok(None) => {}
-            Err(e) => tracing::error!(error = %e, "task store failed while checking listen ids"),
+    let config = &engine.config;
+    let registered = engine.listen.registry().try_register(
+        owner.clone(),
+        &candidates,
+        config.max_listen_streams_per_owner,
+        config.max_listen_streams,
+    );
+    let mut subscription = match registered {
+        Ok(subscription) => subscription,
+        Err(limit) => {
+            tracing::warn!(
+                limit = limit.as_str(),
+                "listen refused: too many listen streams"
+            );
+            let refused = RpcError::internal("Too many listen streams")
+                .with_data(json!({"limit": limit.as_str()}));
+            return Ok(reply(refused, id));
         }
-    }
+    };
+    // All the ids in one store round trip.
+    let now = Timestamp::now();
+    let agreed = match engine
+        .store
+        .visible(&candidates, Scope::Owner(owner.as_ref()), now)
+        .await
+    {
+        Ok(found) => {
+            // Only ids asked for (a store could answer others), each once.
+            let asked: HashSet<&TaskId> = candidates.iter().collect();
+            let mut kept = HashSet::with_capacity(found.len());
+            found
+                .into_iter()
+                .filter(|t| asked.contains(t) && kept.insert(*t))
+                .collect()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "task store failed while checking listen ids");
+            Vec::new()
+        }
+    };
     subscription.retain(&agreed);
     let agreed_ids: Vec<Value> = agreed
         .iter()
@@ -129,9 +152,19 @@ where
             .headers
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
-    let response = inner
-        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
-        .await?;
+    // The inner service has until the deadline to answer and acknowledge; a stalled
+    // one is dropped, and the client gets a tasks-only stream.
+    let deadline = Instant::now() + engine.config.listen_ack_timeout;
+    let call = inner.call(Request::from_parts(parts, RequestBody::buffered(bytes)));
+    let response = match tokio::time::timeout_at(deadline, call).await {
+        Ok(response) => response?,
+        Err(_) => {
+            tracing::warn!(
+                "the inner service did not answer the listen in time; serving task notifications alone"
+            );
+            return Ok(tasks_only(stream, agreed_ids));
+        }
+    };
     let (head, body) = response.into_parts();
     if !head.status.is_success() || !sse::is_event_stream(&head.headers) {
         // Only "no such method" means the inner service has no listen support; any
@@ -141,16 +174,22 @@ where
             status if !status.is_success() => {
                 return Ok(Response::from_parts(head, ResponseBody::inner(body)));
             }
-            _ => match read_up_to(body, engine.config.max_response_bytes).await {
-                Ok(ReadOutcome::Complete(bytes)) => {
+            _ => match tokio::time::timeout_at(
+                deadline,
+                read_up_to(body, engine.config.max_response_bytes),
+            )
+            .await
+            {
+                Ok(Ok(ReadOutcome::Complete(bytes))) => {
                     let code = sse::find_response(&bytes, false)
                         .and_then(|m| m.get("error")?.get("code")?.as_i64());
                     (code != Some(RpcError::METHOD_NOT_FOUND)).then_some(bytes)
                 }
-                Ok(overflow @ ReadOutcome::Overflow(..)) => {
+                Ok(Ok(overflow @ ReadOutcome::Overflow(..))) => {
                     return Ok(Response::from_parts(head, overflow.into_body()));
                 }
-                Err(_) => None,
+                // A failed or stalled answer: no listen support to speak of.
+                Ok(Err(_)) | Err(_) => None,
             },
         };
         if let Some(answer) = passed_on {
@@ -164,7 +203,16 @@ where
     }
     let body: BoxBody = Box::pin(body.map_err(Into::into));
     let cap = engine.config.max_response_bytes;
-    match first_message(body, cap).await {
+    let first = match tokio::time::timeout_at(deadline, first_message(body, cap)).await {
+        Ok(first) => first,
+        Err(_) => {
+            tracing::warn!(
+                "the inner listen stream sent no acknowledgment in time; serving task notifications alone"
+            );
+            return Ok(tasks_only(stream, agreed_ids));
+        }
+    };
+    match first {
         First::Acknowledged {
             mut ack,
             rest,

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
 use crate::task::{Scope, TaskId, Timestamp, Transition};
 use crate::wire::{Envelope, RpcError};
@@ -48,6 +48,10 @@ pub(crate) async fn answer(
                 let Some(responses) = responses.as_object() else {
                     return Err(RpcError::invalid_params("inputResponses must be an object"));
                 };
+                let Some(id) = id else {
+                    return Err(not_found());
+                };
+                check_input_sizes(engine, &id, scope, responses).await?;
                 Transition::Answer {
                     responses: responses.clone(),
                 }
@@ -72,4 +76,52 @@ pub(crate) async fn answer(
     };
     engine.result_meta(&mut result);
     Ok(result)
+}
+
+/// The caps on `inputResponses`: each answer within `max_input_response_bytes`,
+/// and the answers a task keeps (those already kept and the new ones to
+/// outstanding keys) within `max_task_input_bytes`. A refusal changes nothing.
+///
+/// The total is read before the update, so two updates racing on one task may
+/// together pass it by at most one request's answers.
+async fn check_input_sizes(
+    engine: &Engine,
+    id: &TaskId,
+    scope: Scope<'_>,
+    responses: &Map<String, Value>,
+) -> Result<(), RpcError> {
+    let per_answer = engine.config.max_input_response_bytes;
+    let mut sizes = Vec::with_capacity(responses.len());
+    for (key, response) in responses {
+        let Some(len) = json_len_within(response, per_answer) else {
+            return Err(RpcError::invalid_params(format!(
+                "Input response too large: each answer is limited to {per_answer} bytes \
+                 (max_input_response_bytes)"
+            )));
+        };
+        sizes.push((key, len));
+    }
+    let per_task = engine.config.max_task_input_bytes;
+    let task = match engine.store.get(id, scope, Timestamp::now()).await {
+        Ok(Some(task)) => task,
+        // The update itself answers a missing task or a failing store.
+        Ok(None) | Err(_) => return Ok(()),
+    };
+    let kept: usize = task
+        .input_responses
+        .iter()
+        .map(|(key, value)| key.len() + json_len_within(value, usize::MAX).unwrap_or(0))
+        .sum();
+    let added: usize = sizes
+        .iter()
+        .filter(|(key, _)| task.input_requests.contains_key(key.as_str()))
+        .map(|(key, len)| key.len() + len)
+        .sum();
+    if kept.saturating_add(added) > per_task {
+        return Err(RpcError::invalid_params(format!(
+            "Input responses too large: a task keeps at most {per_task} bytes of answers \
+             (max_task_input_bytes)"
+        )));
+    }
+    Ok(())
 }

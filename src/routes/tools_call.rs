@@ -125,8 +125,15 @@ impl Decision {
 
 /// Streams the inner SSE body, holding back only the JSON-RPC response until the
 /// layer knows whether the call became a task.
+///
+/// Whole events pass at once; only an unfinished event is held, and at most
+/// `max_response_bytes` of it: past that the decision is given up and the bytes
+/// pass through unchanged. Once decided, the rest of the stream passes through
+/// without being split.
 pub(crate) struct DecidingBody {
     inner: Option<BoxBody>,
+    /// The most bytes of an unfinished event held while deciding.
+    cap: usize,
     /// The inner stream, cut into whole events.
     events: Splitter,
     /// Bytes ready for the client, in order.
@@ -140,6 +147,7 @@ impl DecidingBody {
     pub(crate) fn new(inner: BoxBody, decision: Decision) -> Self {
         DecidingBody {
             inner: Some(inner),
+            cap: decision.engine.config.max_response_bytes,
             events: Splitter::new(),
             ready: VecDeque::new(),
             decision: Some(decision),
@@ -161,8 +169,39 @@ impl DecidingBody {
                     self.events = Splitter::new();
                     return;
                 }
+                // Decided: the handler's own answer stands, and the rest passes.
+                self.ready.push_back(event.raw);
+                self.pass_rest();
+                return;
             }
             self.ready.push_back(event.raw);
+        }
+        if self.decision.is_some() && self.events.buffered() > self.cap {
+            self.give_up();
+        }
+    }
+
+    /// An event grew past the cap before the response arrived: stop deciding and
+    /// answer as the handler did.
+    fn give_up(&mut self) {
+        if let Some(decision) = self.decision.take() {
+            // Closes the context either way: a later `create` is refused.
+            let asked = decision.context.take().is_some() || decision.spec.is_some();
+            tracing::warn!(
+                max_response_bytes = self.cap,
+                asked_for_task = asked,
+                "an SSE event passed the response cap before the response; \
+                 passing the handler's answer through unchanged"
+            );
+        }
+        self.pass_rest();
+    }
+
+    /// Hands the bytes the splitter holds to the client as they are.
+    fn pass_rest(&mut self) {
+        let rest = self.events.take_rest();
+        if !rest.is_empty() {
+            self.ready.push_back(rest);
         }
     }
 }
@@ -192,6 +231,11 @@ impl Body for DecidingBody {
             match ready!(inner.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
+                        if this.decision.is_none() {
+                            // Decided: nothing more to look for.
+                            this.ready.push_back(data);
+                            continue;
+                        }
                         this.events.push(&data);
                         this.take_whole_events();
                     }

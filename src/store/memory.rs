@@ -7,10 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::{BoxFuture, CreateLimits, TaskStore, Updated, retention_cutoff};
-use crate::error::StoreError;
+use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 const SHARDS: usize = 64;
+/// Expired records a `create` on a full store removes before it gives up: the work
+/// a refused create may do is bounded, and a store without a janitor never stays
+/// full of expired records.
+const PRUNE_BATCH: usize = 256;
 
 /// The default store: records in memory, for a single process.
 ///
@@ -74,8 +78,9 @@ impl MemoryStore {
         }
     }
 
-    /// How many records the store holds, expired ones not yet swept included (they
-    /// count against the row cap until the janitor removes them).
+    /// How many records the store holds, expired ones not yet swept included. They
+    /// never block a create: one that finds the store (or its owner) full first
+    /// removes up to 256 expired records, oldest first.
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Timestamp};
@@ -106,9 +111,7 @@ impl MemoryStore {
     }
 
     fn shard(&self, id: &TaskId) -> &Mutex<Shard> {
-        let bytes = id.as_bytes();
-        let index = usize::from(bytes[0]) | (usize::from(bytes[1]) << 8);
-        &self.shards[index % SHARDS]
+        &self.shards[Self::shard_index(id)]
     }
 
     fn lock<'a>(shard: &'a Mutex<Shard>) -> std::sync::MutexGuard<'a, Shard> {
@@ -119,7 +122,7 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn reserve(&self, owner: &Option<Principal>, limits: CreateLimits) -> Result<(), StoreError> {
+    fn reserve(&self, owner: &Option<Principal>, limits: CreateLimits) -> Result<(), Limit> {
         // Both caps are checked and taken under one lock, so a create refused by
         // one cap never holds a row another create could have had.
         let mut owners = self
@@ -130,14 +133,14 @@ impl MemoryStore {
             .max_rows
             .is_some_and(|max| self.rows.load(Ordering::Acquire) >= max)
         {
-            return Err(StoreError::LimitReached);
+            return Err(Limit::Rows);
         }
         let count = owners.entry(owner.clone()).or_insert(0);
         if limits.max_per_owner.is_some_and(|max| *count >= max) {
             if *count == 0 {
                 owners.remove(owner);
             }
-            return Err(StoreError::LimitReached);
+            return Err(Limit::PerOwner);
         }
         *count += 1;
         self.rows.fetch_add(1, Ordering::AcqRel);
@@ -162,6 +165,31 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Removes up to [`PRUNE_BATCH`] records expired at `now`, oldest first in each
+    /// shard, starting with shard `start`. Returns how many were removed.
+    fn prune_expired(&self, now: Timestamp, start: usize) -> usize {
+        let mut removed = 0;
+        for k in 0..SHARDS {
+            if removed >= PRUNE_BATCH {
+                break;
+            }
+            let owners = Self::lock(&self.shards[(start + k) % SHARDS])
+                .pop_expired(now, PRUNE_BATCH - removed);
+            removed += owners.len();
+            for owner in owners {
+                self.release(&owner, 1);
+            }
+        }
+        removed
+    }
+
+    fn shard_index(id: &TaskId) -> usize {
+        let bytes = id.as_bytes();
+        (usize::from(bytes[0]) | (usize::from(bytes[1]) << 8)) % SHARDS
+    }
+}
+
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -177,6 +205,24 @@ impl fmt::Debug for MemoryStore {
 }
 
 impl Shard {
+    /// Removes up to `max` records expired at `now`, oldest first; returns their
+    /// owners.
+    fn pop_expired(&mut self, now: Timestamp, max: usize) -> Vec<Option<Principal>> {
+        let mut owners = Vec::new();
+        while owners.len() < max
+            && let Some(&(at, id)) = self.expiry.first()
+        {
+            if at > now {
+                break;
+            }
+            self.expiry.pop_first();
+            if let Some(record) = self.tasks.remove(&id) {
+                owners.push(record.owner);
+            }
+        }
+        owners
+    }
+
     fn index(&mut self, record: &TaskRecord) {
         if let Some(at) = record.expires_at() {
             self.expiry.insert((at, record.id));
@@ -193,7 +239,15 @@ impl TaskStore for MemoryStore {
         limits: CreateLimits,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            self.reserve(&record.owner, limits)?;
+            if let Err(limit) = self.reserve(&record.owner, limits) {
+                // Expired records never block: free some, then try once more.
+                let now = record.created_at;
+                if self.prune_expired(now, Self::shard_index(&record.id)) == 0 {
+                    return Err(StoreError::LimitReached(limit));
+                }
+                self.reserve(&record.owner, limits)
+                    .map_err(StoreError::LimitReached)?;
+            }
             let mut shard = Self::lock(self.shard(&record.id));
             if shard.tasks.contains_key(&record.id) {
                 drop(shard);
@@ -219,6 +273,29 @@ impl TaskStore for MemoryStore {
                 .get(id)
                 .filter(|r| r.is_visible(scope, now))
                 .cloned())
+        })
+    }
+
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            Ok(ids
+                .iter()
+                .filter(|id| {
+                    let shard = Self::lock(self.shard(id));
+                    shard
+                        .tasks
+                        .get(id)
+                        .is_some_and(|r| r.is_visible(scope, now))
+                        && seen.insert(**id)
+                })
+                .copied()
+                .collect())
         })
     }
 
@@ -254,19 +331,11 @@ impl TaskStore for MemoryStore {
             let retired_before = retention_cutoff(now, retention);
             let mut removed_total = 0;
             for shard in self.shards.iter() {
-                let mut removed_owners = Vec::new();
+                let mut removed_owners;
                 {
                     let mut guard = Self::lock(shard);
                     let shard = &mut *guard;
-                    while let Some(&(at, id)) = shard.expiry.first() {
-                        if at > now {
-                            break;
-                        }
-                        shard.expiry.pop_first();
-                        if let Some(record) = shard.tasks.remove(&id) {
-                            removed_owners.push(record.owner);
-                        }
-                    }
+                    removed_owners = shard.pop_expired(now, usize::MAX);
                     while let Some(&(at, id)) = shard.retired.first() {
                         if at > retired_before {
                             break;
@@ -374,10 +443,54 @@ mod tests {
         store.create(a, limits).await.unwrap();
         assert!(matches!(
             store.create(a2, limits).await,
-            Err(StoreError::LimitReached)
+            Err(StoreError::LimitReached(Limit::PerOwner))
         ));
         store.create(b, limits).await.unwrap();
         assert_eq!(store.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_full_store_of_expired_rows_accepts_a_new_task_without_a_janitor() {
+        let store = MemoryStore::new();
+        let alice = Some(Principal::from("alice"));
+        let owned = |ttl, at| {
+            let mut r = task(ttl, at);
+            r.owner = alice.clone();
+            r
+        };
+        // The per-owner cap: alice's three tasks expire at 10.
+        let per_owner = CreateLimits::new(None, Some(3));
+        for _ in 0..3 {
+            store.create(owned(Some(10), 0), per_owner).await.unwrap();
+        }
+        assert!(matches!(
+            store.create(owned(None, 9), per_owner).await,
+            Err(StoreError::LimitReached(Limit::PerOwner))
+        ));
+        store.create(owned(None, 10), per_owner).await.unwrap();
+        assert_eq!(store.len(), 1, "the expired rows were removed");
+
+        // The row cap: a store full of expired rows of many owners.
+        let store = MemoryStore::new();
+        let rows = CreateLimits::new(Some(PRUNE_BATCH * 2), None);
+        for _ in 0..PRUNE_BATCH * 2 {
+            store.create(task(Some(5), 0), rows).await.unwrap();
+        }
+        assert!(matches!(
+            store.create(task(None, 4), rows).await,
+            Err(StoreError::LimitReached(Limit::Rows))
+        ));
+        store.create(task(None, 5), rows).await.unwrap();
+        assert_eq!(store.len(), PRUNE_BATCH + 1, "one bounded prune ran");
+        let swept = store.cleanup(Timestamp::from_millis(5), Duration::ZERO);
+        assert_eq!(swept.await.unwrap(), PRUNE_BATCH);
+        // A live record is never removed to make room.
+        let one = CreateLimits::new(Some(1), None);
+        assert!(matches!(
+            store.create(task(None, 5), one).await,
+            Err(StoreError::LimitReached(Limit::Rows))
+        ));
+        assert_eq!(store.len(), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
-pub use crate::error::TransitionError;
+pub use crate::error::{Limit, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
@@ -94,10 +94,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The layer passes its [`with_max_rows`](crate::TasksLayerBuilder::with_max_rows)
 /// (default 10 000) and
 /// [`with_max_tasks_per_owner`](crate::TasksLayerBuilder::with_max_tasks_per_owner)
-/// (default none) on every create. The `Default` is no cap at all.
+/// (default 1 000) on every create. Records expired at the new record's
+/// `created_at` never count against either cap. The `Default` is no cap at all.
 ///
 /// ```
-/// use mcp_tasks::store::{CreateLimits, Timestamp};
+/// use mcp_tasks::store::{CreateLimits, Limit, Timestamp};
 /// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +107,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// let one = CreateLimits::new(Some(1), None);
 /// let record = || TaskRecord::new(TaskId::random(), None, Timestamp::now());
 /// store.create(record(), one).await.unwrap();
-/// assert!(matches!(store.create(record(), one).await, Err(StoreError::LimitReached)));
+/// assert!(matches!(store.create(record(), one).await, Err(StoreError::LimitReached(Limit::Rows))));
 /// assert!(store.create(record(), CreateLimits::default()).await.is_ok());
 /// # }
 /// ```
@@ -290,7 +291,8 @@ impl Updated {
 /// ```
 pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// Inserts a new record, enforcing `limits` atomically with the insert
-    /// ([`StoreError::LimitReached`] when full). Returns once `get` would find it.
+    /// ([`StoreError::LimitReached`] with the [`Limit`] hit when full; records
+    /// expired at `record.created_at` do not count). Returns once `get` would find it.
     /// An id already stored is [`StoreError::Duplicate`].
     ///
     /// ```
@@ -339,6 +341,53 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+
+    /// The ids among `ids` whose records exist, have not expired at `now`, and are
+    /// visible in `scope`, in the order given, each once: what `get` would find, for
+    /// many ids at once. The layer checks the task ids of one `subscriptions/listen`
+    /// (up to 1 000) with one call.
+    ///
+    /// The default calls [`get`](Self::get) for each id in turn; a store over a
+    /// network overrides it with one round trip (the built-in stores do).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let alice = Principal::from("alice");
+    /// let now = Timestamp::now();
+    /// let mine = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    /// let theirs = TaskRecord::new(TaskId::random(), None, now);
+    /// let (a, b) = (mine.id, theirs.id);
+    /// store.create(mine, CreateLimits::default()).await?;
+    /// store.create(theirs, CreateLimits::default()).await?;
+    /// let unknown = TaskId::random();
+    /// let ids = [unknown, b, a, a];
+    /// assert_eq!(store.visible(&ids, Scope::Owner(Some(&alice)), now).await?, vec![a]);
+    /// assert_eq!(store.visible(&ids, Scope::Any, now).await?, vec![b, a]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let mut found = Vec::new();
+            for id in ids {
+                if seen.insert(*id) && self.get(id, scope, now).await?.is_some() {
+                    found.push(*id);
+                }
+            }
+            Ok(found)
+        })
+    }
 
     /// Applies `transition` atomically with [`TaskRecord::apply`]. `Ok(None)` when the
     /// task is missing, expired or not visible in `scope`. A transition the state
@@ -451,6 +500,15 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         (**self).get(id, scope, now)
+    }
+
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        (**self).visible(ids, scope, now)
     }
 
     fn update<'a>(

@@ -14,7 +14,7 @@ use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
     retention_cutoff,
 };
-use crate::error::{ConfigError, StoreError};
+use crate::error::{ConfigError, Limit, StoreError};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// Longest accepted table name, so that the derived index and channel names stay
@@ -66,8 +66,9 @@ const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// - `create` with limits takes a transaction-scoped advisory lock (one for the table
 ///   when `max_rows` is set, one per owner when `max_per_owner` is), counts, then
 ///   inserts, so the caps hold across nodes. The lock serializes capped creates on the
-///   table, and each count reads at most the cap's number of index entries; expired
-///   rows not yet swept count, as in [`MemoryStore`](crate::MemoryStore).
+///   table, and each count stops at the cap; rows expired at the new record's
+///   creation never count, swept or not.
+/// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
 /// # Several nodes
@@ -115,6 +116,7 @@ struct Statements {
     count_all: SqlStr,
     count_owner: SqlStr,
     count_unowned: SqlStr,
+    visible: SqlStr,
     select: SqlStr,
     write: SqlStr,
     cleanup: SqlStr,
@@ -403,15 +405,17 @@ impl PostgresStore {
                 .map_err(StoreError::backend)?;
         }
         // Each count runs after the locks, so it sees every create committed before.
+        let now = millis(record.created_at.as_millis());
         if let Some(max) = limits.max_rows {
             let max = count_limit(max);
             let rows: i64 = sqlx::query_scalar(inner.sql.count_all.clone())
                 .bind(max)
+                .bind(now)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
             if rows >= max {
-                return Err(StoreError::LimitReached);
+                return Err(StoreError::LimitReached(Limit::Rows));
             }
         }
         if let Some(max) = limits.max_per_owner {
@@ -419,15 +423,18 @@ impl PostgresStore {
             let count = match owner {
                 Some(owner) => sqlx::query_scalar(inner.sql.count_owner.clone())
                     .bind(owner.to_owned())
-                    .bind(max),
-                None => sqlx::query_scalar(inner.sql.count_unowned.clone()).bind(max),
+                    .bind(max)
+                    .bind(now),
+                None => sqlx::query_scalar(inner.sql.count_unowned.clone())
+                    .bind(max)
+                    .bind(now),
             };
             let rows: i64 = count
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
             if rows >= max {
-                return Err(StoreError::LimitReached);
+                return Err(StoreError::LimitReached(Limit::PerOwner));
             }
         }
         let inserted = insert
@@ -531,14 +538,23 @@ impl Statements {
                  SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM inserted) announced"
             )),
             lock: sql("SELECT pg_advisory_xact_lock($1, $2)".to_owned()),
+            // Records expired at the new record's creation never count.
             count_all: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} LIMIT $1) counted"
+                "SELECT count(*) FROM (SELECT 1 FROM {t} \
+                 WHERE expires_at IS NULL OR expires_at > $2 LIMIT $1) counted"
             )),
             count_owner: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner = $1 LIMIT $2) counted"
+                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner = $1 \
+                 AND (expires_at IS NULL OR expires_at > $3) LIMIT $2) counted"
             )),
             count_unowned: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner IS NULL LIMIT $1) counted"
+                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner IS NULL \
+                 AND (expires_at IS NULL OR expires_at > $2) LIMIT $1) counted"
+            )),
+            visible: sql(format!(
+                "SELECT id FROM {t} WHERE id = ANY($1) \
+                 AND (expires_at IS NULL OR expires_at > $2) \
+                 AND ($3 OR owner IS NOT DISTINCT FROM $4)"
             )),
             select: sql(format!(
                 "SELECT revision, record::text FROM {t} WHERE id = $1"
@@ -625,6 +641,40 @@ impl TaskStore for PostgresStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move { Ok(self.read(id).await?.filter(|r| r.is_visible(scope, now))) })
+    }
+
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (any, owner) = match scope {
+                Scope::Any => (true, None),
+                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().to_owned())),
+            };
+            let keys: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+            let found: Vec<Vec<u8>> = sqlx::query_scalar(self.inner.sql.visible.clone())
+                .bind(keys)
+                .bind(millis(now.as_millis()))
+                .bind(any)
+                .bind(owner)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            let found: std::collections::HashSet<Vec<u8>> = found.into_iter().collect();
+            // In the order asked, each id once.
+            let mut seen = std::collections::HashSet::with_capacity(found.len());
+            Ok(ids
+                .iter()
+                .filter(|id| found.contains(&id.as_bytes()[..]) && seen.insert(**id))
+                .copied()
+                .collect())
+        })
     }
 
     fn update<'a>(

@@ -36,7 +36,7 @@ use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
     retention_cutoff,
 };
-use crate::error::{BoxError, StoreError};
+use crate::error::{BoxError, Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// Expired records a full `create` prunes before it gives up.
@@ -79,15 +79,15 @@ if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[1])
 end
 local function full()
   if ARGV[8] ~= '' and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
-    return true
+    return 'limit_rows'
   end
   if ARGV[9] ~= '' then
     local held = redis.call('HGET', KEYS[3], ARGV[2]) or '0'
     if tonumber(held) >= tonumber(ARGV[9]) then
-      return true
+      return 'limit_owner'
     end
   end
-  return false
+  return nil
 end
 if full() then
   local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[10], 'LIMIT', 0, ARGV[12])
@@ -95,8 +95,9 @@ if full() then
     redis.call('ZREM', KEYS[4], id)
     drop(id, ARGV[11], KEYS[2], KEYS[3])
   end
-  if full() then
-    return 'limit'
+  local limit = full()
+  if limit then
+    return limit
   end
 end
 redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'rec', ARGV[4])
@@ -455,7 +456,8 @@ impl TaskStore for RedisStore {
             match reply.as_str() {
                 "ok" => Ok(()),
                 "duplicate" => Err(StoreError::Duplicate),
-                "limit" => Err(StoreError::LimitReached),
+                "limit_rows" => Err(StoreError::LimitReached(Limit::Rows)),
+                "limit_owner" => Err(StoreError::LimitReached(Limit::PerOwner)),
                 _ => Err(unexpected("an unknown answer from the create script")),
             }
         })
@@ -470,6 +472,47 @@ impl TaskStore for RedisStore {
         Box::pin(async move {
             let stored = CompareAndSwap::read(self, id).await?;
             Ok(stored.filter(|r| r.is_visible(scope, now)))
+        })
+    }
+
+    /// One pipeline of `HGET`s: one round trip for all the ids.
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
+            if unique.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut pipe = redis::pipe();
+            for id in &unique {
+                pipe.cmd("HGET")
+                    .arg(self.keys.task(&id.to_string()))
+                    .arg("rec");
+            }
+            let mut conn = self.conn.clone();
+            let stored: Vec<Option<String>> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            if stored.len() != unique.len() {
+                return Err(unexpected(
+                    "a pipeline answered the wrong number of replies",
+                ));
+            }
+            let mut found = Vec::new();
+            for (id, json) in unique.into_iter().zip(stored) {
+                let Some(json) = json else { continue };
+                let record = decode(&json)?;
+                if record.id == id && record.is_visible(scope, now) {
+                    found.push(id);
+                }
+            }
+            Ok(found)
         })
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::helpers::{HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread};
-use crate::error::StoreError;
+use crate::error::{Limit, StoreError};
 use crate::store::{CreateLimits, TaskStore};
 use crate::task::{Principal, Scope, TaskRecord, Timestamp};
 
@@ -101,9 +101,11 @@ pub async fn max_rows_enforced_atomically<S: TaskStore>(store: S) {
     for (r, result) in records.iter().zip(results) {
         match result {
             Ok(()) => created.push(r.id),
-            Err(StoreError::LimitReached) => {}
+            Err(StoreError::LimitReached(Limit::Rows)) => {}
             Err(e) => {
-                panic!("[{RULE}] a create over the cap must fail with LimitReached, got Err({e})")
+                panic!(
+                    "[{RULE}] a create over the cap must fail with LimitReached(Limit::Rows), got Err({e})"
+                )
             }
         }
     }
@@ -119,9 +121,11 @@ pub async fn max_rows_enforced_atomically<S: TaskStore>(store: S) {
         );
     }
     match store.create(record(None, now, None), limits).await {
-        Err(StoreError::LimitReached) => {}
+        Err(StoreError::LimitReached(Limit::Rows)) => {}
         other => {
-            panic!("[{RULE}] a create on a full store must fail with LimitReached, got {other:?}")
+            panic!(
+                "[{RULE}] a create on a full store must fail with LimitReached(Limit::Rows), got {other:?}"
+            )
         }
     }
     let swept = now.plus_ms(1_000);
@@ -165,9 +169,9 @@ pub async fn per_owner_cap_enforced<S: TaskStore>(store: S) {
     for (r, result) in records.iter().zip(results) {
         match result {
             Ok(()) => *per_owner.entry(r.owner.clone()).or_default() += 1,
-            Err(StoreError::LimitReached) => {}
+            Err(StoreError::LimitReached(Limit::PerOwner)) => {}
             Err(e) => panic!(
-                "[{RULE}] a create over the per-owner cap must fail with LimitReached, got Err({e})"
+                "[{RULE}] a create over the per-owner cap must fail with LimitReached(Limit::PerOwner), got Err({e})"
             ),
         }
     }
@@ -182,9 +186,11 @@ pub async fn per_owner_cap_enforced<S: TaskStore>(store: S) {
         .create(record(Some(alice.clone()), now, None), limits)
         .await
     {
-        Err(StoreError::LimitReached) => {}
+        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
         other => {
-            panic!("[{RULE}] alice at her cap must be refused with LimitReached, got {other:?}")
+            panic!(
+                "[{RULE}] alice at her cap must be refused with LimitReached(Limit::PerOwner), got {other:?}"
+            )
         }
     }
     match store
@@ -210,9 +216,140 @@ pub async fn per_owner_cap_enforced<S: TaskStore>(store: S) {
         .create(record(Some(Principal::from("bob")), swept, None), limits)
         .await
     {
-        Err(StoreError::LimitReached) => {}
+        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
         other => panic!(
             "[{RULE}] bob's records did not expire, so bob must still be at his cap, got {other:?}"
         ),
+    }
+}
+
+/// Records expired at a new record's `created_at` never count against either cap,
+/// swept or not: a store full of expired records (and no janitor) accepts new ones,
+/// while live records keep counting.
+pub async fn expired_records_never_fill_the_caps<S: TaskStore>(store: S) {
+    const RULE: &str = "expired_records_never_fill_the_caps";
+    let now = Timestamp::now();
+    let later = now.plus_ms(1_000);
+    let limits = CreateLimits::new(Some(3), Some(2));
+    let alice = Principal::from("alice");
+    for _ in 0..2 {
+        create(
+            RULE,
+            &store,
+            record(Some(alice.clone()), now, Some(1_000)),
+            limits,
+        )
+        .await;
+    }
+    match store
+        .create(record(Some(alice.clone()), now, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
+        other => panic!(
+            "[{RULE}] alice at her cap of 2 must be refused with LimitReached(Limit::PerOwner), got {other:?}"
+        ),
+    }
+    create(
+        RULE,
+        &store,
+        record(Some(Principal::from("bob")), now, Some(HOUR_MS)),
+        limits,
+    )
+    .await;
+    match store
+        .create(record(Some(Principal::from("carol")), now, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::Rows)) => {}
+        other => panic!(
+            "[{RULE}] a create on a store at max_rows 3 must be refused with LimitReached(Limit::Rows), got {other:?}"
+        ),
+    }
+    // Alice's two records expired at `later`; nothing swept them.
+    for _ in 0..2 {
+        match store
+            .create(record(Some(alice.clone()), later, None), limits)
+            .await
+        {
+            Ok(()) => {}
+            other => panic!(
+                "[{RULE}] expired records must not count against the caps: alice's create after her records expired must succeed, got {other:?}"
+            ),
+        }
+    }
+    match store
+        .create(record(Some(Principal::from("carol")), later, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::Rows)) => {}
+        other => panic!(
+            "[{RULE}] live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows), got {other:?}"
+        ),
+    }
+}
+
+/// `visible` answers, in one call, which of many ids `get` would find: existing,
+/// unexpired and visible in the scope, in the order given, each once; unknown,
+/// foreign and expired ids are absent.
+pub async fn visible_lists_only_visible_ids<S: TaskStore>(store: S) {
+    const RULE: &str = "visible_lists_only_visible_ids";
+    let now = Timestamp::now();
+    let later = now.plus_ms(1_000);
+    let alice = Principal::from("alice");
+    let mine = record(Some(alice.clone()), now, Some(HOUR_MS));
+    let mine_short = record(Some(alice.clone()), now, Some(1_000));
+    let bobs = record(Some(Principal::from("bob")), now, None);
+    let anonymous = record(None, now, Some(HOUR_MS));
+    for r in [&mine, &mine_short, &bobs, &anonymous] {
+        create(RULE, &store, r.clone(), CreateLimits::default()).await;
+    }
+    let unknown = crate::task::TaskId::random();
+    let ids = [
+        unknown,
+        mine_short.id,
+        bobs.id,
+        mine.id,
+        anonymous.id,
+        mine_short.id,
+    ];
+    let cases: [(Scope<'_>, Timestamp, Vec<crate::task::TaskId>, &str); 4] = [
+        (
+            Scope::Owner(Some(&alice)),
+            now,
+            vec![mine_short.id, mine.id],
+            "alice's live ids",
+        ),
+        (
+            Scope::Owner(Some(&alice)),
+            later,
+            vec![mine.id],
+            "alice's ids once one expired",
+        ),
+        (
+            Scope::Owner(None),
+            now,
+            vec![anonymous.id],
+            "the unowned ids for an unauthenticated caller",
+        ),
+        (
+            Scope::Any,
+            later,
+            vec![bobs.id, mine.id, anonymous.id],
+            "every unexpired id with Scope::Any",
+        ),
+    ];
+    for (scope, at, expected, what) in cases {
+        match store.visible(&ids, scope, at).await {
+            Ok(found) => assert_eq!(
+                found, expected,
+                "[{RULE}] visible must list {what}, in the order asked, each once"
+            ),
+            Err(e) => panic!("[{RULE}] visible failed: {e}"),
+        }
+    }
+    match store.visible(&[], Scope::Any, now).await {
+        Ok(found) => assert!(found.is_empty(), "[{RULE}] no ids asked, none found"),
+        Err(e) => panic!("[{RULE}] visible of no ids failed: {e}"),
     }
 }

@@ -30,6 +30,15 @@ pub enum StoreCall<'a> {
         /// The time of the read.
         now: Timestamp,
     },
+    /// [`TaskStore::visible`].
+    Visible {
+        /// The tasks asked for.
+        ids: &'a [TaskId],
+        /// Who is asking.
+        scope: Scope<'a>,
+        /// The time of the read.
+        now: Timestamp,
+    },
     /// [`TaskStore::update`].
     Update {
         /// The task to change.
@@ -56,7 +65,7 @@ pub enum StoreCall<'a> {
 /// `()` is the empty set of hooks, and an `Arc` of hooks is hooks too, so a test
 /// can keep a handle on the state its hooks record.
 pub trait StoreHooks: Debug + Send + Sync + 'static {
-    /// Runs before every `create`, `get`, `update` and `cleanup`. An error is the
+    /// Runs before every `create`, `get`, `visible`, `update` and `cleanup`. An error is the
     /// call's answer, and the wrapped store is not called at all.
     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
         let _ = call;
@@ -71,6 +80,11 @@ pub trait StoreHooks: Debug + Send + Sync + 'static {
     /// Runs once `get` of `id` returned `result`.
     fn after_get(&self, id: &TaskId, result: &Result<Option<TaskRecord>, StoreError>) {
         let _ = (id, result);
+    }
+
+    /// Runs once `visible` of `ids` returned `result`.
+    fn after_visible(&self, ids: &[TaskId], result: &Result<Vec<TaskId>, StoreError>) {
+        let _ = (ids, result);
     }
 
     /// Runs once `update` of `id` returned `result`.
@@ -102,6 +116,10 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 
     fn after_get(&self, id: &TaskId, result: &Result<Option<TaskRecord>, StoreError>) {
         (**self).after_get(id, result);
+    }
+
+    fn after_visible(&self, ids: &[TaskId], result: &Result<Vec<TaskId>, StoreError>) {
+        (**self).after_visible(ids, result);
     }
 
     fn after_update(&self, id: &TaskId, result: &Result<Option<Updated>, StoreError>) {
@@ -221,6 +239,20 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
             self.hooks.before(StoreCall::Get { id, scope, now })?;
             let result = self.store.get(id, scope, now).await;
             self.hooks.after_get(id, &result);
+            result
+        })
+    }
+
+    fn visible<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            self.hooks.before(StoreCall::Visible { ids, scope, now })?;
+            let result = self.store.visible(ids, scope, now).await;
+            self.hooks.after_visible(ids, &result);
             result
         })
     }

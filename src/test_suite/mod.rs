@@ -128,8 +128,8 @@ mod transitions;
 
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
-    create_rejects_duplicate_id, create_then_get, max_rows_enforced_atomically,
-    per_owner_cap_enforced,
+    create_rejects_duplicate_id, create_then_get, expired_records_never_fill_the_caps,
+    max_rows_enforced_atomically, per_owner_cap_enforced, visible_lists_only_visible_ids,
 };
 pub use expiry::{
     cleanup_removes_expired, expired_reads_as_absent, terminal_without_ttl_evicted_after_retention,
@@ -192,6 +192,8 @@ macro_rules! task_store_tests {
             terminal_without_ttl_evicted_after_retention,
             max_rows_enforced_atomically,
             per_owner_cap_enforced,
+            expired_records_never_fill_the_caps,
+            visible_lists_only_visible_ids,
             revision_increments_on_every_change,
             concurrent_terminal_writes_one_wins,
             concurrent_updates_never_lost,

@@ -2,7 +2,8 @@
 //! the validation order of the specification.
 
 use http::HeaderMap;
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::headers::{header_value, is_legacy_version};
@@ -14,7 +15,14 @@ use super::{
 /// A parsed JSON-RPC request (only what the layer needs).
 #[derive(Debug)]
 pub(crate) struct Envelope {
+    /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
+    /// read as a float here, so replies echo [`raw_id`](Self::raw_id) instead).
     pub(crate) id: Option<Value>,
+    /// The id exactly as the client wrote it; `None` when the member is absent
+    /// (a notification), `Some("null")` for `"id": null`.
+    pub(crate) raw_id: Option<Box<RawValue>>,
+    /// Whether `jsonrpc` is exactly `"2.0"`.
+    pub(crate) jsonrpc_ok: bool,
     pub(crate) method: String,
     pub(crate) params: Option<Value>,
 }
@@ -23,11 +31,25 @@ pub(crate) struct Envelope {
 #[derive(Deserialize)]
 struct RawMessage {
     #[serde(default)]
-    id: Option<Value>,
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<Value>,
     #[serde(default)]
     params: Option<Value>,
+}
+
+/// A member that is present, `null` included, is `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// Whether raw JSON text is a string or an integer (no fraction, no exponent):
+/// the only ids JSON-RPC requests may carry.
+fn is_valid_id(raw: &str) -> bool {
+    let digits = raw.strip_prefix('-').unwrap_or(raw);
+    raw.starts_with('"') || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
 }
 
 impl Envelope {
@@ -47,12 +69,44 @@ impl Envelope {
         let raw: RawMessage = serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
         Ok(match raw.method {
             Some(Value::String(method)) => Some(Envelope {
-                id: raw.id,
+                id: raw
+                    .id
+                    .as_deref()
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok()),
+                raw_id: raw.id,
+                jsonrpc_ok: raw.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0"),
                 method,
                 params: raw.params,
             }),
             _ => None,
         })
+    }
+
+    /// A notification: the `id` member is absent.
+    pub(crate) fn is_notification(&self) -> bool {
+        self.raw_id.is_none()
+    }
+
+    /// The raw id when it is one a request may carry (a string or an integer); the
+    /// id replies echo.
+    pub(crate) fn valid_raw_id(&self) -> Option<&RawValue> {
+        self.raw_id.as_deref().filter(|raw| is_valid_id(raw.get()))
+    }
+
+    /// JSON-RPC envelope strictness: `jsonrpc` exactly `"2.0"`, and an id that is a
+    /// string or an integer. Notifications pass (they have no id to check).
+    pub(crate) fn check_strict(&self) -> Result<(), RpcError> {
+        if !self.jsonrpc_ok {
+            return Err(RpcError::invalid_request(
+                "Invalid Request: jsonrpc must be \"2.0\"",
+            ));
+        }
+        if self.raw_id.is_some() && self.valid_raw_id().is_none() {
+            return Err(RpcError::invalid_request(
+                "Invalid Request: id must be a string or an integer",
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn params(&self) -> Option<&Map<String, Value>> {
@@ -266,6 +320,33 @@ mod tests {
         assert!(!init.is_legacy(&headers(&[("mcp-protocol-version", "2026-07-28")])));
         let modern_init = modern("initialize", json!({}));
         assert!(!modern_init.is_legacy(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn ids_and_versions_are_checked_strictly() {
+        let parse = |text: &str| Envelope::parse(text.as_bytes()).unwrap().unwrap();
+        let good = parse(r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tasks/get"}"#);
+        assert_eq!(good.check_strict(), Ok(()));
+        assert_eq!(good.valid_raw_id().unwrap().get(), "18446744073709551616");
+        for id in ["\"a\"", "-7", "0"] {
+            let e = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#));
+            assert_eq!(e.check_strict(), Ok(()), "{id}");
+        }
+        for id in ["null", "true", "1.5", "[1]", "{}", "1e3", "-1E3"] {
+            let e = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#));
+            assert!(!e.is_notification(), "{id}");
+            assert_eq!(e.check_strict().unwrap_err().code(), -32600, "{id}");
+            assert!(e.valid_raw_id().is_none(), "{id}");
+        }
+        let notification = parse(r#"{"jsonrpc":"2.0","method":"tasks/get"}"#);
+        assert!(notification.is_notification());
+        assert_eq!(notification.check_strict(), Ok(()));
+        for version in [r#""1.0""#, "2.0", "null"] {
+            let e = parse(&format!(r#"{{"jsonrpc":{version},"id":1,"method":"m"}}"#));
+            assert_eq!(e.check_strict().unwrap_err().code(), -32600, "{version}");
+        }
+        let missing = parse(r#"{"id":1,"method":"m"}"#);
+        assert_eq!(missing.check_strict().unwrap_err().http_status(), 400);
     }
 
     #[test]

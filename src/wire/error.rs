@@ -8,7 +8,7 @@ use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::EXTENSION_ID;
-use super::reply::{json_response, message_body};
+use super::reply::{json_response, message_body, message_body_raw};
 
 /// A JSON-RPC error the layer answers with, and the HTTP status it travels with.
 ///
@@ -300,11 +300,30 @@ impl RpcError {
     ///     "error": {"code": -32700, "message": "Parse error"}}));
     /// ```
     pub fn to_body(&self, id: Option<&Value>) -> Bytes {
+        message_body(id, "error", self.error_object())
+    }
+
+    /// [`to_body`](Self::to_body) echoing the request id exactly as the client wrote
+    /// it.
+    pub(crate) fn to_body_raw(&self, id: Option<&serde_json::value::RawValue>) -> Bytes {
+        message_body_raw(id, "error", self.error_object())
+    }
+
+    /// [`to_response`](Self::to_response) echoing the request id exactly as the
+    /// client wrote it.
+    pub(crate) fn to_response_raw(
+        &self,
+        id: Option<&serde_json::value::RawValue>,
+    ) -> Response<Bytes> {
+        json_response(self.status, self.to_body_raw(id))
+    }
+
+    fn error_object(&self) -> Value {
         let mut error = json!({"code": self.code, "message": self.message});
         if let Some(data) = &self.data {
             error["data"] = data.clone();
         }
-        message_body(id, "error", error)
+        error
     }
 
     /// The full HTTP response: JSON body, `Content-Type: application/json`, the

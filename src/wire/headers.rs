@@ -2,9 +2,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, StatusCode, header};
 
-use super::{LEGACY_VERSIONS, MCP_METHOD, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use super::{LEGACY_VERSIONS, MCP_METHOD, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, RpcError};
 
 /// The methods the layer itself handles or inspects; everything else passes through.
 pub(crate) fn is_owned_method(method: &str) -> bool {
@@ -66,6 +66,66 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
         true => HeaderRoute::Legacy,
         false => HeaderRoute::Inspect,
     }
+}
+
+/// The Streamable HTTP checks on a request the layer answers itself, in rmcp's
+/// order: an `Accept` that rules out `application/json` (406), then a
+/// `Content-Type` other than `application/json` (415). A missing `Accept` accepts
+/// anything (RFC 9110); a missing `Content-Type` is refused.
+pub(crate) fn check_media_types(headers: &HeaderMap) -> Result<(), RpcError> {
+    if headers.contains_key(header::ACCEPT) && !accepts_json(headers) {
+        return Err(RpcError::new(
+            RpcError::INVALID_REQUEST,
+            "Not Acceptable: the client must accept application/json",
+            StatusCode::NOT_ACCEPTABLE,
+        ));
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let essence = v.split_once(';').map_or(v, |(essence, _)| essence);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        });
+    if !json {
+        return Err(RpcError::new(
+            RpcError::INVALID_REQUEST,
+            "Unsupported Media Type: Content-Type must be application/json",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ));
+    }
+    Ok(())
+}
+
+/// Whether some `Accept` entry with a non-zero weight covers `application/json`
+/// (`application/json`, `application/*` or `*/*`).
+fn accepts_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|entry| {
+            let mut parts = entry.split(';');
+            let essence = parts.next().unwrap_or("").trim();
+            let covers = ["application/json", "application/*", "*/*"]
+                .iter()
+                .any(|m| essence.eq_ignore_ascii_case(m));
+            covers
+                && parts.all(|param| match param.split_once('=') {
+                    Some((name, q)) if name.trim().eq_ignore_ascii_case("q") => {
+                        !is_zero_weight(q.trim())
+                    }
+                    _ => true,
+                })
+        })
+}
+
+/// `q=0`, `q=0.`, `q=0.000`: an explicit refusal (a malformed weight is ignored,
+/// as rmcp does).
+fn is_zero_weight(q: &str) -> bool {
+    let (whole, fraction) = q.split_once('.').unwrap_or((q, ""));
+    whole == "0" && fraction.len() <= 3 && fraction.bytes().all(|b| b == b'0')
 }
 
 /// A standard header's value: trimmed, with `=?base64?…?=` decoded. `Err` when it
@@ -131,6 +191,48 @@ mod tests {
             route_by_headers(&http::Method::GET, &HeaderMap::new()),
             HeaderRoute::Passthrough
         );
+    }
+
+    #[test]
+    fn media_types_are_checked_accept_first() {
+        let status = |pairs: &[(&'static str, &str)]| {
+            check_media_types(&headers(pairs)).map_err(|e| (e.code(), e.http_status().as_u16()))
+        };
+        let json = ("content-type", "application/json");
+        assert_eq!(status(&[json]), Ok(()));
+        assert_eq!(
+            status(&[("content-type", "Application/JSON; charset=utf-8")]),
+            Ok(())
+        );
+        for accept in [
+            "application/json, text/event-stream",
+            "*/*",
+            "application/*;q=0.5",
+            "text/html, APPLICATION/JSON;q=0.1",
+            "application/json;q=abc",
+        ] {
+            assert_eq!(status(&[json, ("accept", accept)]), Ok(()), "{accept}");
+        }
+        for accept in [
+            "text/event-stream",
+            "application/json;q=0",
+            "application/json; q=0.000, text/html",
+            "*/*;q=0",
+        ] {
+            assert_eq!(
+                status(&[json, ("accept", accept)]),
+                Err((-32600, 406)),
+                "{accept}"
+            );
+        }
+        for content_type in ["text/plain", "application/jsonx", ""] {
+            let pairs = [("content-type", content_type)];
+            assert_eq!(status(&pairs), Err((-32600, 415)), "{content_type}");
+        }
+        assert_eq!(status(&[]), Err((-32600, 415)));
+        // Accept is checked first.
+        let both = [("content-type", "text/plain"), ("accept", "text/html")];
+        assert_eq!(status(&both), Err((-32600, 406)));
     }
 
     #[test]

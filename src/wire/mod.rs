@@ -10,6 +10,8 @@
 //!
 //! let task_id = mcp_tasks::TaskId::random().to_string(); // from the CreateTaskResult
 //! let request = http::Request::post("/mcp")
+//!     .header("content-type", "application/json")
+//!     .header("accept", "application/json, text/event-stream")
 //!     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
 //!     .header(MCP_METHOD, "tasks/get")
 //!     .header(MCP_NAME, &task_id) // the task id on tasks/*, the tool name on tools/call
@@ -38,8 +40,8 @@ pub(crate) mod sse;
 
 pub(crate) use envelope::Envelope;
 pub use error::RpcError;
-pub(crate) use headers::{HeaderRoute, is_owned_method, route_by_headers};
-pub(crate) use reply::result_response;
+pub(crate) use headers::{HeaderRoute, check_media_types, is_owned_method, route_by_headers};
+pub(crate) use reply::{result_response, result_response_raw};
 
 /// The tasks extension's identifier, as declared by clients and advertised by servers.
 pub const EXTENSION_ID: &str = "io.modelcontextprotocol/tasks";

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A JSON body with `Content-Type: application/json`.
@@ -18,11 +19,30 @@ pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> 
 /// The JSON-RPC message `{"jsonrpc":"2.0","id":…,<key>:<value>}`; the id is `null`
 /// when the request's id is unknown.
 pub(crate) fn message_body(id: Option<&Value>, key: &str, value: Value) -> Bytes {
-    let mut body = Map::with_capacity(3);
-    body.insert("jsonrpc".into(), Value::String("2.0".into()));
-    body.insert("id".into(), id.cloned().unwrap_or(Value::Null));
-    body.insert(key.into(), value);
-    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
+    let id = id.map(|id| serde_json::to_string(id).unwrap_or_else(|_| "null".into()));
+    render(id.as_deref(), key, &value)
+}
+
+/// [`message_body`] echoing the request id exactly as the client wrote it (a
+/// 2^64 stays an integer, an escaped string keeps its escapes).
+pub(crate) fn message_body_raw(id: Option<&RawValue>, key: &str, value: Value) -> Bytes {
+    render(id.map(RawValue::get), key, &value)
+}
+
+/// Writes the message with `id` as JSON text (`null` when `None`).
+fn render(id: Option<&str>, key: &str, value: &Value) -> Bytes {
+    let value = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+    let key = serde_json::to_string(key).unwrap_or_else(|_| "\"error\"".into());
+    let id = id.unwrap_or("null");
+    let mut out = Vec::with_capacity(24 + id.len() + key.len() + value.len());
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.push(b',');
+    out.extend_from_slice(key.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(&value);
+    out.push(b'}');
+    Bytes::from(out)
 }
 
 /// A JSON-RPC success response with the layer's result, HTTP 200.
@@ -30,6 +50,17 @@ pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) ->
     json_response(
         StatusCode::OK,
         message_body(id, "result", Value::Object(result)),
+    )
+}
+
+/// [`result_response`] echoing the raw request id.
+pub(crate) fn result_response_raw(
+    id: Option<&RawValue>,
+    result: Map<String, Value>,
+) -> Response<Bytes> {
+    json_response(
+        StatusCode::OK,
+        message_body_raw(id, "result", Value::Object(result)),
     )
 }
 
@@ -49,6 +80,27 @@ mod tests {
         assert_eq!(
             body,
             json!({"jsonrpc": "2.0", "id": "a", "result": {"resultType": "complete"}})
+        );
+    }
+
+    #[test]
+    fn a_raw_id_is_echoed_as_written() {
+        let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
+        let response = result_response_raw(Some(&id), Map::new());
+        let text = std::str::from_utf8(response.body()).unwrap();
+        assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
+        let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
+        let body = message_body_raw(Some(&escaped), "result", json!({}));
+        assert!(
+            std::str::from_utf8(&body)
+                .unwrap()
+                .contains(r#""id":"\u0041""#)
+        );
+        let none = message_body_raw(None, "error", json!({"code": 1}));
+        let parsed: Value = serde_json::from_slice(&none).unwrap();
+        assert_eq!(
+            parsed,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": 1}})
         );
     }
 }

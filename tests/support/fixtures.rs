@@ -230,6 +230,8 @@ pub(crate) enum ListenSupport {
     SseError,
     /// HTTP 200 with a JSON -32602 error: the inner service refuses this filter.
     Rejects,
+    /// An SSE stream that sends no acknowledgment: only what the test pushes.
+    Silent,
 }
 
 /// One listen stream the inner service is serving, as the test drives it.
@@ -479,7 +481,7 @@ fn answer_listen(state: &InnerState, support: ListenSupport, request: Value) -> 
             Frames::full(sse::event(&not_found)),
             "text/event-stream",
         ),
-        ListenSupport::Stream => {
+        ListenSupport::Stream | ListenSupport::Silent => {
             let mut agreed = serde_json::Map::new();
             if request["params"]["notifications"]["toolsListChanged"] == json!(true) {
                 agreed.insert("toolsListChanged".into(), json!(true));
@@ -488,7 +490,9 @@ fn answer_listen(state: &InnerState, support: ListenSupport, request: Value) -> 
                 "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id}, "notifications": agreed}});
             let (tx, rx) = mpsc::unbounded_channel();
             let (taken_tx, taken) = mpsc::unbounded_channel();
-            tx.send(sse::event(&ack)).unwrap();
+            if support == ListenSupport::Stream {
+                tx.send(sse::event(&ack)).unwrap();
+            }
             lock(&state.listens).push(InnerListen {
                 request,
                 sender: Some(tx),
