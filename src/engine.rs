@@ -103,7 +103,13 @@ impl Engine {
     }
 
     pub(crate) fn limits(&self) -> CreateLimits {
-        CreateLimits::new(self.config.max_rows, self.config.max_per_owner)
+        // Retired records the janitor would remove never block a create; without a
+        // janitor, the default retention still bounds how long they count.
+        let retention = self
+            .config
+            .janitor
+            .map_or(crate::defaults::RETENTION, |(_, retention)| retention);
+        CreateLimits::new(self.config.max_rows, self.config.max_per_owner).with_retention(retention)
     }
 
     /// `serverInfo` for the `_meta` of results the layer writes.

@@ -122,3 +122,49 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
         .unwrap();
     assert!(next(&mut feed_a, "b's create after the reconnect").await == task.id);
 }
+
+/// An owner-scoped read checks the owner in the `SELECT`: a foreign row is never
+/// sent, so its (here unreadable) record is never decoded, and the read costs what
+/// an unknown id costs. The owner's own read does decode it, and fails.
+#[tokio::test]
+async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
+    use mcp_tasks::Principal;
+    use mcp_tasks::store::{Scope, Transition};
+
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let store = scratch.store();
+    let now = Timestamp::now();
+    let alice = Principal::from("alice");
+    let bob = Principal::from("bob");
+    let record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    let id = record.id;
+    store.create(record, CreateLimits::default()).await.unwrap();
+    let corrupt = format!(
+        "UPDATE \"{}\" SET record = '{{\"not\": \"a task\"}}'::jsonb WHERE id = $1",
+        store.table()
+    );
+    let changed = sqlx::query(sqlx::AssertSqlSafe(corrupt))
+        .bind(id.as_bytes().to_vec())
+        .execute(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(changed.rows_affected(), 1);
+    for scope in [Scope::Owner(Some(&bob)), Scope::Owner(None)] {
+        assert!(matches!(store.get(&id, scope, now).await, Ok(None)));
+        let cancel = Transition::Cancel;
+        assert!(matches!(
+            store.update(&id, scope, &cancel, now).await,
+            Ok(None)
+        ));
+    }
+    assert!(
+        store
+            .get(&id, Scope::Owner(Some(&alice)), now)
+            .await
+            .is_err(),
+        "the owner's read fetches and decodes the record"
+    );
+    assert!(store.get(&id, Scope::Any, now).await.is_err());
+}

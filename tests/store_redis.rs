@@ -127,3 +127,167 @@ async fn a_store_without_a_change_feed_client_does_not_subscribe() {
     assert!(listening.subscribe().is_some());
     assert!(!format!("{listening:?}").is_empty());
 }
+
+/// An owner-scoped read compares the owner on the server: a foreign record never
+/// leaves it, so its (here unreadable) JSON is never decoded, and the read costs
+/// what an unknown id costs. The owner's own read does decode it, and fails.
+#[tokio::test]
+async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
+    use mcp_tasks::Principal;
+    use mcp_tasks::store::Transition;
+
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let url = redis_url().unwrap();
+    let store = scratch.store();
+    let now = Timestamp::now();
+    let alice = Principal::from("alice");
+    let bob = Principal::from("bob");
+    let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    record.ttl_ms = Some(3_600_000);
+    let id = record.id;
+    store.create(record, CreateLimits::default()).await.unwrap();
+    let client = mcp_tasks::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = mcp_tasks::redis::aio::ConnectionManager::new(client)
+        .await
+        .unwrap();
+    let key = format!("{}task:{id}", store.prefix());
+    let _: () = mcp_tasks::redis::cmd("HSET")
+        .arg(&key)
+        .arg("rec")
+        .arg("not a task")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for scope in [Scope::Owner(Some(&bob)), Scope::Owner(None)] {
+        assert!(matches!(store.get(&id, scope, now).await, Ok(None)));
+        let cancel = Transition::Cancel;
+        assert!(matches!(
+            store.update(&id, scope, &cancel, now).await,
+            Ok(None)
+        ));
+        assert_eq!(
+            store.visible(&[id], scope, now).await.unwrap(),
+            Vec::<TaskId>::new()
+        );
+    }
+    assert!(
+        store
+            .get(&id, Scope::Owner(Some(&alice)), now)
+            .await
+            .is_err(),
+        "the owner's read fetches and decodes the record"
+    );
+    assert!(store.get(&id, Scope::Any, now).await.is_err());
+}
+
+/// Records written before the `own` field existed are still checked against the
+/// owner on the server (through the owners hash).
+#[tokio::test]
+async fn records_without_an_owner_field_are_still_owner_checked() {
+    use mcp_tasks::Principal;
+
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let url = redis_url().unwrap();
+    let store = scratch.store();
+    let now = Timestamp::now();
+    let alice = Principal::from("alice");
+    let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    record.ttl_ms = Some(3_600_000);
+    let id = record.id;
+    store.create(record, CreateLimits::default()).await.unwrap();
+    let client = mcp_tasks::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = mcp_tasks::redis::aio::ConnectionManager::new(client)
+        .await
+        .unwrap();
+    let key = format!("{}task:{id}", store.prefix());
+    let _: () = mcp_tasks::redis::cmd("HDEL")
+        .arg(&key)
+        .arg("own")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mine = Scope::Owner(Some(&alice));
+    assert!(store.get(&id, mine, now).await.unwrap().is_some());
+    assert_eq!(store.visible(&[id], mine, now).await.unwrap(), vec![id]);
+    assert!(
+        store
+            .get(&id, Scope::Owner(None), now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let bob = Principal::from("bob");
+    assert!(
+        store
+            .get(&id, Scope::Owner(Some(&bob)), now)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// The per-owner cap is exact: an owner at its cap prunes its own expired records,
+/// however many older expired records other owners left behind.
+#[tokio::test]
+async fn an_owner_at_its_cap_prunes_its_own_expired_records_first() {
+    use mcp_tasks::Principal;
+
+    let Some(scratch) = scratch().await else {
+        return;
+    };
+    let store = scratch.store();
+    let t0 = Timestamp::now();
+    let bob = Principal::from("bob");
+    let alice = Principal::from("alice");
+    let owned = |owner: &Principal, ttl| {
+        let mut record = TaskRecord::new(TaskId::random(), Some(owner.clone()), t0);
+        record.ttl_ms = Some(ttl);
+        record
+    };
+    // More expired records of bob, all older than alice's, than one prune batch.
+    for _ in 0..300 {
+        store
+            .create(owned(&bob, 1), CreateLimits::default())
+            .await
+            .unwrap();
+    }
+    let two = CreateLimits::new(None, Some(2));
+    for _ in 0..2 {
+        store.create(owned(&alice, 10), two).await.unwrap();
+    }
+    let mut next = TaskRecord::new(TaskId::random(), Some(alice.clone()), t0.plus_ms(9));
+    assert!(matches!(
+        store.create(next.clone(), two).await,
+        Err(StoreError::LimitReached(Limit::PerOwner))
+    ));
+    next.created_at = t0.plus_ms(10);
+    store.create(next, two).await.unwrap();
+    // Retired records past the retention likewise, from the owner's own index.
+    let carol = Principal::from("carol");
+    let one = CreateLimits::new(None, Some(1)).with_retention(Duration::from_millis(5));
+    let first = TaskRecord::new(TaskId::random(), Some(carol.clone()), t0);
+    let id = first.id;
+    store.create(first, one).await.unwrap();
+    let cancel = mcp_tasks::store::Transition::Cancel;
+    store.update(&id, Scope::Any, &cancel, t0).await.unwrap();
+    let again = |at| TaskRecord::new(TaskId::random(), Some(carol.clone()), at);
+    assert!(matches!(
+        store.create(again(t0.plus_ms(4)), one).await,
+        Err(StoreError::LimitReached(Limit::PerOwner))
+    ));
+    store.create(again(t0.plus_ms(5)), one).await.unwrap();
+    assert!(
+        store.get(&id, Scope::Any, t0).await.unwrap().is_none(),
+        "the retired record was pruned"
+    );
+    // Only bob's expired records are left to sweep: the pruned ones left no entries.
+    let swept = store
+        .cleanup(t0.plus_ms(1_000_000), Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(swept, 300);
+}

@@ -80,7 +80,8 @@ impl MemoryStore {
 
     /// How many records the store holds, expired ones not yet swept included. They
     /// never block a create: one that finds the store (or its owner) full first
-    /// removes up to 256 expired records, oldest first.
+    /// removes up to 256 expired records (and records retired past
+    /// [`CreateLimits::retention`]), oldest first.
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Timestamp};
@@ -166,16 +167,24 @@ impl MemoryStore {
 }
 
 impl MemoryStore {
-    /// Removes up to [`PRUNE_BATCH`] records expired at `now`, oldest first in each
-    /// shard, starting with shard `start`. Returns how many were removed.
-    fn prune_expired(&self, now: Timestamp, start: usize) -> usize {
+    /// Removes up to [`PRUNE_BATCH`] records expired at `now` or retired at or
+    /// before `retired_before`, oldest first in each shard, starting with shard
+    /// `start`. Returns how many were removed.
+    fn prune(&self, now: Timestamp, retired_before: Option<Timestamp>, start: usize) -> usize {
         let mut removed = 0;
         for k in 0..SHARDS {
             if removed >= PRUNE_BATCH {
                 break;
             }
-            let owners = Self::lock(&self.shards[(start + k) % SHARDS])
-                .pop_expired(now, PRUNE_BATCH - removed);
+            let owners = {
+                let mut shard = Self::lock(&self.shards[(start + k) % SHARDS]);
+                let mut owners = shard.pop_expired(now, PRUNE_BATCH - removed);
+                if let Some(before) = retired_before {
+                    let room = PRUNE_BATCH - removed - owners.len();
+                    owners.extend(shard.pop_retired(before, room));
+                }
+                owners
+            };
             removed += owners.len();
             for owner in owners {
                 self.release(&owner, 1);
@@ -223,6 +232,24 @@ impl Shard {
         owners
     }
 
+    /// Removes up to `max` terminal records without a TTL retired at or before
+    /// `before`, oldest first; returns their owners.
+    fn pop_retired(&mut self, before: Timestamp, max: usize) -> Vec<Option<Principal>> {
+        let mut owners = Vec::new();
+        while owners.len() < max
+            && let Some(&(at, id)) = self.retired.first()
+        {
+            if at > before {
+                break;
+            }
+            self.retired.pop_first();
+            if let Some(record) = self.tasks.remove(&id) {
+                owners.push(record.owner);
+            }
+        }
+        owners
+    }
+
     fn index(&mut self, record: &TaskRecord) {
         if let Some(at) = record.expires_at() {
             self.expiry.insert((at, record.id));
@@ -240,9 +267,11 @@ impl TaskStore for MemoryStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             if let Err(limit) = self.reserve(&record.owner, limits) {
-                // Expired records never block: free some, then try once more.
+                // Expired records, and retired ones past their retention, never
+                // block: free some, then try once more.
                 let now = record.created_at;
-                if self.prune_expired(now, Self::shard_index(&record.id)) == 0 {
+                let retired_before = limits.retention.map(|r| retention_cutoff(now, r));
+                if self.prune(now, retired_before, Self::shard_index(&record.id)) == 0 {
                     return Err(StoreError::LimitReached(limit));
                 }
                 self.reserve(&record.owner, limits)
@@ -336,15 +365,7 @@ impl TaskStore for MemoryStore {
                     let mut guard = Self::lock(shard);
                     let shard = &mut *guard;
                     removed_owners = shard.pop_expired(now, usize::MAX);
-                    while let Some(&(at, id)) = shard.retired.first() {
-                        if at > retired_before {
-                            break;
-                        }
-                        shard.retired.pop_first();
-                        if let Some(record) = shard.tasks.remove(&id) {
-                            removed_owners.push(record.owner);
-                        }
-                    }
+                    removed_owners.extend(shard.pop_retired(retired_before, usize::MAX));
                 }
                 removed_total += removed_owners.len();
                 for owner in removed_owners {

@@ -12,7 +12,9 @@
 //! same contract, checked by the public suite in `mcp_tasks::test_suite` (feature
 //! `test-util`):
 //!
-//! - a foreign owner is indistinguishable from a missing id (`Ok(None)` for both);
+//! - a foreign owner is indistinguishable from a missing id (`Ok(None)` for both,
+//!   at the same cost: the built-in stores check the owner before they fetch or
+//!   decode a record);
 //! - `update` is an atomic read-modify-write through [`TaskRecord::apply`], so
 //!   terminal states never change and concurrent writers never lose an update;
 //! - an expired record reads as absent everywhere; `cleanup` only frees the space;
@@ -94,8 +96,13 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The layer passes its [`with_max_rows`](crate::TasksLayerBuilder::with_max_rows)
 /// (default 10 000) and
 /// [`with_max_tasks_per_owner`](crate::TasksLayerBuilder::with_max_tasks_per_owner)
-/// (default 1 000) on every create. Records expired at the new record's
-/// `created_at` never count against either cap. The `Default` is no cap at all.
+/// (default 1 000) on every create, with its janitor's retention (default
+/// [`RETENTION`](crate::defaults::RETENTION), 1 hour). Records expired at the new
+/// record's `created_at` never count against either cap, nor do terminal records
+/// without a TTL that retired at or before
+/// [`retention_cutoff`]`(created_at, retention)`: the ones the next sweep removes.
+/// The `Default` is no cap at all (and no retention: retired records count until
+/// `cleanup` removes them).
 ///
 /// ```
 /// use mcp_tasks::store::{CreateLimits, Limit, Timestamp};
@@ -118,6 +125,11 @@ pub struct CreateLimits {
     pub max_rows: Option<usize>,
     /// Most records one owner (or the anonymous owner) may hold; `None` is unlimited.
     pub max_per_owner: Option<usize>,
+    /// How long a terminal record without a TTL is kept (the janitor's retention):
+    /// records retired at or before [`retention_cutoff`]`(created_at, retention)`
+    /// never count against either cap. `None`: they count until `cleanup` removes
+    /// them.
+    pub retention: Option<Duration>,
 }
 
 impl CreateLimits {
@@ -133,7 +145,37 @@ impl CreateLimits {
         CreateLimits {
             max_rows,
             max_per_owner,
+            retention: None,
         }
+    }
+
+    /// The same limits, with records retired longer than `retention` ago left out of
+    /// the counts (the layer passes its janitor's retention).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::store::{CreateLimits, Limit, Timestamp, Transition};
+    /// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), StoreError> {
+    /// let store = MemoryStore::new();
+    /// let one = CreateLimits::new(Some(1), None).with_retention(Duration::from_secs(1));
+    /// let id = TaskId::random();
+    /// store.create(TaskRecord::new(id, None, Timestamp::from_millis(0)), one).await?;
+    /// let cancel = Transition::Cancel;
+    /// store.update(&id, mcp_tasks::store::Scope::Any, &cancel, Timestamp::from_millis(10)).await?;
+    /// let next = |at| TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(at));
+    /// // Still within its retention: the cancelled task keeps its row.
+    /// assert!(matches!(store.create(next(1_000), one).await, Err(StoreError::LimitReached(Limit::Rows))));
+    /// // Retired for longer than the retention: it no longer counts.
+    /// store.create(next(1_010), one).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_retention(mut self, retention: Duration) -> Self {
+        self.retention = Some(retention);
+        self
     }
 }
 
@@ -292,7 +334,8 @@ impl Updated {
 pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// Inserts a new record, enforcing `limits` atomically with the insert
     /// ([`StoreError::LimitReached`] with the [`Limit`] hit when full; records
-    /// expired at `record.created_at` do not count). Returns once `get` would find it.
+    /// expired at `record.created_at`, and records retired past
+    /// [`CreateLimits::retention`], do not count). Returns once `get` would find it.
     /// An id already stored is [`StoreError::Duplicate`].
     ///
     /// ```

@@ -62,7 +62,11 @@ const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 ///   again, up to 32 times with a short jittered pause, then answers
 ///   [`StoreError::Contention`] (nothing was written).
 /// - A record expired at the `now` passed in reads as absent, swept or not; a record
-///   of another owner reads exactly like a missing one.
+///   of another owner reads exactly like a missing one, at the same cost: an
+///   owner-scoped `get` or `update` puts the owner and the expiry in its `SELECT`,
+///   so a foreign row is never sent nor decoded.
+/// - Records retired past [`CreateLimits::retention`] are left out of the cap
+///   counts, swept or not.
 /// - `create` with limits takes a transaction-scoped advisory lock (one for the table
 ///   when `max_rows` is set, one per owner when `max_per_owner` is), counts, then
 ///   inserts, so the caps hold across nodes. The lock serializes capped creates on the
@@ -118,6 +122,7 @@ struct Statements {
     count_unowned: SqlStr,
     visible: SqlStr,
     select: SqlStr,
+    select_owned: SqlStr,
     write: SqlStr,
     cleanup: SqlStr,
     migrate: Vec<SqlStr>,
@@ -406,11 +411,16 @@ impl PostgresStore {
         }
         // Each count runs after the locks, so it sees every create committed before.
         let now = millis(record.created_at.as_millis());
+        // Without a retention every retired record counts: no row retired that early.
+        let retired_before = limits.retention.map_or(i64::MIN, |retention| {
+            millis(retention_cutoff(record.created_at, retention).as_millis())
+        });
         if let Some(max) = limits.max_rows {
             let max = count_limit(max);
             let rows: i64 = sqlx::query_scalar(inner.sql.count_all.clone())
                 .bind(max)
                 .bind(now)
+                .bind(retired_before)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
@@ -424,10 +434,12 @@ impl PostgresStore {
                 Some(owner) => sqlx::query_scalar(inner.sql.count_owner.clone())
                     .bind(owner.to_owned())
                     .bind(max)
-                    .bind(now),
+                    .bind(now)
+                    .bind(retired_before),
                 None => sqlx::query_scalar(inner.sql.count_unowned.clone())
                     .bind(max)
-                    .bind(now),
+                    .bind(now)
+                    .bind(retired_before),
             };
             let rows: i64 = count
                 .fetch_one(&mut *tx)
@@ -447,9 +459,24 @@ impl PostgresStore {
         tx.commit().await.map_err(StoreError::backend)
     }
 
-    async fn read(&self, id: &TaskId) -> Result<Option<TaskRecord>, StoreError> {
-        let row = sqlx::query(self.inner.sql.select.clone())
-            .bind(id.as_bytes().to_vec())
+    /// The row of `id` if it is visible in `scope` at `now`: for [`Scope::Owner`] the
+    /// owner and the expiry are part of the `SELECT`, so a foreign row costs what a
+    /// missing one costs.
+    async fn read(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        let key = id.as_bytes().to_vec();
+        let query = match scope {
+            Scope::Any => sqlx::query(self.inner.sql.select.clone()).bind(key),
+            Scope::Owner(owner) => sqlx::query(self.inner.sql.select_owned.clone())
+                .bind(key)
+                .bind(owner.map(|p| p.as_str().to_owned()))
+                .bind(millis(now.as_millis())),
+        };
+        let row = query
             .fetch_optional(&self.inner.pool)
             .await
             .map_err(StoreError::backend)?;
@@ -468,8 +495,13 @@ impl PostgresStore {
 }
 
 impl CompareAndSwap for PostgresStore {
-    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(PostgresStore::read(self, id))
+    fn read<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+        Box::pin(PostgresStore::read(self, id, scope, now))
     }
 
     fn write_if<'a>(
@@ -538,18 +570,25 @@ impl Statements {
                  SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM inserted) announced"
             )),
             lock: sql("SELECT pg_advisory_xact_lock($1, $2)".to_owned()),
-            // Records expired at the new record's creation never count.
+            // Records expired at the new record's creation never count, nor do
+            // records retired at or before the retention cutoff (when one is given).
             count_all: sql(format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {t} \
-                 WHERE expires_at IS NULL OR expires_at > $2 LIMIT $1) counted"
+                 WHERE (expires_at IS NULL OR expires_at > $2) \
+                 AND NOT (retired_at IS NOT NULL AND retired_at <= $3) \
+                 LIMIT $1) counted"
             )),
             count_owner: sql(format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner = $1 \
-                 AND (expires_at IS NULL OR expires_at > $3) LIMIT $2) counted"
+                 AND (expires_at IS NULL OR expires_at > $3) \
+                 AND NOT (retired_at IS NOT NULL AND retired_at <= $4) \
+                 LIMIT $2) counted"
             )),
             count_unowned: sql(format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner IS NULL \
-                 AND (expires_at IS NULL OR expires_at > $2) LIMIT $1) counted"
+                 AND (expires_at IS NULL OR expires_at > $2) \
+                 AND NOT (retired_at IS NOT NULL AND retired_at <= $3) \
+                 LIMIT $1) counted"
             )),
             visible: sql(format!(
                 "SELECT id FROM {t} WHERE id = ANY($1) \
@@ -558,6 +597,14 @@ impl Statements {
             )),
             select: sql(format!(
                 "SELECT revision, record::text FROM {t} WHERE id = $1"
+            )),
+            // Owner-scoped reads check the owner and the expiry in the database: a
+            // foreign or expired row is never sent, nor decoded, exactly like a
+            // missing one.
+            select_owned: sql(format!(
+                "SELECT revision, record::text FROM {t} WHERE id = $1 \
+                 AND owner IS NOT DISTINCT FROM $2 \
+                 AND (expires_at IS NULL OR expires_at > $3)"
             )),
             write: sql(format!(
                 "WITH written AS (\
@@ -640,7 +687,12 @@ impl TaskStore for PostgresStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move { Ok(self.read(id).await?.filter(|r| r.is_visible(scope, now))) })
+        Box::pin(async move {
+            Ok(self
+                .read(id, scope, now)
+                .await?
+                .filter(|r| r.is_visible(scope, now)))
+        })
     }
 
     fn visible<'a>(
@@ -917,6 +969,22 @@ mod tests {
         assert_eq!(columns.revision, 1);
         let back: TaskRecord = serde_json::from_str(&columns.record).unwrap();
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn owner_scoped_reads_filter_the_owner_and_the_expiry_in_sql() {
+        let sql = Statements::new("mcp_tasks");
+        let owned = sql.select_owned.as_str();
+        assert!(owned.contains("owner IS NOT DISTINCT FROM $2"), "{owned}");
+        assert!(owned.contains("expires_at > $3"), "{owned}");
+        assert!(!sql.select.as_str().contains("owner"));
+        for count in [&sql.count_all, &sql.count_owner, &sql.count_unowned] {
+            assert!(
+                count.as_str().contains("retired_at <="),
+                "{}",
+                count.as_str()
+            );
+        }
     }
 
     #[test]

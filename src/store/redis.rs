@@ -7,17 +7,18 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token. Expires natively (`PEXPIREAT`) at `created_at + ttl`. |
+//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively (`PEXPIREAT`) at `created_at + ttl`. |
 //! | `P owners` | hash | one field per stored record: id → owner tag. Its length is the row count. |
 //! | `P counts` | hash | owner tag → how many records that owner holds. |
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
+//! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
 //! | `P changes` | pub/sub channel | `<node>:<id>` after every write. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
-//! the store full, which first prunes records whose TTL ran out) removes its index
-//! entries. The counts and the data only ever change inside the scripts below, so
+//! the store full, which first prunes records whose TTL ran out and records retired
+//! past [`CreateLimits::retention`]) removes its index entries. The counts and the data only ever change inside the scripts below, so
 //! they always agree.
 
 use std::fmt;
@@ -55,9 +56,10 @@ const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The latest expiry Redis is given (9999-12-31); later ones are left to `cleanup`.
 const NATIVE_EXPIRY_MAX: u64 = 253_402_300_799_999;
 
-/// Removes one record and its bookkeeping; shared by the scripts that delete.
+/// Removes one record and its bookkeeping (its owner's index entries included);
+/// shared by the scripts that delete.
 const DROP_FN: &str = r#"
-local function drop(id, task_prefix, owners, counts)
+local function drop(id, task_prefix, owners, counts, owner_expiry, owner_retired)
   redis.call('DEL', task_prefix .. id)
   local tag = redis.call('HGET', owners, id)
   if tag then
@@ -65,14 +67,23 @@ local function drop(id, task_prefix, owners, counts)
     if redis.call('HINCRBY', counts, tag, -1) <= 0 then
       redis.call('HDEL', counts, tag)
     end
+    redis.call('ZREM', owner_expiry .. tag, id)
+    redis.call('ZREM', owner_retired .. tag, id)
   end
 end
 "#;
 
-/// KEYS: task, owners, counts, expiry, retired.
+/// KEYS: task, owners, counts, expiry, retired, the owner's expiry, the owner's
+/// retired.
 /// ARGV: id, owner tag, revision, record, expires at, native expiry, retired at,
-/// max rows, max per owner, now, task key prefix, prune batch, channel, payload.
+/// max rows, max per owner, now, task key prefix, prune batch, channel, payload,
+/// retired before (the retention cutoff), owner expiry key prefix, owner retired key
+/// prefix.
 /// Empty strings stand for "none".
+///
+/// A full store prunes the oldest expired (and retired) records of any owner; an
+/// owner at its cap prunes its own, from its own indexes, so the per-owner cap is
+/// exact whatever the other owners hold.
 const CREATE: &str = r#"
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[1]) == 1 then
   return 'duplicate'
@@ -89,25 +100,44 @@ local function full()
   end
   return nil
 end
-if full() then
-  local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[10], 'LIMIT', 0, ARGV[12])
-  for _, id in ipairs(expired) do
-    redis.call('ZREM', KEYS[4], id)
-    drop(id, ARGV[11], KEYS[2], KEYS[3])
-  end
-  local limit = full()
-  if limit then
-    return limit
+-- Removes the records of `set` scored at most `bound`, up to one batch, and their
+-- entries in the global index `global` (`drop` removes the owner's entries).
+local function prune(set, global, bound)
+  local ids = redis.call('ZRANGEBYSCORE', set, '-inf', bound, 'LIMIT', 0, ARGV[12])
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', set, id)
+    redis.call('ZREM', global, id)
+    drop(id, ARGV[11], KEYS[2], KEYS[3], ARGV[16], ARGV[17])
   end
 end
-redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'rec', ARGV[4])
+local limit = full()
+if limit == 'limit_rows' then
+  prune(KEYS[4], KEYS[4], ARGV[10])
+  if ARGV[15] ~= '' then
+    prune(KEYS[5], KEYS[5], ARGV[15])
+  end
+  limit = full()
+end
+if limit == 'limit_owner' then
+  prune(KEYS[6], KEYS[4], ARGV[10])
+  if ARGV[15] ~= '' then
+    prune(KEYS[7], KEYS[5], ARGV[15])
+  end
+  limit = full()
+end
+if limit then
+  return limit
+end
+redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'rec', ARGV[4], 'own', ARGV[2])
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
+  redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
   if ARGV[6] ~= '' then
     redis.call('PEXPIREAT', KEYS[1], ARGV[6])
   end
 elseif ARGV[7] ~= '' then
   redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
+  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[1])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
@@ -115,8 +145,9 @@ redis.call('PUBLISH', ARGV[13], ARGV[14])
 return 'ok'
 "#;
 
-/// KEYS: task, retired.
-/// ARGV: expected revision, new revision, record, retired at, id, channel, payload.
+/// KEYS: task, retired, owners.
+/// ARGV: expected revision, new revision, record, retired at, id, channel, payload,
+/// owner retired key prefix.
 /// Answers {CAS_WRITTEN, ''}, {CAS_GONE, ''} or {CAS_CONFLICT, current record}.
 const CAS: &str = r#"
 local current = redis.call('HMGET', KEYS[1], 'rev', 'rec')
@@ -129,13 +160,18 @@ end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'rec', ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  local tag = redis.call('HGET', KEYS[3], ARGV[5])
+  if tag then
+    redis.call('ZADD', ARGV[8] .. tag, ARGV[4], ARGV[5])
+  end
 end
 redis.call('PUBLISH', ARGV[6], ARGV[7])
 return {1, ''}
 "#;
 
 /// KEYS: expiry, retired, owners, counts.
-/// ARGV: now, retired before, task key prefix, batch.
+/// ARGV: now, retired before, task key prefix, batch, owner expiry key prefix,
+/// owner retired key prefix.
 /// Answers {removed, more}.
 const CLEANUP: &str = r#"
 local removed = 0
@@ -147,7 +183,7 @@ local function sweep(set, bound)
   end
   for _, id in ipairs(ids) do
     if redis.call('ZREM', set, id) == 1 then
-      drop(id, ARGV[3], KEYS[3], KEYS[4])
+      drop(id, ARGV[3], KEYS[3], KEYS[4], ARGV[5], ARGV[6])
       removed = removed + 1
     end
   end
@@ -157,6 +193,28 @@ sweep(KEYS[2], ARGV[2])
 return {removed, more}
 "#;
 
+/// Owner-scoped reads. KEYS: owners, then one task key per id.
+/// ARGV: owner tag, then the ids.
+/// Answers, per id, the record if it exists and the owner tag matches, nil
+/// otherwise: a foreign record never leaves the server, so it costs what an unknown
+/// id costs. Records written before the `own` field existed are checked against the
+/// owners hash.
+const GET_VISIBLE: &str = r#"
+local found = {}
+for i = 2, #KEYS do
+  local own = redis.call('HGET', KEYS[i], 'own')
+  if not own and redis.call('EXISTS', KEYS[i]) == 1 then
+    own = redis.call('HGET', KEYS[1], ARGV[i])
+  end
+  if own == ARGV[1] then
+    found[i - 1] = redis.call('HGET', KEYS[i], 'rec')
+  else
+    found[i - 1] = false
+  end
+end
+return found
+"#;
+
 const CAS_GONE: i64 = 0;
 const CAS_WRITTEN: i64 = 1;
 
@@ -164,12 +222,14 @@ struct Scripts {
     create: Script,
     cas: Script,
     cleanup: Script,
+    get_visible: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
     create: Script::new(&[DROP_FN, CREATE].concat()),
     cas: Script::new(CAS),
     cleanup: Script::new(&[DROP_FN, CLEANUP].concat()),
+    get_visible: Script::new(GET_VISIBLE),
 });
 
 /// A store in Redis, shared by every node that uses the same server and key prefix.
@@ -188,7 +248,14 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   retention, and counts index entries, so records Redis already dropped count too.
 ///   Until then an expired record still takes its row under the caps, as in
 ///   [`MemoryStore`](crate::MemoryStore); a `create` that finds the store full first
-///   prunes the records whose TTL ran out by the new record's creation time.
+///   prunes the records whose TTL ran out by the new record's creation time, and
+///   the terminal records retired past [`CreateLimits::retention`]: the oldest of
+///   any owner when the row cap is hit, the owner's own (from per-owner indexes)
+///   when its cap is, so the per-owner cap is exact.
+/// - **Ownership.** Every record keeps its owner tag in a field of its own; an
+///   owner-scoped `get`, `update` or `visible` compares it in a server-side script
+///   and gets nothing back for a foreign record, so a foreign id costs what an
+///   unknown one costs (one round trip, nothing decoded).
 /// - **Other nodes.** Every write publishes `<node>:<task id>` on the channel
 ///   `<prefix>changes`. [`TaskStore::subscribe`] starts (once, on the current tokio
 ///   runtime) a listener on its own connection that forwards the ids written by
@@ -228,6 +295,9 @@ struct Keys {
     counts: String,
     expiry: String,
     retired: String,
+    /// Prefixes of the per-owner indexes, completed by the owner tag.
+    owner_expiry: String,
+    owner_retired: String,
     channel: String,
 }
 
@@ -240,6 +310,8 @@ impl Keys {
             counts: format!("{prefix}counts"),
             expiry: format!("{prefix}expiry"),
             retired: format!("{prefix}retired"),
+            owner_expiry: format!("{prefix}owner-expiry:"),
+            owner_retired: format!("{prefix}owner-retired:"),
             channel: format!("{prefix}changes"),
         }
     }
@@ -403,6 +475,35 @@ impl RedisStore {
     fn payload(&self, id: &str) -> String {
         format!("{}:{id}", self.node)
     }
+
+    /// The stored records of `ids` that `owner` owns, in order (`None` for missing
+    /// and foreign ones alike), in one round trip: the owner is compared on the
+    /// server, so a foreign record is neither sent nor decoded.
+    async fn owned(
+        &self,
+        ids: &[TaskId],
+        owner: Option<&Principal>,
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let mut invocation = SCRIPTS.get_visible.key(&self.keys.owners);
+        for id in ids {
+            invocation.key(self.keys.task(&id.to_string()));
+        }
+        invocation.arg(owner_tag(owner));
+        for id in ids {
+            invocation.arg(id.to_string());
+        }
+        let mut conn = self.conn.clone();
+        let stored: Vec<Option<String>> = invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(StoreError::backend)?;
+        if stored.len() != ids.len() {
+            return Err(unexpected(
+                "the read script answered the wrong number of replies",
+            ));
+        }
+        Ok(stored)
+    }
 }
 
 impl fmt::Debug for RedisStore {
@@ -428,6 +529,7 @@ impl TaskStore for RedisStore {
             let native_expiry = expires_at.filter(|&at| at <= NATIVE_EXPIRY_MAX);
             let retired_at = record.retired_at().map(Timestamp::as_millis);
             let keys = &self.keys;
+            let tag = owner_tag(record.owner.as_ref());
             let mut conn = self.conn.clone();
             let reply: String = SCRIPTS
                 .create
@@ -436,8 +538,10 @@ impl TaskStore for RedisStore {
                 .key(&keys.counts)
                 .key(&keys.expiry)
                 .key(&keys.retired)
+                .key(format!("{}{tag}", keys.owner_expiry))
+                .key(format!("{}{tag}", keys.owner_retired))
                 .arg(&id)
-                .arg(owner_tag(record.owner.as_ref()))
+                .arg(&tag)
                 .arg(record.revision)
                 .arg(json)
                 .arg(optional(expires_at))
@@ -450,6 +554,11 @@ impl TaskStore for RedisStore {
                 .arg(PRUNE_BATCH)
                 .arg(&keys.channel)
                 .arg(self.payload(&id))
+                .arg(optional(limits.retention.map(|retention| {
+                    retention_cutoff(record.created_at, retention).as_millis()
+                })))
+                .arg(&keys.owner_expiry)
+                .arg(&keys.owner_retired)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
@@ -470,12 +579,14 @@ impl TaskStore for RedisStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
-            let stored = CompareAndSwap::read(self, id).await?;
+            let stored = CompareAndSwap::read(self, id, scope, now).await?;
             Ok(stored.filter(|r| r.is_visible(scope, now)))
         })
     }
 
-    /// One pipeline of `HGET`s: one round trip for all the ids.
+    /// One round trip for all the ids: a pipeline of `HGET`s for [`Scope::Any`], the
+    /// owner-checking script for [`Scope::Owner`] (foreign records stay on the
+    /// server).
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],
@@ -488,17 +599,21 @@ impl TaskStore for RedisStore {
             if unique.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut pipe = redis::pipe();
-            for id in &unique {
-                pipe.cmd("HGET")
-                    .arg(self.keys.task(&id.to_string()))
-                    .arg("rec");
-            }
-            let mut conn = self.conn.clone();
-            let stored: Vec<Option<String>> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
+            let stored = match scope {
+                Scope::Any => {
+                    let mut pipe = redis::pipe();
+                    for id in &unique {
+                        pipe.cmd("HGET")
+                            .arg(self.keys.task(&id.to_string()))
+                            .arg("rec");
+                    }
+                    let mut conn = self.conn.clone();
+                    pipe.query_async(&mut conn)
+                        .await
+                        .map_err(StoreError::backend)?
+                }
+                Scope::Owner(owner) => self.owned(&unique, owner).await?,
+            };
             if stored.len() != unique.len() {
                 return Err(unexpected(
                     "a pipeline answered the wrong number of replies",
@@ -551,6 +666,8 @@ impl TaskStore for RedisStore {
                     .arg(retired_before)
                     .arg(&keys.task)
                     .arg(CLEANUP_BATCH)
+                    .arg(&keys.owner_expiry)
+                    .arg(&keys.owner_retired)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(StoreError::backend)?;
@@ -591,15 +708,29 @@ impl TaskStore for RedisStore {
 }
 
 impl CompareAndSwap for RedisStore {
-    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+    fn read<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        _now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let stored: Option<String> = redis::cmd("HGET")
-                .arg(self.keys.task(&id.to_string()))
-                .arg("rec")
-                .query_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
+            let stored: Option<String> = match scope {
+                Scope::Any => {
+                    let mut conn = self.conn.clone();
+                    redis::cmd("HGET")
+                        .arg(self.keys.task(&id.to_string()))
+                        .arg("rec")
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(StoreError::backend)?
+                }
+                Scope::Owner(owner) => self
+                    .owned(std::slice::from_ref(id), owner)
+                    .await?
+                    .pop()
+                    .flatten(),
+            };
             stored.as_deref().map(decode).transpose()
         })
     }
@@ -618,6 +749,7 @@ impl CompareAndSwap for RedisStore {
                 .cas
                 .key(self.keys.task(&id_text))
                 .key(&self.keys.retired)
+                .key(&self.keys.owners)
                 .arg(expected)
                 .arg(record.revision)
                 .arg(encode(record)?)
@@ -625,6 +757,7 @@ impl CompareAndSwap for RedisStore {
                 .arg(&id_text)
                 .arg(&self.keys.channel)
                 .arg(self.payload(&id_text))
+                .arg(&self.keys.owner_retired)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
@@ -792,6 +925,19 @@ mod tests {
             owner_tag(Some(&Principal::from("alice"))),
             owner_tag(Some(&Principal::from("alice")))
         );
+    }
+
+    #[test]
+    fn owner_scoped_reads_compare_the_owner_on_the_server() {
+        // The record is fetched only after the owner tag matched.
+        let compare = GET_VISIBLE.find("own == ARGV[1]").unwrap();
+        let fetch = GET_VISIBLE.find("'rec'").unwrap();
+        assert!(compare < fetch);
+        // Every create stores the tag the script compares.
+        assert!(CREATE.contains("'own', ARGV[2]"));
+        // A full create prunes retired records past the retention as well.
+        assert!(CREATE.contains("prune(KEYS[5], KEYS[5], ARGV[15])"));
+        assert!(CREATE.contains("prune(KEYS[7], KEYS[5], ARGV[15])"));
     }
 
     #[test]

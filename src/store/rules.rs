@@ -48,8 +48,16 @@ pub(crate) enum Written {
 /// The two I/O steps of a compare-and-swap store.
 #[cfg(any(feature = "postgres", feature = "redis"))]
 pub(crate) trait CompareAndSwap: Sync {
-    /// The record as stored, whatever its owner or expiry.
-    fn read<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
+    /// The record as stored, if it is visible in `scope` at `now`. A store checks the
+    /// owner in the backend for [`Scope::Owner`], so a foreign record is never fetched
+    /// nor decoded: it costs what an unknown id costs. It may return an expired or
+    /// foreign record; the caller checks visibility again.
+    fn read<'a>(
+        &'a self,
+        id: &'a TaskId,
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
 
     /// Writes `record` if the stored one still has revision `expected`.
     fn write_if<'a>(
@@ -70,7 +78,7 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
     transition: &Transition,
     now: Timestamp,
 ) -> Result<Option<Updated>, StoreError> {
-    let mut current = backend.read(id).await?;
+    let mut current = backend.read(id, scope, now).await?;
     for attempt in 0..MAX_CAS_ATTEMPTS {
         let Some(mut record) = current.take() else {
             return Ok(None);
@@ -91,7 +99,7 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
                 back_off(attempt).await;
                 current = match fresh {
                     Some(fresh) => Some(*fresh),
-                    None => backend.read(id).await?,
+                    None => backend.read(id, scope, now).await?,
                 };
             }
         }

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::helpers::{HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread};
+use super::helpers::{
+    HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread, update,
+};
 use crate::error::{Limit, StoreError};
 use crate::store::{CreateLimits, TaskStore};
-use crate::task::{Principal, Scope, TaskRecord, Timestamp};
+use crate::task::{Principal, Scope, TaskRecord, Timestamp, Transition};
 
 /// `create` returns only once `get` finds the record, and `get` returns the record
 /// as it was stored, for its owner and for [`Scope::Any`].
@@ -285,6 +287,98 @@ pub async fn expired_records_never_fill_the_caps<S: TaskStore>(store: S) {
         Err(StoreError::LimitReached(Limit::Rows)) => {}
         other => panic!(
             "[{RULE}] live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows), got {other:?}"
+        ),
+    }
+}
+
+/// Terminal records without a TTL that retired at or before
+/// [`retention_cutoff`](crate::store::retention_cutoff)`(created_at, retention)` never
+/// count against either cap when the limits carry a
+/// [`retention`](CreateLimits::retention), swept or not: finished tasks the next
+/// sweep would remove never block a create. Within their retention they still count,
+/// and live records always do.
+pub async fn retired_records_past_retention_never_fill_the_caps<S: TaskStore>(store: S) {
+    const RULE: &str = "retired_records_past_retention_never_fill_the_caps";
+    let now = Timestamp::now();
+    let retention = Duration::from_millis(1_000);
+    let limits = CreateLimits::new(Some(3), Some(2)).with_retention(retention);
+    let alice = Principal::from("alice");
+    let finished_at = now.plus_ms(1);
+    for _ in 0..2 {
+        let r = record(Some(alice.clone()), now, None);
+        let id = r.id;
+        create(RULE, &store, r, limits).await;
+        let cancel = Transition::Cancel;
+        let cancelled = update(RULE, &store, &id, Scope::Any, &cancel, finished_at).await;
+        assert!(
+            cancelled.is_some_and(|u| u.changed()),
+            "[{RULE}] cancelling a working task must be applied"
+        );
+    }
+    create(
+        RULE,
+        &store,
+        record(Some(Principal::from("bob")), now, Some(HOUR_MS)),
+        limits,
+    )
+    .await;
+    // Within the retention the finished tasks still count.
+    let within = finished_at.plus_ms(999);
+    let per_owner = CreateLimits::new(None, Some(2)).with_retention(retention);
+    match store
+        .create(record(Some(alice.clone()), within, None), per_owner)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
+        other => panic!(
+            "[{RULE}] alice's two finished tasks, still within their retention, must keep her at her cap of 2 (LimitReached(Limit::PerOwner)), got {other:?}"
+        ),
+    }
+    match store
+        .create(record(Some(Principal::from("carol")), within, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::Rows)) => {}
+        other => panic!(
+            "[{RULE}] finished tasks within their retention must keep counting against max_rows 3 (LimitReached(Limit::Rows)), got {other:?}"
+        ),
+    }
+    // At `finished_at + retention` they are past it; nothing swept them.
+    let past = finished_at.plus_ms(1_000);
+    for _ in 0..2 {
+        match store
+            .create(record(Some(alice.clone()), past, None), limits)
+            .await
+        {
+            Ok(()) => {}
+            other => panic!(
+                "[{RULE}] finished tasks past their retention must not count against the caps: alice's create must succeed, got {other:?}"
+            ),
+        }
+    }
+    match store
+        .create(record(Some(Principal::from("carol")), past, None), limits)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::Rows)) => {}
+        other => panic!(
+            "[{RULE}] live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows), got {other:?}"
+        ),
+    }
+    // Without a retention in the limits, retired records count until `cleanup`.
+    let dave = Principal::from("dave");
+    let one = CreateLimits::new(None, Some(1));
+    let r = record(Some(dave.clone()), past, None);
+    let id = r.id;
+    create(RULE, &store, r, one).await;
+    update(RULE, &store, &id, Scope::Any, &Transition::Cancel, past).await;
+    match store
+        .create(record(Some(dave), past.plus_ms(HOUR_MS), None), one)
+        .await
+    {
+        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
+        other => panic!(
+            "[{RULE}] without CreateLimits::retention a retired record keeps counting until cleanup: dave at his cap of 1 must be refused with LimitReached(Limit::PerOwner), got {other:?}"
         ),
     }
 }

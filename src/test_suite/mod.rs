@@ -129,7 +129,8 @@ mod transitions;
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
     create_rejects_duplicate_id, create_then_get, expired_records_never_fill_the_caps,
-    max_rows_enforced_atomically, per_owner_cap_enforced, visible_lists_only_visible_ids,
+    max_rows_enforced_atomically, per_owner_cap_enforced,
+    retired_records_past_retention_never_fill_the_caps, visible_lists_only_visible_ids,
 };
 pub use expiry::{
     cleanup_removes_expired, expired_reads_as_absent, terminal_without_ttl_evicted_after_retention,
@@ -143,7 +144,10 @@ pub use nodes::{
     nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
     nodes_concurrent_updates_never_lost, nodes_remote_writes_reach_the_layer,
 };
-pub use ownership::{foreign_owner_reads_as_missing, scope_any_sees_all};
+pub use ownership::{
+    foreign_and_unknown_ids_read_alike, foreign_owner_reads_as_missing,
+    nodes_foreign_and_unknown_ids_read_alike, scope_any_sees_all,
+};
 pub use transitions::{
     rejected_transition_changes_nothing, revision_increments_on_every_change,
     terminal_states_never_change,
@@ -181,6 +185,7 @@ macro_rules! task_store_tests {
             create_then_get,
             create_rejects_duplicate_id,
             foreign_owner_reads_as_missing,
+            foreign_and_unknown_ids_read_alike,
             scope_any_sees_all,
             terminal_states_never_change,
             rejected_transition_changes_nothing,
@@ -193,6 +198,7 @@ macro_rules! task_store_tests {
             max_rows_enforced_atomically,
             per_owner_cap_enforced,
             expired_records_never_fill_the_caps,
+            retired_records_past_retention_never_fill_the_caps,
             visible_lists_only_visible_ids,
             revision_increments_on_every_change,
             concurrent_terminal_writes_one_wins,
@@ -246,6 +252,7 @@ macro_rules! task_store_node_tests {
         $crate::task_store_node_tests!(@pair $factory;
             nodes_announce_to_the_other_node_only,
             nodes_remote_writes_reach_the_layer,
+            nodes_foreign_and_unknown_ids_read_alike,
         );
         $crate::task_store_node_tests!(@all $factory;
             nodes_concurrent_terminal_writes_one_wins,
