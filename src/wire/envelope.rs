@@ -46,10 +46,15 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::
 }
 
 /// Whether raw JSON text is a string or an integer (no fraction, no exponent):
-/// the only ids JSON-RPC requests may carry.
+/// the only ids JSON-RPC requests may carry. A string must also decode (no lone
+/// surrogate escape such as `"\ud800"`): replies echo it, and a strict client could
+/// not read them otherwise.
 fn is_valid_id(raw: &str) -> bool {
+    if raw.starts_with('"') {
+        return serde_json::from_str::<String>(raw).is_ok();
+    }
     let digits = raw.strip_prefix('-').unwrap_or(raw);
-    raw.starts_with('"') || (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 impl Envelope {
@@ -332,7 +337,17 @@ mod tests {
             let e = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#));
             assert_eq!(e.check_strict(), Ok(()), "{id}");
         }
-        for id in ["null", "true", "1.5", "[1]", "{}", "1e3", "-1E3"] {
+        for id in [
+            "null",
+            "true",
+            "1.5",
+            "[1]",
+            "{}",
+            "1e3",
+            "-1E3",
+            r#""\ud800""#,
+            r#""\udc00\ud800x""#,
+        ] {
             let e = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#));
             assert!(!e.is_notification(), "{id}");
             assert_eq!(e.check_strict().unwrap_err().code(), -32600, "{id}");
