@@ -192,7 +192,19 @@ impl Engine {
             if task.status != TaskStatus::InputRequired {
                 return Ok(task.input_responses);
             }
-            notified.await;
+            // Expiry changes nothing in the store, so no change wakes the wait: it also
+            // wakes once the task's TTL has run out, and the next read finds it gone.
+            match task.expires_at() {
+                Some(at) => {
+                    let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
+                    let expiry = tokio::time::sleep(Duration::from_millis(left + 1));
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = expiry => {}
+                    }
+                }
+                None => notified.await,
+            }
         }
     }
 
@@ -408,6 +420,7 @@ mod tests {
 
     use serde_json::json;
 
+    use crate::error::TaskError;
     use crate::layer::TasksLayer;
     use crate::store::{CreateLimits, MemoryStore};
     use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -443,6 +456,36 @@ mod tests {
         )
         .await;
         assert!(waited.is_err(), "nobody answered, so the wait times out");
+        assert_eq!(waiting_count(&layer), 0);
+    }
+
+    #[tokio::test]
+    async fn a_wait_ends_when_its_task_expires_unanswered() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let id = TaskId::random();
+        let mut record = TaskRecord::new(id, None, Timestamp::now());
+        record.ttl_ms = Some(200);
+        layer
+            .engine
+            .store
+            .create(record, CreateLimits::default())
+            .await
+            .unwrap();
+        let ask = Transition::RequireInput {
+            requests: [("k".to_string(), json!({"method": "roots/list"}))]
+                .into_iter()
+                .collect(),
+            message: None,
+        };
+        layer.handle().apply(&id, ask).await.unwrap();
+        let waited =
+            tokio::time::timeout(Duration::from_secs(10), layer.engine.wait_for_answers(&id))
+                .await
+                .expect("the wait ends at the task's expiry, not never");
+        assert!(matches!(waited, Err(TaskError::NotFound)));
         assert_eq!(waiting_count(&layer), 0);
     }
 

@@ -300,7 +300,8 @@ impl Tasks {
     /// collected so far, by key. Wakes on the change itself, without polling, also
     /// when the answer arrived on another node sharing the store. Ends with a
     /// [`TaskError`] that [`is_terminal`](TaskError::is_terminal) when the task ended
-    /// meanwhile (the client cancelled it, say).
+    /// meanwhile (the client cancelled it, say), and with [`TaskError::NotFound`] once
+    /// the task's TTL runs out unanswered.
     ///
     /// ```
     /// # use std::sync::Arc;
