@@ -27,7 +27,8 @@
 //!
 //! Every 30 s it prints requests/s, errors by kind, the store's live tasks and the
 //! process RSS (`VmRSS`); at the end a summary per store, with the RSS after warm-up
-//! (2 minutes) against the RSS at the end.
+//! (`SOAK_WARM_SECS`, default 2 minutes, at most half the run) against the RSS at the
+//! end.
 //!
 //! ```text
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379 \
@@ -1269,10 +1270,13 @@ async fn soak(name: &str, duration: Duration) -> Result<Summary, String> {
     )));
     clients.push(tokio::spawn(listen_hog(addr, stats.clone(), stop.clone())));
 
-    let warm_at = if duration >= Duration::from_secs(240) {
-        Duration::from_secs(120)
-    } else {
-        duration / 2
+    let warm_at = match std::env::var("SOAK_WARM_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(secs) => Duration::from_secs(secs).min(duration / 2),
+        None if duration >= Duration::from_secs(240) => Duration::from_secs(120),
+        None => duration / 2,
     };
     let mut rss_warm = None;
     let mut last_requests = 0;

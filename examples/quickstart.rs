@@ -29,9 +29,8 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::serve::ListenerExt as _;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{
-    MemoryStore, Principal, TaskContext, TaskId, TaskMode, TaskSpec, Tasks, TasksLayer,
-};
+use mcp_tasks::worker::TaskHandle;
+use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskMode, TaskSpec, TasksLayer};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
@@ -39,7 +38,6 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
-use serde_json::json;
 use tower::Layer as _;
 
 #[tokio::main]
@@ -57,13 +55,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_tool_mode("deploy", TaskMode::Required)
         .build()?;
 
-    // The rmcp server: stateless Streamable HTTP, JSON replies. Its workers drive
-    // their tasks through the layer's handle.
-    let server = Demo {
-        tasks: tasks_layer.handle(),
-    };
+    // The rmcp server: stateless Streamable HTTP, JSON replies. Each task's work gets
+    // its own handle from the layer.
     let mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
+        || Ok(Demo),
         Arc::new(NeverSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
@@ -107,9 +102,7 @@ async fn demo_auth(mut request: Request, next: Next) -> Response {
 }
 
 #[derive(Clone)]
-struct Demo {
-    tasks: Tasks,
-}
+struct Demo;
 
 #[derive(Deserialize, schemars::JsonSchema)]
 struct BuildArgs {
@@ -133,13 +126,10 @@ impl Demo {
         Extension(parts): Extension<http::request::Parts>,
     ) -> String {
         let seconds = seconds.unwrap_or(3).min(600);
-        let tasks = self.tasks.clone();
         let spec = TaskSpec::new()
             .with_poll_interval(Duration::from_secs(1))
             .with_status_message("Queued")
-            .with_start(move |id| {
-                tokio::spawn(run_build(tasks, id, seconds));
-            });
+            .with_work(move |task| run_build(task, seconds));
         // `None` without the layer; `Err` when this call may not become a task.
         if TaskContext::from_parts(&parts).is_some_and(|ctx| ctx.create(spec).is_ok()) {
             return String::new(); // the layer answers with the task instead
@@ -155,10 +145,7 @@ impl Demo {
         Parameters(DeployArgs { target }): Parameters<DeployArgs>,
         Extension(parts): Extension<http::request::Parts>,
     ) -> Result<String, ErrorData> {
-        let tasks = self.tasks.clone();
-        let spec = TaskSpec::new().with_start(move |id| {
-            tokio::spawn(run_deploy(tasks, id, target));
-        });
+        let spec = TaskSpec::new().with_work(move |task| run_deploy(task, target));
         let ctx = TaskContext::from_parts(&parts)
             .ok_or_else(|| ErrorData::internal_error("no TasksLayer in front", None))?;
         ctx.create(spec)
@@ -174,43 +161,40 @@ impl ServerHandler for Demo {
     }
 }
 
-/// The `build` task: one progress message a second, then the result.
-async fn run_build(tasks: Tasks, id: TaskId, seconds: u64) {
-    for step in 1..=seconds {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if tasks.is_cancelled(&id).await {
-            return;
+/// The `build` task: one progress message a second, then the result. A cancel
+/// stops it at once, mid-step.
+async fn run_build(task: TaskHandle, seconds: u64) {
+    let steps = async {
+        for step in 1..=seconds {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = task
+                .progress(format!("Built {step} of {seconds} steps"))
+                .await;
         }
-        let _ = tasks
-            .progress(&id, format!("Built {step} of {seconds} steps"))
+    };
+    if task.run_until_cancelled(steps).await.is_ok() {
+        let _ = task
+            .complete(text(format!("Build finished after {seconds}s")))
             .await;
     }
-    let _ = tasks
-        .complete(&id, text(format!("Build finished after {seconds}s")))
-        .await;
 }
 
 /// The `deploy` task: asks, waits for the answer without polling, completes.
-async fn run_deploy(tasks: Tasks, id: TaskId, target: String) {
+async fn run_deploy(task: TaskHandle, target: String) {
     let question = InputRequests::new()
         .with(
             "confirm",
             InputRequest::confirm(format!("Deploy to {target}?"), "confirm"),
         )
         .with_status_message("Waiting for confirmation");
-    if tasks.require_input(&id, question).await.is_err() {
-        return;
-    }
-    let Ok(answer) = tasks.wait_for_input(&id).await else {
+    let Ok(answers) = task.ask(question).await else {
         return; // cancelled or expired while waiting
     };
-    let confirmed = answer["confirm"]["action"] == "accept"
-        && answer["confirm"]["content"]["confirm"] == json!(true);
-    let outcome = match confirmed {
+    let outcome = match answers.confirmed("confirm", "confirm") {
         true => format!("Deployed to {target}"),
         false => format!("Deployment to {target} called off"),
     };
-    let _ = tasks.complete(&id, text(outcome)).await;
+    let _ = task.complete(text(outcome)).await;
 }
 
 /// A tool result with one text block: what `tasks/get` shows once the task is done.

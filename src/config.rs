@@ -1,12 +1,12 @@
 //! The layer's settings, validated when it is built.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::context::{TaskMode, TaskPolicy};
 use crate::task::Principal;
 
 pub(crate) type PrincipalFn =
@@ -53,5 +53,80 @@ impl Config {
             .as_ref()
             .and_then(|policy| policy.decide(tool, arguments))
             .unwrap_or_else(|| self.mode_for(tool))
+    }
+}
+
+/// Whether and how a tool's calls become tasks, configured per tool on the layer with
+/// [`with_tool_mode`](crate::TasksLayerBuilder::with_tool_mode) (default for every
+/// tool: [`Optional`](TaskMode::Optional), changed with
+/// [`with_default_mode`](crate::TasksLayerBuilder::with_default_mode)) or per call
+/// with [`with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+///
+/// assert_eq!(TaskMode::default(), TaskMode::Optional);
+/// let layer = TasksLayer::builder(MemoryStore::new())
+///     .with_tool_mode("greet", TaskMode::Never)
+///     .with_tool_mode("build", TaskMode::Optional)
+///     .with_tool_mode("deploy", TaskMode::Required)
+///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_millis(250) })
+///     .build();
+/// assert!(layer.is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum TaskMode {
+    /// Always synchronous: the handler cannot make a task.
+    Never,
+    /// The handler decides, through [`TaskContext`](crate::TaskContext) or a
+    /// [`TaskSpec`](crate::TaskSpec) on the response.
+    #[default]
+    Optional,
+    /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
+    /// before the inner service is called.
+    Required,
+    /// Retrofit: the layer makes the task, so the inner server needs no change.
+    ///
+    /// For a client that declared the extension, the layer runs the inner call in
+    /// the background, detached from the client's connection. An answer within
+    /// `after` reaches the client unchanged; otherwise the client gets a
+    /// `CreateTaskResult` and the inner call's eventual JSON-RPC response finishes
+    /// the task (`result` → `completed`, `error` → `failed`). `tasks/cancel` drops
+    /// the inner call's future. An MRTR `input_required` answer is relayed as the
+    /// task's input requests and the call re-sent once they are answered. A client
+    /// that did not declare the extension gets the plain synchronous call.
+    ///
+    /// A task with a TTL stops its inner call shortly before the TTL runs out (in
+    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`](crate::defaults::AUTO_EXPIRY_MARGIN), 5 s, before) and becomes
+    /// `failed` with -32603, so that a poller learns why before the task expires.
+    ///
+    /// The inner handler sees a request without the tasks extension in its
+    /// `_meta` client capabilities, and a [`TaskContext`](crate::TaskContext) that refuses to make a
+    /// task: it cannot nest one.
+    Auto {
+        /// How long the client waits for the inner answer before it gets a task.
+        after: Duration,
+    },
+}
+
+pub(crate) type PolicyFn =
+    dyn Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static;
+
+/// A per-call mode decision over the tool name and its arguments, set with
+/// [`TasksLayerBuilder::with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
+#[derive(Clone)]
+pub(crate) struct TaskPolicy(pub(crate) Arc<PolicyFn>);
+
+impl TaskPolicy {
+    pub(crate) fn decide(&self, tool: &str, arguments: &serde_json::Value) -> Option<TaskMode> {
+        (self.0)(tool, arguments)
+    }
+}
+
+impl fmt::Debug for TaskPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TaskPolicy")
     }
 }

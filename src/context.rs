@@ -1,14 +1,15 @@
 //! How a tool handler turns its call into a task: [`TaskSpec`], handed over through
 //! the [`TaskContext`] in the request's extensions or inserted into the response's
-//! extensions; and the per-tool [`TaskMode`] configured on the layer.
+//! extensions; and the per-tool [`TaskMode`](crate::TaskMode) configured on the layer.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::engine::NewTask;
 use crate::task::TaskId;
-
-type StartFn = Box<dyn FnOnce(TaskId) + Send + 'static>;
+use crate::worker::{Start, TaskHandle};
 
 /// What a tool asks for when it answers with a task instead of a result.
 ///
@@ -92,10 +93,8 @@ type StartFn = Box<dyn FnOnce(TaskId) + Send + 'static>;
 #[derive(Clone, Default)]
 #[must_use]
 pub struct TaskSpec {
-    pub(crate) ttl: Option<Option<Duration>>,
-    pub(crate) poll_interval: Option<Duration>,
-    pub(crate) status_message: Option<String>,
-    pub(crate) start: Option<Arc<Mutex<Option<StartFn>>>>,
+    pub(crate) task: NewTask,
+    pub(crate) start: Option<Arc<Mutex<Option<Start>>>>,
 }
 
 impl TaskSpec {
@@ -132,7 +131,7 @@ impl TaskSpec {
     /// # drop(spec);
     /// ```
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(Some(ttl));
+        self.task.ttl = Some(Some(ttl));
         self
     }
 
@@ -148,7 +147,7 @@ impl TaskSpec {
     /// # drop(spec);
     /// ```
     pub fn without_ttl(mut self) -> Self {
-        self.ttl = Some(None);
+        self.task.ttl = Some(None);
         self
     }
 
@@ -165,7 +164,7 @@ impl TaskSpec {
     /// # drop(spec);
     /// ```
     pub fn with_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = Some(interval);
+        self.task.poll_interval = Some(interval);
         self
     }
 
@@ -179,7 +178,7 @@ impl TaskSpec {
     /// # drop(spec);
     /// ```
     pub fn with_status_message(mut self, message: impl Into<String>) -> Self {
-        self.status_message = Some(message.into());
+        self.task.status_message = Some(message.into());
         self
     }
 
@@ -202,11 +201,45 @@ impl TaskSpec {
     /// # let _ = spec;
     /// ```
     pub fn with_start(mut self, start: impl FnOnce(TaskId) + Send + 'static) -> Self {
-        self.start = Some(Arc::new(Mutex::new(Some(Box::new(start)))));
+        self.start = Some(Arc::new(Mutex::new(Some(Start::Id(Box::new(start))))));
         self
     }
 
-    pub(crate) fn take_start(&self) -> Option<StartFn> {
+    /// The work of the task, given the task's own [`TaskHandle`] once the task is
+    /// stored; the layer spawns the future it returns (default: none). The work
+    /// reports through the handle, awaits a cancel with
+    /// [`TaskHandle::cancelled`] or [`TaskHandle::run_until_cancelled`], and needs
+    /// no `Tasks` threaded into the handler. If the last handle is dropped before
+    /// the task ends (the work returned early, panicked, or was dropped), the task
+    /// fails at once with -32603 instead of waiting for its TTL.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::TaskSpec;
+    /// use serde_json::json;
+    ///
+    /// let spec = TaskSpec::new().with_work(|task| async move {
+    ///     let build = async {
+    ///         task.progress("Compiling").await?;
+    ///         tokio::time::sleep(Duration::from_secs(5)).await;
+    ///         task.complete(json!({"content": [{"type": "text", "text": "built"}]})).await
+    ///     };
+    ///     // Dropped at once if the client cancels.
+    ///     let _ = task.run_until_cancelled(build).await;
+    /// });
+    /// # drop(spec);
+    /// ```
+    pub fn with_work<F, Fut>(mut self, work: F) -> Self
+    where
+        F: FnOnce(TaskHandle) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let work = Start::Work(Box::new(move |task| Box::pin(work(task))));
+        self.start = Some(Arc::new(Mutex::new(Some(work))));
+        self
+    }
+
+    pub(crate) fn take_start(&self) -> Option<Start> {
         self.start
             .as_ref()
             .and_then(|s| s.lock().unwrap_or_else(|p| p.into_inner()).take())
@@ -216,9 +249,9 @@ impl TaskSpec {
 impl fmt::Debug for TaskSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TaskSpec")
-            .field("ttl", &self.ttl)
-            .field("poll_interval", &self.poll_interval)
-            .field("status_message", &self.status_message)
+            .field("ttl", &self.task.ttl)
+            .field("poll_interval", &self.task.poll_interval)
+            .field("status_message", &self.task.status_message)
             .field("start", &self.start.is_some())
             .finish()
     }
@@ -250,7 +283,7 @@ pub enum TaskRefused {
     LegacyEra,
     /// Only `tools/call` may become a task.
     NotToolCall,
-    /// The layer is configured with [`TaskMode::Never`] for this tool.
+    /// The layer is configured with [`TaskMode::Never`](crate::TaskMode::Never) for this tool.
     ToolNeverTask,
     /// The extension is switched off on the layer.
     Disabled,
@@ -447,80 +480,6 @@ impl fmt::Debug for TaskContext {
             ContextState::Open(_) => f.write_str("TaskContext::Open"),
             ContextState::Refused(reason) => write!(f, "TaskContext::Refused({reason:?})"),
         }
-    }
-}
-
-/// Whether and how a tool's calls become tasks, configured per tool on the layer with
-/// [`with_tool_mode`](crate::TasksLayerBuilder::with_tool_mode) (default for every
-/// tool: [`Optional`](TaskMode::Optional), changed with
-/// [`with_default_mode`](crate::TasksLayerBuilder::with_default_mode)) or per call
-/// with [`with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
-///
-/// ```
-/// use std::time::Duration;
-/// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
-///
-/// assert_eq!(TaskMode::default(), TaskMode::Optional);
-/// let layer = TasksLayer::builder(MemoryStore::new())
-///     .with_tool_mode("greet", TaskMode::Never)
-///     .with_tool_mode("build", TaskMode::Optional)
-///     .with_tool_mode("deploy", TaskMode::Required)
-///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_millis(250) })
-///     .build();
-/// assert!(layer.is_ok());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum TaskMode {
-    /// Always synchronous: the handler cannot make a task.
-    Never,
-    /// The handler decides, through [`TaskContext`] or a [`TaskSpec`] on the response.
-    #[default]
-    Optional,
-    /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
-    /// before the inner service is called.
-    Required,
-    /// Retrofit: the layer makes the task, so the inner server needs no change.
-    ///
-    /// For a client that declared the extension, the layer runs the inner call in
-    /// the background, detached from the client's connection. An answer within
-    /// `after` reaches the client unchanged; otherwise the client gets a
-    /// `CreateTaskResult` and the inner call's eventual JSON-RPC response finishes
-    /// the task (`result` → `completed`, `error` → `failed`). `tasks/cancel` drops
-    /// the inner call's future. An MRTR `input_required` answer is relayed as the
-    /// task's input requests and the call re-sent once they are answered. A client
-    /// that did not declare the extension gets the plain synchronous call.
-    ///
-    /// A task with a TTL stops its inner call shortly before the TTL runs out (in
-    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`](crate::defaults::AUTO_EXPIRY_MARGIN), 5 s, before) and becomes
-    /// `failed` with -32603, so that a poller learns why before the task expires.
-    ///
-    /// The inner handler sees a request without the tasks extension in its
-    /// `_meta` client capabilities, and a [`TaskContext`] that refuses to make a
-    /// task: it cannot nest one.
-    Auto {
-        /// How long the client waits for the inner answer before it gets a task.
-        after: Duration,
-    },
-}
-
-pub(crate) type PolicyFn =
-    dyn Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static;
-
-/// A per-call mode decision over the tool name and its arguments, set with
-/// [`TasksLayerBuilder::with_task_policy`](crate::TasksLayerBuilder::with_task_policy).
-#[derive(Clone)]
-pub(crate) struct TaskPolicy(pub(crate) Arc<PolicyFn>);
-
-impl TaskPolicy {
-    pub(crate) fn decide(&self, tool: &str, arguments: &serde_json::Value) -> Option<TaskMode> {
-        (self.0)(tool, arguments)
-    }
-}
-
-impl fmt::Debug for TaskPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TaskPolicy")
     }
 }
 

@@ -3,7 +3,7 @@
 //! (the notifier, waiting workers, `Auto` runners), including of changes made on
 //! other nodes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,15 +12,23 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use crate::config::{Config, PrincipalFn};
-use crate::context::TaskSpec;
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::store::{ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
-    ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
+    ErrorObject, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
 };
 use crate::wire::{META_SERVER_INFO, RpcError};
+
+/// What a new task starts with: the settings of a
+/// [`TaskSpec`](crate::TaskSpec) that end up in its record.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct NewTask {
+    pub(crate) ttl: Option<Option<Duration>>,
+    pub(crate) poll_interval: Option<Duration>,
+    pub(crate) status_message: Option<String>,
+}
 
 pub(crate) struct Engine {
     pub(crate) store: Arc<dyn TaskStore>,
@@ -32,6 +40,8 @@ pub(crate) struct Engine {
     waiters: Mutex<HashMap<TaskId, Arc<Notify>>>,
     /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
+    /// The tasks whose work runs in this process under a live task handle.
+    works: Mutex<HashSet<TaskId>>,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
@@ -50,6 +60,7 @@ impl Engine {
             listen: ListenNotifier::default(),
             waiters: Mutex::new(HashMap::new()),
             runners: Mutex::new(HashMap::new()),
+            works: Mutex::new(HashSet::new()),
             _janitor_stop: Mutex::new(None),
         }
     }
@@ -80,6 +91,28 @@ impl Engine {
     /// Forgets a runner that ended on its own.
     pub(crate) fn forget_runner(&self, id: &TaskId) {
         self.runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+
+    /// Counts `id` as worked on in this process, until [`forget_work`](Self::forget_work).
+    pub(crate) fn register_work(&self, id: TaskId) {
+        self.works
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+    }
+
+    /// How many tasks have work running in this process under a live handle.
+    #[cfg(test)]
+    pub(crate) fn work_count(&self) -> usize {
+        self.works.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// The work on `id` in this process ended (its last handle was dropped).
+    pub(crate) fn forget_work(&self, id: &TaskId) {
+        self.works
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
@@ -176,25 +209,68 @@ impl Engine {
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
+        self.wait_until(id, |task| match task {
+            None => Some(Err(TaskError::NotFound)),
+            Some(task) if task.status.is_terminal() => Some(Err(TaskError::Refused(
+                crate::error::TransitionError::Terminal,
+            ))),
+            Some(task) if task.status != TaskStatus::InputRequired => {
+                Some(Ok(task.input_responses.clone()))
+            }
+            Some(_) => None,
+        })
+        .await?
+    }
+
+    /// Waits until the task no longer needs its worker: cancelled, ended some other
+    /// way, or gone (expired or removed). Store errors are retried with a bounded
+    /// backoff, so an outage never reads as an end.
+    pub(crate) async fn wait_for_end(&self, id: &TaskId) -> TaskEnd {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            let ended = self
+                .wait_until(id, |task| match task {
+                    None => Some(TaskEnd::Gone),
+                    Some(task) if task.cancel_requested => Some(TaskEnd::Cancelled),
+                    Some(task) => match task.status {
+                        TaskStatus::Cancelled => Some(TaskEnd::Cancelled),
+                        TaskStatus::Completed => Some(TaskEnd::Completed),
+                        TaskStatus::Failed => Some(TaskEnd::Failed),
+                        TaskStatus::Working | TaskStatus::InputRequired => None,
+                    },
+                })
+                .await;
+            match ended {
+                Ok(end) => return end,
+                Err(e) => {
+                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Re-reads `id` each time it may have changed (a change in this process or one
+    /// relayed from another node, or its expiry) until `ready` gives an answer;
+    /// `ready` sees `None` once the task is gone.
+    async fn wait_until<R>(
+        &self,
+        id: &TaskId,
+        mut ready: impl FnMut(Option<&TaskRecord>) -> Option<R>,
+    ) -> Result<R, StoreError> {
         let watch = Watch::new(self, *id);
         loop {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let task = self
-                .store
-                .get(id, Scope::Any, Timestamp::now())
-                .await?
-                .ok_or(TaskError::NotFound)?;
-            if task.status.is_terminal() {
-                return Err(TaskError::Refused(crate::error::TransitionError::Terminal));
-            }
-            if task.status != TaskStatus::InputRequired {
-                return Ok(task.input_responses);
+            let task = self.store.get(id, Scope::Any, Timestamp::now()).await?;
+            if let Some(answer) = ready(task.as_ref()) {
+                return Ok(answer);
             }
             // Expiry changes nothing in the store, so no change wakes the wait: it also
             // wakes once the task's TTL has run out, and the next read finds it gone.
-            match task.expires_at() {
+            match task.and_then(|t| t.expires_at()) {
                 Some(at) => {
                     let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
                     let expiry = tokio::time::sleep(Duration::from_millis(left + 1));
@@ -217,11 +293,11 @@ impl Engine {
         }
     }
 
-    /// Validates a spec, stores the task, runs `start`, and returns the stored record.
+    /// Validates a new task's settings, stores it, and returns the stored record.
     pub(crate) async fn create_task(
         &self,
         owner: Option<Principal>,
-        spec: TaskSpec,
+        spec: &NewTask,
     ) -> Result<TaskRecord, RpcError> {
         let ttl = match spec.ttl {
             Some(ttl) => ttl,
@@ -262,19 +338,6 @@ impl Engine {
             }
         }
         self.changed(&record);
-        if let Some(start) = spec.take_start() {
-            let id = record.id;
-            if catch_unwind(AssertUnwindSafe(move || start(id))).is_err() {
-                tracing::error!("task start function panicked; the task is marked failed");
-                let fail = Transition::Fail {
-                    error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed to start"),
-                    message: Some("Task failed to start".into()),
-                };
-                if let Err(e) = self.update(&record.id, Scope::Any, &fail).await {
-                    tracing::error!(error = %e, "could not mark a task failed after its start panicked");
-                }
-            }
-        }
         Ok(record)
     }
 }

@@ -178,7 +178,7 @@ impl InputRequests {
     }
 
     /// Adds a request under `key` (a later one under the same key replaces it). The
-    /// key is how the client's answer comes back, in the map
+    /// key is how the client's answer comes back, in the [`InputResponses`]
     /// [`wait_for_input`](crate::Tasks::wait_for_input) returns.
     ///
     /// ```
@@ -232,6 +232,176 @@ impl InputRequests {
     /// ```
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
+    }
+}
+
+/// The client's answers to a task's questions, by key, as
+/// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) returns them.
+///
+/// Elicitations come typed ([`InputResponse::Accept`] with its content,
+/// [`Decline`](InputResponse::Decline), [`Cancel`](InputResponse::Cancel)); a
+/// sampling or roots answer is [`InputResponse::Other`], its JSON as sent.
+///
+/// ```
+/// use mcp_tasks::input::{InputResponse, InputResponses};
+/// use serde_json::json;
+///
+/// let answers = InputResponses::from_json(json!({
+///     "go": {"action": "accept", "content": {"ok": true}},
+///     "region": {"action": "decline"},
+/// }).as_object().unwrap().clone());
+/// assert!(answers.confirmed("go", "ok"));
+/// assert_eq!(answers.get("region"), Some(InputResponse::Decline));
+/// assert_eq!(answers.get("missing"), None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InputResponses(Map<String, Value>);
+
+/// One answer, read from its JSON: what the user did with an elicitation, or the
+/// result of a sampling or roots request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum InputResponse<'a> {
+    /// The user submitted the form (or completed the URL interaction); the fields
+    /// it filled in (empty when it sent no `content`).
+    Accept(&'a Map<String, Value>),
+    /// The user said no.
+    Decline,
+    /// The user dismissed the question without choosing.
+    Cancel,
+    /// Not an elicitation answer: a sampling `CreateMessageResult`, a roots
+    /// `{"roots": […]}`, or a shape this crate does not read.
+    Other(&'a Value),
+}
+
+impl InputResponses {
+    /// Wraps answers as a task keeps them (`inputResponses` objects by key).
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    ///
+    /// assert!(InputResponses::from_json(serde_json::Map::new()).is_empty());
+    /// ```
+    pub fn from_json(answers: Map<String, Value>) -> Self {
+        InputResponses(answers)
+    }
+
+    /// The answer under `key`, if the client gave one.
+    ///
+    /// ```
+    /// use mcp_tasks::input::{InputResponse, InputResponses};
+    /// use serde_json::json;
+    ///
+    /// let answers = InputResponses::from_json(json!({
+    ///     "form": {"action": "accept", "content": {"region": "eu"}},
+    ///     "roots": {"roots": [{"uri": "file:///src"}]},
+    /// }).as_object().unwrap().clone());
+    /// let Some(InputResponse::Accept(fields)) = answers.get("form") else { panic!() };
+    /// assert_eq!(fields["region"], "eu");
+    /// assert!(matches!(answers.get("roots"), Some(InputResponse::Other(_))));
+    /// ```
+    pub fn get(&self, key: &str) -> Option<InputResponse<'_>> {
+        static NO_CONTENT: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        let answer = self.0.get(key)?;
+        let action = answer.get("action").and_then(Value::as_str);
+        Some(match action {
+            Some("accept") => match answer.get("content") {
+                Some(Value::Object(content)) => InputResponse::Accept(content),
+                None | Some(Value::Null) => InputResponse::Accept(NO_CONTENT.get_or_init(Map::new)),
+                Some(_) => InputResponse::Other(answer),
+            },
+            Some("decline") => InputResponse::Decline,
+            Some("cancel") => InputResponse::Cancel,
+            _ => InputResponse::Other(answer),
+        })
+    }
+
+    /// Whether the user accepted the question under `key` with the boolean field
+    /// `field` set to `true` (the answer to an
+    /// [`InputRequest::confirm`] with that field).
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    /// use serde_json::json;
+    ///
+    /// let answers = InputResponses::from_json(json!({
+    ///     "yes": {"action": "accept", "content": {"ok": true}},
+    ///     "no": {"action": "accept", "content": {"ok": false}},
+    /// }).as_object().unwrap().clone());
+    /// assert!(answers.confirmed("yes", "ok"));
+    /// assert!(!answers.confirmed("no", "ok"));
+    /// assert!(!answers.confirmed("unasked", "ok"));
+    /// ```
+    pub fn confirmed(&self, key: &str, field: &str) -> bool {
+        matches!(self.get(key), Some(InputResponse::Accept(content)) if content.get(field) == Some(&Value::Bool(true)))
+    }
+
+    /// How many answers there are.
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    /// use serde_json::json;
+    ///
+    /// let answers = InputResponses::from_json(json!({"a": {"action": "cancel"}}).as_object().unwrap().clone());
+    /// assert_eq!(answers.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there is none.
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    ///
+    /// assert!(InputResponses::default().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The answers as JSON, by key, as the client sent them.
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    /// use serde_json::json;
+    ///
+    /// let raw = json!({"a": {"action": "cancel"}}).as_object().unwrap().clone();
+    /// assert_eq!(InputResponses::from_json(raw.clone()).as_json(), &raw);
+    /// ```
+    pub fn as_json(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// The answers as JSON, by key, taken out.
+    ///
+    /// ```
+    /// use mcp_tasks::input::InputResponses;
+    ///
+    /// assert!(InputResponses::default().into_json().is_empty());
+    /// ```
+    pub fn into_json(self) -> Map<String, Value> {
+        self.0
+    }
+}
+
+/// The raw answer under a key, `null` when there is none (as indexing a
+/// `serde_json::Value` reads).
+///
+/// ```
+/// use mcp_tasks::input::InputResponses;
+/// use serde_json::json;
+///
+/// let answers = InputResponses::from_json(json!({"go": {"action": "accept"}}).as_object().unwrap().clone());
+/// assert_eq!(answers["go"]["action"], "accept");
+/// assert!(answers["missing"].is_null());
+/// ```
+impl std::ops::Index<&str> for InputResponses {
+    type Output = Value;
+
+    fn index(&self, key: &str) -> &Value {
+        const NULL: Value = Value::Null;
+        self.0.get(key).unwrap_or(&NULL)
     }
 }
 

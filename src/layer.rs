@@ -8,7 +8,7 @@ use serde_json::json;
 use tower_layer::Layer;
 
 use crate::config::{Config, PrincipalFn};
-use crate::context::{TaskMode, TaskPolicy};
+use crate::config::{TaskMode, TaskPolicy};
 use crate::defaults;
 use crate::engine::{Engine, relay_remote_changes};
 use crate::error::ConfigError;

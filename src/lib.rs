@@ -30,9 +30,10 @@ mod task;
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_suite;
 pub mod wire;
-mod worker;
+pub mod worker;
 
-pub use context::{TaskContext, TaskMode, TaskRefused, TaskSpec};
+pub use config::TaskMode;
+pub use context::{TaskContext, TaskRefused, TaskSpec};
 pub use error::{ConfigError, StoreError, TaskError};
 pub use layer::{TasksLayer, TasksLayerBuilder};
 pub use service::TasksService;

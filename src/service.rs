@@ -14,7 +14,8 @@ use tower_service::Service;
 use tracing::Instrument as _;
 
 use crate::body::{RequestBody, ResponseBody};
-use crate::context::{TaskContext, TaskMode, TaskRefused};
+use crate::config::TaskMode;
+use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::future::ResponseFuture;

@@ -262,6 +262,21 @@ impl Scope<'_> {
     }
 }
 
+/// Why a task no longer needs its worker, as
+/// [`Tasks::cancelled`](crate::Tasks::cancelled) reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskEnd {
+    /// The client cancelled it (`tasks/cancel`, on any node).
+    Cancelled,
+    /// It completed (its result was stored, by this worker or another).
+    Completed,
+    /// It failed (by its worker, or because its worker was lost).
+    Failed,
+    /// It expired (its TTL ran out) or was removed.
+    Gone,
+}
+
 /// A point in time, in milliseconds since the Unix epoch.
 ///
 /// Stores receive the current time as an argument so that tests control it.
@@ -731,9 +746,9 @@ impl TaskRecord {
                 self.status = TaskStatus::Completed;
                 self.result = Some(result.clone());
                 self.input_requests.clear();
-                if message.is_some() {
-                    self.status_message = message.clone();
-                }
+                // Progress text describes work in flight; a finished task keeps only
+                // the message its ending gave.
+                self.status_message = message.clone();
             }
             Transition::Fail { error, message } => {
                 if terminal {
@@ -742,12 +757,8 @@ impl TaskRecord {
                 self.status = TaskStatus::Failed;
                 self.error = Some(error.clone());
                 self.input_requests.clear();
-                self.status_message = Some(
-                    message
-                        .clone()
-                        .or_else(|| self.status_message.clone())
-                        .unwrap_or_else(|| "Task failed".to_owned()),
-                );
+                self.status_message =
+                    Some(message.clone().unwrap_or_else(|| "Task failed".to_owned()));
             }
             Transition::Answer { responses } => {
                 if self.status != TaskStatus::InputRequired {

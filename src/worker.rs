@@ -1,15 +1,24 @@
-//! The worker API: drive a task by its id.
+//! The worker API: drive a task by its id ([`Tasks`]) or through its own handle
+//! ([`TaskHandle`], given to the work of
+//! [`TaskSpec::with_work`](crate::TaskSpec::with_work)), and learn of its end without
+//! polling ([`TaskEnd`]).
 
 use std::fmt;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::engine::Engine;
 use crate::error::{TaskError, TransitionError};
-use crate::input::InputRequests;
+use crate::input::{InputRequests, InputResponses};
+use crate::store::BoxFuture;
+pub use crate::task::TaskEnd;
 use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
+use crate::wire::RpcError;
 
 /// The worker's handle on tasks: cheap to clone, obtained from
 /// [`TasksLayer::handle`](crate::TasksLayer::handle).
@@ -29,11 +38,7 @@ use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp,
 ///     tasks
 ///         .require_input(&id, InputRequests::new().with("go", InputRequest::confirm("Go on?", "ok")))
 ///         .await?;
-///     let answers = tasks.wait_for_input(&id).await?;
-///     let ok = answers["go"]["content"]["ok"] == json!(true);
-///     if tasks.is_cancelled(&id).await {
-///         return Ok(());
-///     }
+///     let ok = tasks.wait_for_input(&id).await?.confirmed("go", "ok");
 ///     tasks
 ///         .complete(&id, json!({"content": [{"type": "text", "text": format!("ok: {ok}")}]}))
 ///         .await
@@ -131,6 +136,70 @@ impl Tasks {
         self.status(id)
             .await
             .is_ok_and(|t| t.cancel_requested || t.status == TaskStatus::Cancelled)
+    }
+
+    /// Waits, without polling, until the task no longer needs its worker and says
+    /// why: the client cancelled it (through any node sharing the store), it ended
+    /// some other way, or it expired. Costs no store read while it waits: it wakes
+    /// on the change itself, or at the task's expiry. Store errors meanwhile are
+    /// retried, never reported as an end.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use mcp_tasks::store::{CreateLimits, Timestamp};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = Arc::new(MemoryStore::new());
+    /// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
+    /// # let id = TaskId::random();
+    /// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+    /// use mcp_tasks::store::Transition;
+    /// use mcp_tasks::worker::TaskEnd;
+    ///
+    /// let client = tasks.clone();
+    /// tokio::spawn(async move { client.apply(&id, Transition::Cancel).await });
+    /// assert_eq!(tasks.cancelled(&id).await, TaskEnd::Cancelled);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancelled(&self, id: &TaskId) -> TaskEnd {
+        self.engine.wait_for_end(id).await
+    }
+
+    /// Runs `work` until it finishes or the task no longer needs it (as
+    /// [`cancelled`](Self::cancelled) reports), whichever comes first; in the second
+    /// case `work` is dropped mid-way and the reason returned.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use mcp_tasks::store::{CreateLimits, Timestamp};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let store = Arc::new(MemoryStore::new());
+    /// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
+    /// # let id = TaskId::random();
+    /// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+    /// use mcp_tasks::store::Transition;
+    /// use mcp_tasks::worker::TaskEnd;
+    ///
+    /// tasks.apply(&id, Transition::Cancel).await?;
+    /// let endless = std::future::pending::<()>();
+    /// assert_eq!(tasks.run_until_cancelled(&id, endless).await, Err(TaskEnd::Cancelled));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn run_until_cancelled<T>(
+        &self,
+        id: &TaskId,
+        work: impl Future<Output = T>,
+    ) -> Result<T, TaskEnd> {
+        tokio::select! {
+            biased;
+            end = self.cancelled(id) => Err(end),
+            done = work => Ok(done),
+        }
     }
 
     /// New status text (`statusMessage`); the status stays. Listen streams get the
@@ -327,12 +396,15 @@ impl Tasks {
     ///     client.apply(&id, answer).await
     /// });
     /// let answers = tasks.wait_for_input(&id).await?;
-    /// assert_eq!(answers["go"]["content"]["ok"], true);
+    /// assert!(answers.confirmed("go", "ok"));
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn wait_for_input(&self, id: &TaskId) -> Result<Map<String, Value>, TaskError> {
-        self.engine.wait_for_answers(id).await
+    pub async fn wait_for_input(&self, id: &TaskId) -> Result<InputResponses, TaskError> {
+        self.engine
+            .wait_for_answers(id)
+            .await
+            .map(InputResponses::from_json)
     }
 
     /// Applies any transition and returns the record after it: the general form of
@@ -390,5 +462,324 @@ impl Tasks {
 impl fmt::Debug for Tasks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tasks").finish_non_exhaustive()
+    }
+}
+
+/// One task's own handle, given to the work of
+/// [`TaskSpec::with_work`](crate::TaskSpec::with_work): the [`Tasks`] calls without
+/// the id, plus a guarantee. Clones share the task; once the last one is dropped
+/// with the task still running (the work returned without ending it, panicked, or
+/// was dropped), the task fails at once with -32603 "Task worker stopped before
+/// finishing the task" instead of waiting out its TTL.
+/// [`detach`](Self::detach) hands the task over to other work instead.
+///
+/// ```
+/// use mcp_tasks::input::{InputRequest, InputRequests};
+/// use mcp_tasks::worker::TaskHandle;
+/// use serde_json::json;
+///
+/// async fn deploy(task: TaskHandle) -> Result<(), mcp_tasks::TaskError> {
+///     task.progress("Planning").await?;
+///     let question = InputRequests::new().with("go", InputRequest::confirm("Deploy?", "ok"));
+///     if !task.ask(question).await?.confirmed("go", "ok") {
+///         return task.complete(json!({"content": [{"type": "text", "text": "not deployed"}]})).await;
+///     }
+///     task.complete(json!({"content": [{"type": "text", "text": "deployed"}]})).await
+/// }
+/// let spec = mcp_tasks::TaskSpec::new().with_work(|task| async move {
+///     let _ = deploy(task).await; // an error here leaves the task to the guarantee
+/// });
+/// # drop(spec);
+/// ```
+#[derive(Clone)]
+pub struct TaskHandle {
+    inner: Arc<HandleInner>,
+}
+
+struct HandleInner {
+    tasks: Tasks,
+    id: TaskId,
+    /// Set once nothing is left to fail: the task ended, is gone, or was detached.
+    settled: AtomicBool,
+}
+
+impl TaskHandle {
+    fn new(tasks: Tasks, id: TaskId) -> Self {
+        TaskHandle {
+            inner: Arc::new(HandleInner {
+                tasks,
+                id,
+                settled: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    fn settle(&self) {
+        self.inner.settled.store(true, Ordering::Release);
+    }
+
+    /// Settles the handle when `outcome` shows the task ended (or is gone).
+    fn observe<T>(&self, outcome: Result<T, TaskError>) -> Result<T, TaskError> {
+        if let Err(e) = &outcome
+            && (e.is_terminal() || matches!(e, TaskError::NotFound))
+        {
+            self.settle();
+        }
+        outcome
+    }
+
+    /// The task's id, for handing to clients or other workers (keep it out of logs).
+    pub fn id(&self) -> TaskId {
+        self.inner.id
+    }
+
+    /// The worker handle for every task, to drive other tasks or build on.
+    pub fn tasks(&self) -> &Tasks {
+        &self.inner.tasks
+    }
+
+    /// [`Tasks::status`] of this task.
+    pub async fn status(&self) -> Result<TaskRecord, TaskError> {
+        let outcome = self.inner.tasks.status(&self.inner.id).await;
+        self.observe(outcome)
+    }
+
+    /// [`Tasks::progress`] on this task.
+    pub async fn progress(&self, message: impl Into<String>) -> Result<(), TaskError> {
+        let outcome = self.inner.tasks.progress(&self.inner.id, message).await;
+        self.observe(outcome)
+    }
+
+    /// [`Tasks::complete`] of this task.
+    pub async fn complete(&self, result: impl Serialize) -> Result<(), TaskError> {
+        let outcome = self.inner.tasks.complete(&self.inner.id, result).await;
+        if outcome.is_ok() {
+            self.settle();
+        }
+        self.observe(outcome)
+    }
+
+    /// [`Tasks::fail`] of this task.
+    pub async fn fail(&self, error: impl Into<ErrorObject>) -> Result<(), TaskError> {
+        let outcome = self.inner.tasks.fail(&self.inner.id, error).await;
+        if outcome.is_ok() {
+            self.settle();
+        }
+        self.observe(outcome)
+    }
+
+    /// [`Tasks::require_input`] on this task.
+    pub async fn require_input(&self, requests: InputRequests) -> Result<(), TaskError> {
+        let outcome = self
+            .inner
+            .tasks
+            .require_input(&self.inner.id, requests)
+            .await;
+        self.observe(outcome)
+    }
+
+    /// [`Tasks::wait_for_input`] on this task.
+    pub async fn wait_for_input(&self) -> Result<InputResponses, TaskError> {
+        let outcome = self.inner.tasks.wait_for_input(&self.inner.id).await;
+        self.observe(outcome)
+    }
+
+    /// Puts the questions and waits for every answer: [`require_input`](Self::require_input)
+    /// then [`wait_for_input`](Self::wait_for_input).
+    pub async fn ask(&self, requests: InputRequests) -> Result<InputResponses, TaskError> {
+        self.require_input(requests).await?;
+        self.wait_for_input().await
+    }
+
+    /// [`Tasks::cancelled`] for this task.
+    pub async fn cancelled(&self) -> TaskEnd {
+        let end = self.inner.tasks.cancelled(&self.inner.id).await;
+        self.settle();
+        end
+    }
+
+    /// [`Tasks::run_until_cancelled`] for this task.
+    pub async fn run_until_cancelled<T>(
+        &self,
+        work: impl Future<Output = T>,
+    ) -> Result<T, TaskEnd> {
+        tokio::select! {
+            biased;
+            end = self.cancelled() => Err(end),
+            done = work => Ok(done),
+        }
+    }
+
+    /// Gives the task up without failing it: for work handed to something that
+    /// outlives this handle (an external durable queue, another process), which then
+    /// drives the task by its id through [`Tasks`]. Until that work ends the task,
+    /// only its TTL bounds it.
+    pub fn detach(self) -> TaskId {
+        self.settle();
+        self.inner.id
+    }
+}
+
+impl fmt::Debug for TaskHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskHandle")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for HandleInner {
+    fn drop(&mut self) {
+        let engine = self.tasks.engine.clone();
+        engine.forget_work(&self.id);
+        if *self.settled.get_mut() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "a task handle was dropped outside a runtime; its task is left to its TTL"
+            );
+            return;
+        };
+        let id = self.id;
+        runtime.spawn(async move {
+            fail_abandoned(
+                &engine,
+                &id,
+                "Task worker stopped before finishing the task",
+            )
+            .await
+        });
+    }
+}
+
+/// Fails a task its worker can no longer finish (refused, harmlessly, once it ended).
+async fn fail_abandoned(engine: &Engine, id: &TaskId, message: &str) {
+    let fail = Transition::Fail {
+        error: ErrorObject::new(RpcError::INTERNAL_ERROR, message),
+        message: Some(message.to_owned()),
+    };
+    match engine.update(id, Scope::Any, &fail).await {
+        Ok(Some(updated)) if updated.changed() => {
+            tracing::warn!("{message}; the task is marked failed");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(error = %e, "could not mark a task failed: {message}"),
+    }
+}
+
+/// How a task's work begins once the task is stored.
+pub(crate) enum Start {
+    /// Called with the id; the work drives its task through [`Tasks`].
+    Id(Box<dyn FnOnce(TaskId) + Send + 'static>),
+    /// Called with the task's own handle; the layer spawns the future it returns.
+    Work(Box<dyn FnOnce(TaskHandle) -> BoxFuture<'static, ()> + Send + 'static>),
+}
+
+/// Starts the work of the task just stored as `id`: calls a `with_start` function,
+/// or spawns a `with_work` future with the task's handle. A start that panics fails
+/// the task.
+pub(crate) async fn start(engine: &Arc<Engine>, id: TaskId, start: Option<Start>) {
+    let started = match start {
+        None => return,
+        Some(Start::Id(start)) => catch_unwind(AssertUnwindSafe(move || start(id))),
+        Some(Start::Work(work)) => {
+            engine.register_work(id);
+            let handle = TaskHandle::new(Tasks::new(engine.clone()), id);
+            catch_unwind(AssertUnwindSafe(move || {
+                tokio::spawn(work(handle));
+            }))
+        }
+    };
+    if started.is_err() {
+        tracing::error!("task start function panicked; the task is marked failed");
+        fail_abandoned(engine, &id, "Task failed to start").await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layer::TasksLayer;
+    use crate::store::{CreateLimits, MemoryStore};
+
+    async fn stored_task(layer: &TasksLayer) -> TaskId {
+        let id = TaskId::random();
+        let record = TaskRecord::new(id, None, Timestamp::now());
+        layer
+            .engine
+            .store
+            .create(record, CreateLimits::default())
+            .await
+            .unwrap();
+        id
+    }
+
+    /// Lets the tasks spawned so far run (a current-thread runtime runs them in turn).
+    async fn let_spawned_tasks_run() {
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_last_dropped_handle_fails_a_running_task_and_a_detached_one_does_not() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let tasks = layer.handle();
+        let dropped = stored_task(&layer).await;
+        let detached = stored_task(&layer).await;
+
+        let handle = TaskHandle::new(tasks.clone(), dropped);
+        let clone = handle.clone();
+        drop(handle);
+        let_spawned_tasks_run().await;
+        assert_eq!(
+            tasks.status(&dropped).await.unwrap().status,
+            TaskStatus::Working,
+            "a clone still holds the task"
+        );
+        drop(clone);
+        let_spawned_tasks_run().await;
+        let failed = tasks.status(&dropped).await.unwrap();
+        assert_eq!(failed.status, TaskStatus::Failed);
+        assert_eq!(failed.error.unwrap().code, RpcError::INTERNAL_ERROR);
+
+        assert_eq!(TaskHandle::new(tasks.clone(), detached).detach(), detached);
+        let_spawned_tasks_run().await;
+        assert_eq!(
+            tasks.status(&detached).await.unwrap().status,
+            TaskStatus::Working
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_handle_whose_task_completed_leaves_it_completed() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let tasks = layer.handle();
+        let id = stored_task(&layer).await;
+        layer.engine.register_work(id);
+        let handle = TaskHandle::new(tasks.clone(), id);
+        assert_eq!(waiting_works(&layer), 1);
+        handle
+            .complete(serde_json::json!({"content": []}))
+            .await
+            .unwrap();
+        drop(handle);
+        let_spawned_tasks_run().await;
+        assert_eq!(
+            tasks.status(&id).await.unwrap().status,
+            TaskStatus::Completed
+        );
+        assert_eq!(waiting_works(&layer), 0);
+    }
+
+    fn waiting_works(layer: &TasksLayer) -> usize {
+        layer.engine.work_count()
     }
 }

@@ -250,7 +250,10 @@ async fn a_tool_becomes_a_task_and_completes_over_json_and_sse() {
         let done = poll_until(&server, &id, "completed").await;
         assert_eq!(done["resultType"], "complete");
         assert_eq!(done["result"]["content"][0]["text"], "job done");
-        assert_eq!(done["statusMessage"], "half way");
+        assert!(
+            done.get("statusMessage").is_none(),
+            "the progress text goes with the work: {done}"
+        );
     }
 }
 

@@ -11,7 +11,7 @@ use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::store::TransitionError;
 use mcp_tasks::wire::META_SERVER_INFO;
 use mcp_tasks::{RpcError, TaskError, TaskId, TaskRecord, TaskSpec, TaskStatus};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use support::fixtures::{
     SERVER_NAME, SERVER_VERSION, Server, Tool, layer_builder, spec, standard_inner, sync_fallback,
     text_result,
@@ -343,7 +343,7 @@ async fn an_sse_answer_with_a_task_becomes_a_create_task_result() {
 
 #[derive(Debug)]
 enum WorkerEvent {
-    Answers(Result<Map<String, Value>, TaskError>),
+    Answers(Result<mcp_tasks::input::InputResponses, TaskError>),
     Reused(Result<(), TaskError>),
 }
 
@@ -462,7 +462,7 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
         panic!("unexpected {event:?}");
     };
     assert_eq!(
-        Value::Object(answers),
+        Value::Object(answers.into_json()),
         json!({
             "name": {"action": "accept", "content": {"name": "Ada"}},
             "confirm": {"action": "accept", "content": {"ok": true}},

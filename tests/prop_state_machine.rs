@@ -196,9 +196,7 @@ impl Model {
                 self.status = Status::Completed;
                 self.result = Some(result.clone());
                 self.outstanding.clear();
-                if let Some(m) = message {
-                    self.message = Some(m.clone());
-                }
+                self.message = message.clone();
                 Outcome::Changed
             }
             Transition::Fail { error, message } => {
@@ -208,11 +206,7 @@ impl Model {
                 self.status = Status::Failed;
                 self.error = Some(error.clone());
                 self.outstanding.clear();
-                self.message = Some(match (message, &self.message) {
-                    (Some(m), _) => m.clone(),
-                    (None, Some(current)) => current.clone(),
-                    (None, None) => "Task failed".to_owned(),
-                });
+                self.message = Some(message.clone().unwrap_or_else(|| "Task failed".to_owned()));
                 Outcome::Changed
             }
             Transition::Answer { responses } => {

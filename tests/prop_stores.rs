@@ -172,9 +172,7 @@ impl Model {
                 self.status = TaskStatus::Completed;
                 self.result = Some(result.clone());
                 self.outstanding.clear();
-                if let Some(m) = message {
-                    self.message = Some(m.clone());
-                }
+                self.message = message.clone();
             }
             Transition::Fail { error, message } => {
                 if done {
@@ -183,11 +181,7 @@ impl Model {
                 self.status = TaskStatus::Failed;
                 self.error = Some(error.clone());
                 self.outstanding.clear();
-                self.message = Some(match (message, &self.message) {
-                    (Some(m), _) => m.clone(),
-                    (None, Some(current)) => current.clone(),
-                    (None, None) => "Task failed".to_owned(),
-                });
+                self.message = Some(message.clone().unwrap_or_else(|| "Task failed".to_owned()));
             }
             Transition::Answer { responses } => {
                 if self.status != TaskStatus::InputRequired {

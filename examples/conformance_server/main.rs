@@ -35,7 +35,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{MemoryStore, TaskMode, Tasks, TasksLayer};
+use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
@@ -74,7 +74,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_tool_mode("test_tool_with_task", TaskMode::Required)
         .build()?;
     let fixtures = Fixtures {
-        tasks: tasks_layer.handle(),
         listeners: Arc::default(),
     };
     let config = StreamableHttpServerConfig::default()
@@ -109,7 +108,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The rmcp handler: routes each request to the module of its concern.
 #[derive(Clone)]
 struct Fixtures {
-    tasks: Tasks,
     listeners: Arc<listen::Listeners>,
 }
 

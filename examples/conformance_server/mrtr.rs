@@ -59,7 +59,7 @@ pub(crate) fn input_required(requests: Value, state: Option<String>) -> InputReq
 }
 
 /// The `content` of an accepted elicitation answer.
-pub(crate) fn accepted_content(response: Option<&Value>) -> Option<&Map<String, Value>> {
+fn accepted_content(response: Option<&Value>) -> Option<&Map<String, Value>> {
     let response = response?.as_object()?;
     if response.get("action")?.as_str()? != "accept" {
         return None;

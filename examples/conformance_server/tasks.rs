@@ -1,27 +1,22 @@
 //! The fixtures of the ten tasks scenarios: `greet`, `slow_compute`, `failing_job`,
 //! `protocol_error_job`, `confirm_delete`, `multi_input` and `test_tool_with_task`.
-//! Each worker is a small async fn driving its task through the `Tasks` handle.
+//! Each worker is a small async fn driving its task through its `TaskHandle`.
 
 use std::future::Future;
 use std::time::Duration;
 
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{RpcError, TaskId, TaskSpec, Tasks};
+use mcp_tasks::worker::TaskHandle;
+use mcp_tasks::{RpcError, TaskSpec};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use crate::Fixtures;
 use crate::common::{task_context, text};
-use crate::mrtr::{
-    accepted, accepted_content, answered, elicit, input_required, open, seal, tampered,
-};
+use crate::mrtr::{accepted, answered, elicit, input_required, open, seal, tampered};
 use crate::tools::{arg_str, tool_error};
-
-/// How often a sleeping worker looks whether its task was cancelled.
-const CANCEL_CHECK: Duration = Duration::from_millis(100);
 
 /// What a handler returns once it has handed its call to a task: the layer answers
 /// with the task instead, so this result is never sent.
@@ -31,75 +26,58 @@ fn handed_to_task() -> Result<CallToolResponse, ErrorData> {
 
 // ---- task workers ----------------------------------------------------------------------
 //
-// Each returns early once its task is terminal: a cancelled or expired task refuses
-// further transitions, so the `Err` of a final `complete`/`fail` is ignored.
-
-/// Sleeps `duration`, looking every `CANCEL_CHECK` whether the client cancelled.
-/// `false` when it did.
-async fn sleep_unless_cancelled(tasks: &Tasks, id: &TaskId, duration: Duration) -> bool {
-    let deadline = Instant::now() + duration;
-    loop {
-        if tasks.is_cancelled(id).await {
-            return false;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return true;
-        }
-        tokio::time::sleep(left.min(CANCEL_CHECK)).await;
-    }
-}
+// Each stops as soon as its task no longer needs it (cancelled or expired): the sleep
+// runs under `run_until_cancelled`, and a wait for answers ends with the task. The
+// `Err` of a final `complete`/`fail` (the task ended meanwhile) is ignored.
 
 /// `slow_compute`: sleeps, then completes with text content.
-async fn slow_compute_worker(tasks: Tasks, id: TaskId, seconds: f64, label: String) {
-    if sleep_unless_cancelled(&tasks, &id, Duration::from_secs_f64(seconds)).await {
-        let _ = tasks
-            .complete(&id, text(format!("{label}: done after {seconds} s")))
+async fn slow_compute_worker(task: TaskHandle, seconds: f64, label: String) {
+    let sleep = tokio::time::sleep(Duration::from_secs_f64(seconds));
+    if task.run_until_cancelled(sleep).await.is_ok() {
+        let _ = task
+            .complete(text(format!("{label}: done after {seconds} s")))
             .await;
     }
 }
 
 /// `failing_job`: after about a second, completes with a tool error (`isError: true`).
-async fn failing_job_worker(tasks: Tasks, id: TaskId) {
-    if sleep_unless_cancelled(&tasks, &id, Duration::from_secs(1)).await {
-        let _ = tasks.complete(&id, tool_error("The job failed")).await;
+async fn failing_job_worker(task: TaskHandle) {
+    let sleep = tokio::time::sleep(Duration::from_secs(1));
+    if task.run_until_cancelled(sleep).await.is_ok() {
+        let _ = task.complete(tool_error("The job failed")).await;
     }
 }
 
 /// `protocol_error_job`: after a short delay, fails with a JSON-RPC error (`failed`).
-async fn protocol_error_job_worker(tasks: Tasks, id: TaskId) {
-    if sleep_unless_cancelled(&tasks, &id, Duration::from_millis(300)).await {
-        let _ = tasks
-            .fail(&id, RpcError::internal("The job's backend crashed"))
+async fn protocol_error_job_worker(task: TaskHandle) {
+    let sleep = tokio::time::sleep(Duration::from_millis(300));
+    if task.run_until_cancelled(sleep).await.is_ok() {
+        let _ = task
+            .fail(RpcError::internal("The job's backend crashed"))
             .await;
     }
 }
 
 /// `confirm_delete`: asks one yes/no question (`input_required`), then completes.
-async fn confirm_delete_worker(tasks: Tasks, id: TaskId, filename: String) {
+async fn confirm_delete_worker(task: TaskHandle, filename: String) {
     let question = InputRequests::new()
         .with(
             "confirm",
             InputRequest::confirm(format!("Delete {filename}?"), "confirm"),
         )
         .with_status_message(format!("Waiting for confirmation to delete {filename}"));
-    if tasks.require_input(&id, question).await.is_err() {
-        return;
-    }
-    let Ok(answers) = tasks.wait_for_input(&id).await else {
+    let Ok(answers) = task.ask(question).await else {
         return; // cancelled or expired while waiting
     };
-    let confirmed = accepted_content(answers.get("confirm"))
-        .is_some_and(|content| content.get("confirm") == Some(&Value::Bool(true)));
-    let outcome = match confirmed {
+    let outcome = match answers.confirmed("confirm", "confirm") {
         true => format!("Deleted {filename}"),
         false => format!("Kept {filename}"),
     };
-    let _ = tasks.complete(&id, text(outcome)).await;
+    let _ = task.complete(text(outcome)).await;
 }
 
 /// `multi_input`: asks two questions at once; completes once both are answered.
-async fn multi_input_worker(tasks: Tasks, id: TaskId) {
+async fn multi_input_worker(task: TaskHandle) {
     let questions = InputRequests::new()
         .with(
             "name",
@@ -110,24 +88,25 @@ async fn multi_input_worker(tasks: Tasks, id: TaskId) {
         )
         .with("confirm", InputRequest::confirm("Proceed?", "confirm"))
         .with_status_message("Waiting for two answers");
-    if tasks.require_input(&id, questions).await.is_err() {
-        return;
-    }
     // Wakes once both keys are answered, whether in one update or two.
-    let Ok(answers) = tasks.wait_for_input(&id).await else {
+    let Ok(answers) = task.ask(questions).await else {
         return;
     };
-    let name = accepted_content(answers.get("name"))
-        .and_then(|c| c.get("name")?.as_str())
-        .unwrap_or("nobody");
-    let _ = tasks
-        .complete(&id, text(format!("Thanks for both answers, {name}")))
+    let name = match answers.get("name") {
+        Some(mcp_tasks::input::InputResponse::Accept(fields)) => fields
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("nobody"),
+        _ => "nobody",
+    };
+    let _ = task
+        .complete(text(format!("Thanks for both answers, {name}")))
         .await;
 }
 
 /// `test_tool_with_task`: greets the name gathered before the task existed.
-async fn greeting_worker(tasks: Tasks, id: TaskId, name: String) {
-    let _ = tasks.complete(&id, text(format!("Hello, {name}!"))).await;
+async fn greeting_worker(task: TaskHandle, name: String) {
+    let _ = task.complete(text(format!("Hello, {name}!"))).await;
 }
 
 impl Fixtures {
@@ -135,17 +114,13 @@ impl Fixtures {
     /// (the client declared the extension and the tool may become a task).
     fn try_task<F, Fut>(&self, cx: &RequestContext<RoleServer>, work: F) -> bool
     where
-        F: FnOnce(Tasks, TaskId) -> Fut + Send + 'static,
+        F: FnOnce(TaskHandle) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let Some(context) = task_context(cx) else {
             return false;
         };
-        let tasks = self.tasks.clone();
-        let spec = TaskSpec::new().with_start(move |id| {
-            tokio::spawn(work(tasks, id));
-        });
-        context.create(spec).is_ok()
+        context.create(TaskSpec::new().with_work(work)).is_ok()
     }
 
     /// The seven fixtures of the tasks scenarios; `None` for any other tool.
@@ -174,8 +149,8 @@ impl Fixtures {
                 let label = arg_str(&args, "label").unwrap_or("job").to_owned();
                 if seconds >= 1.0 {
                     let task_label = label.clone();
-                    if self.try_task(cx, move |tasks, id| {
-                        slow_compute_worker(tasks, id, seconds, task_label)
+                    if self.try_task(cx, move |task| {
+                        slow_compute_worker(task, seconds, task_label)
                     }) {
                         return Some(handed_to_task());
                     }
@@ -199,9 +174,7 @@ impl Fixtures {
                     .to_owned();
                 let task_filename = filename.clone();
                 if can_elicit
-                    && self.try_task(cx, move |tasks, id| {
-                        confirm_delete_worker(tasks, id, task_filename)
-                    })
+                    && self.try_task(cx, move |task| confirm_delete_worker(task, task_filename))
                 {
                     return Some(handed_to_task());
                 }
@@ -268,7 +241,7 @@ impl Fixtures {
         else {
             return Ok(ask());
         };
-        match self.try_task(cx, move |tasks, id| greeting_worker(tasks, id, name)) {
+        match self.try_task(cx, move |task| greeting_worker(task, name)) {
             true => handed_to_task(),
             false => Err(ErrorData::internal_error("tasks are not available", None)),
         }

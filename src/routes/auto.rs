@@ -30,7 +30,7 @@ use super::{Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
 use crate::defaults::AUTO_EXPIRY_MARGIN;
-use crate::engine::Engine;
+use crate::engine::{Engine, NewTask};
 use crate::error::BoxError;
 use crate::error::TransitionError;
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -441,7 +441,7 @@ impl<S> Runner<S> {
         }
         let record = match self
             .engine
-            .create_task(self.owner.clone(), TaskSpec::new())
+            .create_task(self.owner.clone(), &NewTask::default())
             .await
         {
             Ok(record) => record,

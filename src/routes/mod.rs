@@ -14,9 +14,14 @@ use http::{Request, Response};
 use serde_json::Value;
 use tower_service::Service;
 
+use std::sync::Arc;
+
 use crate::body::{RequestBody, ResponseBody};
 use crate::context::TaskSpec;
+use crate::engine::Engine;
+use crate::task::{Principal, TaskRecord};
 use crate::wire::RpcError;
+use crate::worker;
 
 pub(crate) mod auto;
 pub(crate) mod discover;
@@ -30,6 +35,18 @@ pub(crate) type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 /// A JSON-RPC error response written by the layer.
 pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
     error.to_response(id).map(ResponseBody::full)
+}
+
+/// Stores the task a spec asks for and starts its work.
+pub(crate) async fn create_task(
+    engine: &Arc<Engine>,
+    owner: Option<Principal>,
+    spec: TaskSpec,
+) -> Result<TaskRecord, RpcError> {
+    let start = spec.take_start();
+    let record = engine.create_task(owner, &spec.task).await?;
+    worker::start(engine, record.id, start).await;
+    Ok(record)
 }
 
 /// Hands a request the layer has read to the inner service, unchanged.

@@ -84,7 +84,7 @@ where
         return Ok(Response::from_parts(head, read.into_body()));
     };
     drop(read);
-    match engine.create_task(owner, spec).await {
+    match super::create_task(engine, owner, spec).await {
         Ok(task) => {
             let result = engine.create_task_result(&task);
             Ok(result_response(id, result).map(ResponseBody::full))
@@ -112,7 +112,7 @@ impl Decision {
             engine, owner, id, ..
         } = self;
         Some(Box::pin(async move {
-            let message = match engine.create_task(owner, spec).await {
+            let message = match super::create_task(&engine, owner, spec).await {
                 Ok(task) => {
                     result_response(id.as_ref(), engine.create_task_result(&task)).into_body()
                 }

@@ -15,7 +15,7 @@ use crate::input::{InputRequest, InputRequests};
 use crate::layer::TasksLayer;
 use crate::store::{ChangeFeed, CreateLimits, FeedEvent, TaskStore};
 use crate::task::{
-    Applied, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
+    Applied, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
 };
 
 /// How long the multi-node rules wait for any one thing they expect to happen
@@ -81,7 +81,8 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
 /// Multi-node: a [`TasksLayer`] built over node `a` sees what is
 /// written through node `b`. An answer given through `b` wakes
 /// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) on `a`, and a cancel
-/// through `b` reaches `a`'s notifier and [`Tasks::is_cancelled`](crate::Tasks::is_cancelled).
+/// through `b` reaches `a`'s notifier, [`Tasks::is_cancelled`](crate::Tasks::is_cancelled)
+/// and a worker awaiting [`Tasks::cancelled`](crate::Tasks::cancelled).
 /// `a`'s notifier sees the task exactly as `input_required` (its own write),
 /// `working` and `cancelled` (`b`'s two writes): a store that also announced a
 /// node's own writes would notify twice.
@@ -180,6 +181,8 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
         "[{RULE}] the worker on a must receive the answer given through b"
     );
 
+    let worker = tasks.clone();
+    let stopped = tokio::spawn(async move { worker.cancelled(&id).await });
     let cancelled = update(
         RULE,
         &b,
@@ -210,6 +213,17 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
         tasks.is_cancelled(&id).await,
         "[{RULE}] the worker on a must see the cancel given through b"
     );
+    match tokio::time::timeout(NODE_PATIENCE, stopped).await {
+        Ok(Ok(end)) => assert_eq!(
+            end,
+            TaskEnd::Cancelled,
+            "[{RULE}] the worker awaiting the cancel on a must learn it was cancelled"
+        ),
+        Ok(Err(e)) => panic!("[{RULE}] the worker awaiting the cancel on a panicked: {e}"),
+        Err(_) => panic!(
+            "[{RULE}] the worker awaiting the cancel on a must wake on the cancel given through b within {NODE_PATIENCE:?}"
+        ),
+    }
     assert_eq!(
         seen,
         [
