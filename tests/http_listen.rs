@@ -117,6 +117,8 @@ async fn the_subscription_id_keeps_its_json_type() {
         let mut stream = client.listen(None, subscription.clone(), &[&task]).await;
         let ack = stream.next_message().await;
         assert_eq!(ack["params"]["_meta"][SUB_ID], subscription);
+        let snapshot = stream.snapshot(1).await;
+        assert_eq!(snapshot[&task]["_meta"], json!({SUB_ID: subscription}));
         server
             .tasks
             .progress(&id(&task), format!("for {subscription}"))
@@ -185,6 +187,14 @@ async fn every_status_change_is_pushed_and_equals_tasks_get() {
         .listen(user, json!(5), &[&first, &second, &third])
         .await;
     stream.next_message().await;
+    // Right after the acknowledgment, each task as it is now.
+    let snapshot = stream.snapshot(3).await;
+    for task in [&first, &second, &third] {
+        assert_eq!(
+            without_meta(&snapshot[task.as_str()]),
+            client.get_detailed(task, user).await
+        );
+    }
     let tasks = server.tasks.clone();
 
     // Each change is read, then compared with tasks/get before the next one.
@@ -309,6 +319,7 @@ async fn an_unread_stream_keeps_at_most_one_state_per_task() {
     let b = client.create_task_id("job", json!({}), None).await;
     let mut stream = client.listen(None, json!(1), &[&a, &b]).await;
     stream.next_message().await;
+    stream.snapshot(2).await;
 
     const UPDATES: usize = 5_000;
     for n in 1..=UPDATES {
@@ -390,6 +401,7 @@ async fn inner_events_stay_whole_and_the_inner_end_passes_through() {
         )
         .await;
     stream.next_message().await;
+    stream.snapshot(1).await;
     let mut inner = server.inner_listen(0).await;
     let sender = inner.sender.take().unwrap();
     within("the ack chunk taken", inner.taken.recv()).await;
@@ -442,6 +454,7 @@ async fn an_inner_service_without_listen_support_gets_a_tasks_only_stream() {
             json!(3),
             json!({"taskIds": [task]}),
         );
+        stream.snapshot(1).await;
         server
             .tasks
             .complete(&id(&task), json!({"content": []}))
@@ -465,6 +478,7 @@ async fn idle_streams_get_keep_alive_comments() {
     let task = client.create_task_id("job", json!({}), None).await;
     let mut stream = client.listen(None, json!(1), &[&task]).await;
     stream.next_message().await;
+    stream.snapshot(1).await;
     for _ in 0..2 {
         let event = stream.next_event().await.unwrap();
         assert_eq!(event.data, None);
@@ -567,6 +581,7 @@ async fn a_panicking_notifier_fails_neither_request_nor_worker() {
         json!(1),
         json!({"taskIds": [task]}),
     );
+    stream.snapshot(1).await;
 
     // The worker's write stands and is delivered, though the notifier panicked.
     server
@@ -686,6 +701,7 @@ mod rmcp_inner {
             // rmcp answers listen with -32601 / 404, so the layer serves the stream
             // alone and agrees to the task ids only.
             assert_eq!(ack["params"]["notifications"], json!({"taskIds": [task]}));
+            stream.snapshot(1).await;
             layer
                 .handle()
                 .complete(&id(&task), json!({"content": []}))
@@ -714,4 +730,47 @@ async fn an_inner_refusal_other_than_method_not_found_reaches_the_client() {
     assert_eq!(message["id"], 3);
     assert_eq!(message["error"]["code"], -32602);
     assert_eq!(server.listen.stream_count(), 0);
+}
+
+#[tokio::test]
+async fn a_listen_opened_after_a_change_starts_with_the_current_state() {
+    let server = Server::listening(ListenSupport::NotFound).await;
+    let client = server.client();
+    let waiting = client.create_task_id("job", json!({}), Some("alice")).await;
+    let finished = client.create_task_id("job", json!({}), Some("alice")).await;
+    let question = InputRequests::new()
+        .with("go", InputRequest::confirm("Go on?", "ok"))
+        .with_status_message("Waiting for you");
+    server
+        .tasks
+        .require_input(&id(&waiting), question)
+        .await
+        .unwrap();
+    server
+        .tasks
+        .complete(&id(&finished), json!({"content": []}))
+        .await
+        .unwrap();
+
+    // Both changes happened before the stream existed.
+    let mut stream = client
+        .listen(Some("alice"), json!(4), &[&waiting, &finished])
+        .await;
+    stream.next_message().await;
+    let snapshot = stream.snapshot(2).await;
+    assert_eq!(snapshot[&waiting]["status"], "input_required");
+    assert_eq!(snapshot[&waiting]["statusMessage"], "Waiting for you");
+    assert_eq!(snapshot[&finished]["status"], "completed");
+    for task in [&waiting, &finished] {
+        assert_eq!(
+            without_meta(&snapshot[task.as_str()]),
+            client.get_detailed(task, Some("alice")).await
+        );
+    }
+    // A change after it follows.
+    let answer = json!({"go": {"action": "accept", "content": {"ok": true}}});
+    client.update(&waiting, answer, Some("alice")).await.ok();
+    let next = stream.next_task().await;
+    assert_eq!(next["taskId"], waiting.as_str());
+    assert_eq!(next["status"], "working");
 }

@@ -139,7 +139,8 @@ async fn a_stalled_inner_acknowledgment_is_replaced_after_the_timeout() {
             .is_err(),
         "the inner stream was dropped after the timeout"
     );
-    // The tasks-only stream carries the task's changes.
+    // The tasks-only stream carries the task as it is, then its changes.
+    assert_eq!(stream.snapshot(1).await[&task]["status"], "working");
     let id: TaskId = task.parse().unwrap();
     server.tasks.progress(&id, "Halfway").await.unwrap();
     let note = stream.next_message().await;

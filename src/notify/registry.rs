@@ -320,6 +320,12 @@ impl Subscription {
         state.order.retain(|t| tasks.contains_key(t));
     }
 
+    /// Queues `record` for this stream alone (its snapshot of a task), unless a state
+    /// as new or newer was queued or written already.
+    pub(crate) fn offer(&self, record: TaskRecord) {
+        self.slot.offer(&Arc::new(Change::new(record)));
+    }
+
     /// The pending states of this stream's tasks, oldest first, or `None` after
     /// arranging for `waker` to be woken by the next one.
     pub(crate) fn take_or_wait(&self, waker: &Waker) -> Option<Vec<Arc<Change>>> {

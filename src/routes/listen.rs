@@ -136,6 +136,24 @@ where
         }
     };
     subscription.retain(&agreed);
+    // The snapshot: each agreed task's state as it is now, queued to follow the
+    // acknowledgment, so that a change made before the stream opened is not missed.
+    // Read after registering: a change delivered meanwhile is as new or newer, and an
+    // older state is never queued after it.
+    for task in &agreed {
+        match engine
+            .store
+            .get(task, Scope::Owner(owner.as_ref()), now)
+            .await
+        {
+            Ok(Some(record)) => subscription.offer(record),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "task store failed while reading a listen snapshot");
+                break;
+            }
+        }
+    }
     let agreed_ids: Vec<Value> = agreed
         .iter()
         .map(|t| Value::String(t.to_string()))

@@ -3,7 +3,7 @@
 //! that opens one connection per exchange; a [`Reply`] read whole and an
 //! [`EventStream`] read event by event. Every socket has `TCP_NODELAY` set.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -504,6 +504,18 @@ impl EventStream {
         let message = self.next_message().await;
         assert_eq!(message["method"], "notifications/tasks", "{message}");
         message["params"].clone()
+    }
+
+    /// The snapshot that follows the acknowledgment: one `notifications/tasks` per
+    /// agreed task, in any order, returned by task id.
+    pub(crate) async fn snapshot(&mut self, tasks: usize) -> HashMap<String, Value> {
+        let mut seen = HashMap::new();
+        while seen.len() < tasks {
+            let params = self.next_task().await;
+            let id = params["taskId"].as_str().expect("a task id").to_owned();
+            assert!(seen.insert(id, params).is_none(), "one snapshot per task");
+        }
+        seen
     }
 
     /// Reads task notifications until one satisfies `done`; returns all of them.
