@@ -78,8 +78,35 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    axum::serve(listener, app).await?;
+    // Ctrl-C or SIGTERM: running tasks get 10 s to finish, the rest fail, listen
+    // streams end with their result, then the server stops.
+    let shutdown = async move {
+        shutdown_signal().await;
+        let failed = tasks_layer.drain(Duration::from_secs(10)).await;
+        println!("shut down; {failed} unfinished task(s) failed");
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
     Ok(())
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM where there is one (what a deploy sends).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Demo authentication: `Authorization: Bearer <name>` makes `<name>` the principal,

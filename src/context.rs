@@ -291,6 +291,9 @@ pub enum TaskRefused {
     AlreadyCreated,
     /// The layer already answered this call: a task asked for now would be lost.
     AlreadyAnswered,
+    /// The server is shutting down ([`TasksLayer::drain`](crate::TasksLayer::drain)):
+    /// no new task is admitted.
+    ShuttingDown,
 }
 
 impl fmt::Display for TaskRefused {
@@ -303,6 +306,7 @@ impl fmt::Display for TaskRefused {
             TaskRefused::Disabled => "the tasks extension is disabled",
             TaskRefused::AlreadyCreated => "a task was already requested for this call",
             TaskRefused::AlreadyAnswered => "the call was already answered",
+            TaskRefused::ShuttingDown => "the server is shutting down",
         })
     }
 }

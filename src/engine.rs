@@ -42,6 +42,10 @@ pub(crate) struct Engine {
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
     /// The tasks whose work runs in this process under a live task handle.
     works: Mutex<HashSet<TaskId>>,
+    /// Woken whenever the last work or runner of this process ends.
+    idle: Notify,
+    /// Set by a drain: no new task is admitted.
+    draining: std::sync::atomic::AtomicBool,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
@@ -61,6 +65,8 @@ impl Engine {
             waiters: Mutex::new(HashMap::new()),
             runners: Mutex::new(HashMap::new()),
             works: Mutex::new(HashSet::new()),
+            idle: Notify::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
         }
     }
@@ -94,6 +100,91 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
+        self.wake_if_idle();
+    }
+
+    /// The tasks this process is running (work under a handle, `Auto` runners).
+    pub(crate) fn running(&self) -> Vec<TaskId> {
+        let mut running: Vec<TaskId> = self
+            .works
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        running.extend(
+            self.runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .copied(),
+        );
+        running.sort_unstable();
+        running.dedup();
+        running
+    }
+
+    /// Wakes a drain waiting for this process to run no task (nothing to do, and no
+    /// lock taken, when no drain has begun).
+    fn wake_if_idle(&self) {
+        if !self.is_draining() {
+            return;
+        }
+        let no_work = self
+            .works
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        let no_runner = self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if no_work && no_runner {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until this process runs no task, or until `deadline`; the tasks still
+    /// running then.
+    pub(crate) async fn wait_idle(&self, deadline: tokio::time::Instant) -> Vec<TaskId> {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            let running = self.running();
+            if running.is_empty() || tokio::time::Instant::now() >= deadline {
+                return running;
+            }
+            tokio::select! {
+                _ = idle => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Stops admitting new tasks (see `TasksLayer::drain`).
+    pub(crate) fn start_draining(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a drain has begun: calls that would become tasks run synchronously.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Aborts the `Auto` runner of `id`, if this process has one.
+    pub(crate) fn abort_runner(&self, id: &TaskId) {
+        let runner = self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(runner) = runner {
+            runner.abort();
+        }
+        self.wake_if_idle();
     }
 
     /// Counts `id` as worked on in this process, until [`forget_work`](Self::forget_work).
@@ -116,6 +207,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(id);
+        self.wake_if_idle();
     }
 
     /// A terminal task needs no runner: a cancelled one has its runner aborted.
@@ -133,6 +225,7 @@ impl Engine {
         {
             runner.abort();
         }
+        self.wake_if_idle();
     }
 
     pub(crate) fn limits(&self) -> CreateLimits {

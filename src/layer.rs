@@ -15,7 +15,8 @@ use crate::error::ConfigError;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
 use crate::store::{Janitor, TaskStore};
-use crate::task::Principal;
+use crate::task::{ErrorObject, Principal, Scope, Transition};
+use crate::wire::RpcError;
 use crate::worker::Tasks;
 
 /// The tower layer that adds the Tasks extension (`io.modelcontextprotocol/tasks`)
@@ -186,6 +187,56 @@ impl TasksLayer {
     /// ```
     pub fn listen_notifier(&self) -> ListenNotifier {
         self.engine.listen.clone()
+    }
+
+    /// Shuts this node's tasks down gracefully, for a deploy or a Ctrl-C: from now on
+    /// no call becomes a task (a handler's `TaskContext` refuses with
+    /// [`TaskRefused::ShuttingDown`](crate::TaskRefused::ShuttingDown) and runs the
+    /// call synchronously, an `Auto` tool answers synchronously, a `Required` one is
+    /// refused with -32603 "Server is shutting down"); the work running here (under a
+    /// [`TaskHandle`](crate::worker::TaskHandle) or an `Auto` runner) gets up to
+    /// `grace` to finish; what is left then fails with -32603 "Server shut down
+    /// before the task finished"; and every listen stream ends with the listen
+    /// request's result. Returns how many tasks it failed. `tasks/get`, `update` and
+    /// `cancel` keep working throughout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// // e.g. after tokio::signal::ctrl_c().await, before the HTTP server stops:
+    /// assert_eq!(layer.drain(Duration::from_secs(10)).await, 0); // nothing was running
+    /// # }
+    /// ```
+    pub async fn drain(&self, grace: Duration) -> usize {
+        const SHUT_DOWN: &str = "Server shut down before the task finished";
+        let engine = &self.engine;
+        engine.start_draining();
+        let left = engine.wait_idle(tokio::time::Instant::now() + grace).await;
+        let mut failed = 0;
+        for id in &left {
+            let fail = Transition::Fail {
+                error: ErrorObject::new(RpcError::INTERNAL_ERROR, SHUT_DOWN),
+                message: Some(SHUT_DOWN.to_owned()),
+            };
+            match engine.update(id, Scope::Any, &fail).await {
+                Ok(Some(updated)) if updated.changed() => failed += 1,
+                Ok(_) => {}
+                Err(e) => tracing::error!(error = %e, "drain: could not fail a running task"),
+            }
+            engine.abort_runner(id);
+        }
+        if failed > 0 {
+            tracing::warn!(
+                failed,
+                "drain: tasks still running after the grace period were failed"
+            );
+        }
+        engine.listen.registry().end_all();
+        failed
     }
 
     /// Whether the extension is switched on (the default; see

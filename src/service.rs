@@ -316,8 +316,13 @@ where
             let tool = envelope.param("name").and_then(Value::as_str).unwrap_or("");
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
             let mode = engine.config.mode_for_call(tool, arguments);
+            let draining = engine.is_draining();
+            if draining && declared && mode == TaskMode::Required {
+                return Ok(reply(RpcError::internal("Server is shutting down"), id));
+            }
             if let TaskMode::Auto { after } = mode
                 && declared
+                && !draining
             {
                 let id = id.cloned();
                 return routes::auto::call(engine, inner, parts, bytes, id, after).await;
@@ -328,6 +333,7 @@ where
             let context = match (mode, declared) {
                 (TaskMode::Never, _) => TaskContext::refused(TaskRefused::ToolNeverTask),
                 (_, false) => TaskContext::refused(TaskRefused::NotDeclared),
+                _ if draining => TaskContext::refused(TaskRefused::ShuttingDown),
                 _ => TaskContext::open(),
             };
             routes::tools_call::call(&engine, inner, parts, bytes, id, context).await

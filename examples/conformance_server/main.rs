@@ -87,6 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer)
@@ -98,8 +99,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         listener.local_addr()?,
         if sse { "SSE" } else { "JSON" }
     );
-    common::serve(listener, app, async {
+    common::serve(listener, app, async move {
         let _ = tokio::signal::ctrl_c().await;
+        // Running tasks get 5 s, the rest fail, listen streams end with their result.
+        drain.drain(Duration::from_secs(5)).await;
     })
     .await;
     Ok(())

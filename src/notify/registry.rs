@@ -88,6 +88,7 @@ impl Registry {
                 order: VecDeque::new(),
                 waker: None,
                 closed: false,
+                ending: false,
             }),
         });
         // Checked and taken under one lock, so concurrent listens never overshoot.
@@ -138,6 +139,22 @@ impl Registry {
             }
             let change = shared.get_or_insert_with(|| Arc::new(Change::new(record.clone())));
             slot.offer(change);
+        }
+    }
+
+    /// Asks every open stream to end (a server-side shutdown): each writes what it
+    /// has pending, then the listen result, then closes.
+    pub(crate) fn end_all(&self) {
+        let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
+        for slot in slots {
+            let waker = {
+                let mut state = slot.lock();
+                state.ending = true;
+                state.waker.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
         }
     }
 
@@ -225,6 +242,8 @@ struct SlotState {
     order: VecDeque<TaskId>,
     waker: Option<Waker>,
     closed: bool,
+    /// The server is shutting down: the stream ends once its pending states are out.
+    ending: bool,
 }
 
 #[derive(Default)]
@@ -330,6 +349,11 @@ impl Subscription {
     /// arranging for `waker` to be woken by the next one.
     pub(crate) fn take_or_wait(&self, waker: &Waker) -> Option<Vec<Arc<Change>>> {
         self.slot.take_or_wait(waker)
+    }
+
+    /// Whether the server asked this stream to end (see [`Registry::end_all`]).
+    pub(crate) fn is_ending(&self) -> bool {
+        self.slot.lock().ending
     }
 
     /// The registry this stream is in.

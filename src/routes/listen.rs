@@ -318,6 +318,19 @@ fn acknowledgment(subscription_id: &Value, task_ids: Vec<Value>) -> Bytes {
     sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
 }
 
+/// The result of the listen request, ending its stream from the server's side.
+fn listen_result(subscription_id: &Value) -> Bytes {
+    let message = json!({
+        "jsonrpc": "2.0",
+        "id": subscription_id,
+        "result": {
+            "resultType": "complete",
+            "_meta": {META_SUBSCRIPTION_ID: subscription_id},
+        },
+    });
+    sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
+}
+
 fn tasks_only<B>(stream: Stream, task_ids: Vec<Value>) -> Response<ResponseBody<B>> {
     let ack = acknowledgment(&stream.subscription_id, task_ids);
     let body = ListenBody::new(stream, ack, Bytes::new(), None);
@@ -516,6 +529,15 @@ impl Body for ListenBody {
             {
                 this.sent();
                 return Poll::Ready(Some(Ok(Frame::data(events))));
+            }
+            if this.stream.subscription.is_ending() {
+                // A server-side end: the listen result, then the end of the stream.
+                this.inner = None;
+                this.finished = true;
+                this.stream.subscription.close();
+                return Poll::Ready(Some(Ok(Frame::data(listen_result(
+                    &this.stream.subscription_id,
+                )))));
             }
             let Some(inner) = &mut this.inner else {
                 break;

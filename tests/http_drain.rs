@@ -1,0 +1,127 @@
+//! A graceful drain over real HTTP: running work gets its grace period, what is left
+//! fails, new calls stay synchronous, and listen streams end with the listen result.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_tasks::{MemoryStore, TaskMode, TaskSpec};
+use serde_json::json;
+use support::fixtures::{
+    ListenSupport, Server, Tool, listen_builder, spec, standard_inner, sync_fallback, text_result,
+};
+
+const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+#[tokio::test]
+async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
+    let layer = listen_builder(Arc::new(MemoryStore::new()))
+        .with_tool_mode("task_only", TaskMode::Required)
+        .build()
+        .unwrap();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let inner = standard_inner(&layer.handle())
+        .listen(ListenSupport::NotFound)
+        // Finishes once the test lets it: inside the grace period.
+        .tool(
+            "finishes",
+            Tool::Context(spec(move |_| {
+                let mut released = released.clone();
+                TaskSpec::new().with_work(move |task| async move {
+                    let _ = released.wait_for(|go| *go).await;
+                    let _ = task.complete(text_result("finished in time")).await;
+                })
+            })),
+        )
+        // Never finishes on its own.
+        .tool(
+            "endless",
+            Tool::Context(spec(|_| {
+                TaskSpec::new().with_work(|task| async move {
+                    let _ = task.run_until_cancelled(std::future::pending::<()>()).await;
+                })
+            })),
+        );
+    let server = Server::start(layer.clone(), inner).await;
+    let client = server.client();
+    let alice = Some("alice");
+    let finishes = client.create_task_id("finishes", json!({}), alice).await;
+    let endless = client.create_task_id("endless", json!({}), alice).await;
+    let mut stream = client
+        .listen(alice, json!(21), &[&finishes, &endless])
+        .await;
+    stream.next_message().await;
+    stream.snapshot(2).await;
+
+    let drain = tokio::spawn({
+        let layer = layer.clone();
+        async move { layer.drain(Duration::from_millis(500)).await }
+    });
+    release.send(true).unwrap();
+    let failed = drain.await.unwrap();
+    assert_eq!(
+        failed, 1,
+        "only the endless task was left after the grace period"
+    );
+
+    let done = client.get(&finishes, alice).await.ok().clone();
+    assert_eq!(done["status"], "completed", "{done}");
+    let cut = client.get(&endless, alice).await.ok().clone();
+    assert_eq!(cut["status"], "failed", "{cut}");
+    assert_eq!(cut["error"]["code"], -32603);
+    assert_eq!(
+        cut["error"]["message"],
+        "Server shut down before the task finished"
+    );
+
+    // The stream carries both endings, then the listen result, then ends.
+    let mut ended = std::collections::HashMap::new();
+    loop {
+        let message = stream.next_message().await;
+        if message["method"] == "notifications/tasks" {
+            let params = &message["params"];
+            ended.insert(
+                params["taskId"].as_str().unwrap().to_owned(),
+                params["status"].clone(),
+            );
+            continue;
+        }
+        assert_eq!(
+            message,
+            json!({"jsonrpc": "2.0", "id": 21,
+                "result": {"resultType": "complete", "_meta": {SUB_ID: 21}}})
+        );
+        break;
+    }
+    assert_eq!(ended[&finishes], "completed");
+    assert_eq!(ended[&endless], "failed");
+    assert!(stream.next_event().await.is_none(), "the stream closes");
+
+    // After the drain no call becomes a task.
+    let reply = client.call_tool("work", json!({}), true, alice).await;
+    assert_eq!(reply.ok(), &sync_fallback("ShuttingDown"));
+    client
+        .call_tool("task_only", json!({}), true, alice)
+        .await
+        .assert_error(-32603, 200);
+    // Reads keep working.
+    assert_eq!(
+        client.get(&finishes, alice).await.ok()["status"],
+        "completed"
+    );
+}
+
+#[tokio::test]
+async fn a_drain_with_nothing_running_returns_at_once() {
+    let layer = listen_builder(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    let drained = tokio::time::timeout(
+        Duration::from_secs(5),
+        layer.drain(Duration::from_secs(3600)),
+    )
+    .await
+    .expect("no grace period is waited out when nothing runs");
+    assert_eq!(drained, 0);
+}
