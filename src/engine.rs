@@ -585,14 +585,11 @@ mod tests {
         layer.engine.waiters.lock().unwrap().len()
     }
 
-    #[tokio::test]
-    async fn a_wait_dropped_midway_leaves_no_registration() {
-        let layer = TasksLayer::builder(MemoryStore::new())
-            .without_janitor()
-            .build()
-            .unwrap();
+    /// A stored task, `input_required` with one question, living `ttl_ms`.
+    async fn asking_task(layer: &TasksLayer, ttl_ms: Option<u64>) -> TaskId {
         let id = TaskId::random();
-        let record = TaskRecord::new(id, None, Timestamp::now());
+        let mut record = TaskRecord::new(id, None, Timestamp::now());
+        record.ttl_ms = ttl_ms;
         layer
             .engine
             .store
@@ -606,6 +603,16 @@ mod tests {
             message: None,
         };
         layer.handle().apply(&id, ask).await.unwrap();
+        id
+    }
+
+    #[tokio::test]
+    async fn a_wait_dropped_midway_leaves_no_registration() {
+        let layer = TasksLayer::builder(MemoryStore::new())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let id = asking_task(&layer, None).await;
         let waited = tokio::time::timeout(
             Duration::from_millis(20),
             layer.engine.wait_for_answers(&id),
@@ -621,22 +628,7 @@ mod tests {
             .without_janitor()
             .build()
             .unwrap();
-        let id = TaskId::random();
-        let mut record = TaskRecord::new(id, None, Timestamp::now());
-        record.ttl_ms = Some(200);
-        layer
-            .engine
-            .store
-            .create(record, CreateLimits::default())
-            .await
-            .unwrap();
-        let ask = Transition::RequireInput {
-            requests: [("k".to_string(), json!({"method": "roots/list"}))]
-                .into_iter()
-                .collect(),
-            message: None,
-        };
-        layer.handle().apply(&id, ask).await.unwrap();
+        let id = asking_task(&layer, Some(200)).await;
         let waited =
             tokio::time::timeout(Duration::from_secs(10), layer.engine.wait_for_answers(&id))
                 .await
@@ -651,23 +643,7 @@ mod tests {
             .without_janitor()
             .build()
             .unwrap();
-        let id = TaskId::random();
-        layer
-            .engine
-            .store
-            .create(
-                TaskRecord::new(id, None, Timestamp::now()),
-                CreateLimits::default(),
-            )
-            .await
-            .unwrap();
-        let ask = Transition::RequireInput {
-            requests: [("k".to_string(), json!({"method": "roots/list"}))]
-                .into_iter()
-                .collect(),
-            message: None,
-        };
-        layer.handle().apply(&id, ask).await.unwrap();
+        let id = asking_task(&layer, None).await;
         let engine = layer.engine.clone();
         let waiter = tokio::spawn(async move { engine.wait_for_answers(&id).await });
         while waiting_count(&layer) == 0 {
