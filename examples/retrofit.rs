@@ -39,6 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let tasks_layer = retrofit_app::layer_builder().build()?;
     let mcp = retrofit_app::mcp_service(retrofit_app::Retrofit::default(), true);
+    let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer)
@@ -48,8 +49,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     println!("{} listening on http://{addr}/mcp", retrofit_app::NAME);
-    common::serve(listener, app, async {
+    common::serve(listener, app, async move {
         let _ = tokio::signal::ctrl_c().await;
+        // `Auto` runners get 5 s to finish; the rest fail and listen streams end.
+        drain.drain(std::time::Duration::from_secs(5)).await;
     })
     .await;
     Ok(())
