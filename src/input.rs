@@ -259,6 +259,21 @@ pub struct InputResponses(Map<String, Value>);
 
 /// One answer, read from its JSON: what the user did with an elicitation, or the
 /// result of a sampling or roots request.
+///
+/// ```
+/// use mcp_tasks::input::{InputResponse, InputResponses};
+/// use serde_json::json;
+///
+/// let answers = InputResponses::from_json(json!({
+///     "region": {"action": "accept", "content": {"region": "eu"}},
+/// }).as_object().unwrap().clone());
+/// let region = match answers.get("region") {
+///     Some(InputResponse::Accept(fields)) => fields["region"].as_str().unwrap_or("us"),
+///     // Declined, dismissed, unanswered, or not a form answer: the default.
+///     _ => "us",
+/// };
+/// assert_eq!(region, "eu");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub enum InputResponse<'a> {

@@ -264,6 +264,19 @@ impl Scope<'_> {
 
 /// Why a task no longer needs its worker, as
 /// [`Tasks::cancelled`](crate::Tasks::cancelled) reports it.
+///
+/// ```
+/// use mcp_tasks::worker::TaskEnd;
+///
+/// fn log_line(end: TaskEnd) -> &'static str {
+///     match end {
+///         TaskEnd::Cancelled => "stopped: the client cancelled",
+///         TaskEnd::Gone => "stopped: the task expired",
+///         _ => "stopped: the task ended elsewhere",
+///     }
+/// }
+/// assert_eq!(log_line(TaskEnd::Gone), "stopped: the task expired");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TaskEnd {
