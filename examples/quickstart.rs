@@ -3,13 +3,19 @@
 //! ```sh
 //! cargo run --example quickstart                          # http://127.0.0.1:3000/mcp
 //! MCP_ADDR=127.0.0.1:4000 cargo run --example quickstart  # another address
-//! RUST_LOG=trace cargo run --example quickstart           # default filter: info,mcp_tasks=debug
+//! RUST_LOG=trace cargo run --example quickstart           # default filter: info,tower_http=debug,mcp_tasks=debug
 //! ```
 //!
 //! The whole wiring, outermost first: `axum::serve` (with `TCP_NODELAY`), an
-//! `axum::Router` mounting `/mcp`, a demo bearer-auth middleware that inserts a
-//! [`Principal`], [`TasksLayer`], and rmcp's stateless Streamable HTTP service
-//! (protocol 2026-07-28).
+//! `axum::Router` mounting `/mcp`, `tower_http`'s `TraceLayer` (a span per HTTP
+//! request), a demo bearer-auth middleware that inserts a [`Principal`],
+//! [`TasksLayer`], and rmcp's stateless Streamable HTTP service (protocol
+//! 2026-07-28).
+//!
+//! Each request the layer answers itself logs, inside the `TraceLayer` span, an
+//! `mcp_tasks` span with `method`, `outcome` (`result`, `task`, `error` with
+//! `error_code`, `stream`, `forwarded`), `store_us` and `elapsed_us`; never a task
+//! id or a principal.
 //!
 //! Tools:
 //! - `build {seconds}`: a task when the client declared the tasks extension, with a
@@ -39,14 +45,16 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler, schemars, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use tower::Layer as _;
+use tower_http::trace::TraceLayer;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,mcp_tasks=debug".into()),
+                .unwrap_or_else(|_| "info,tower_http=debug,mcp_tasks=debug".into()),
         )
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .init();
 
     // The layer and its store. `deploy` only ever runs as a task.
@@ -66,10 +74,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_json_response(true),
     );
 
-    // Authentication runs first, so the layer knows who owns each task.
+    // Tracing wraps everything; authentication runs before the layer, so the layer
+    // knows who owns each task.
     let app = axum::Router::new()
         .route_service("/mcp", tasks_layer.layer(mcp))
-        .layer(middleware::from_fn(demo_auth));
+        .layer(middleware::from_fn(demo_auth))
+        .layer(TraceLayer::new_for_http());
 
     let addr = std::env::var("MCP_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;

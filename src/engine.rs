@@ -15,6 +15,7 @@ use crate::config::{Config, PrincipalFn};
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
+use crate::observe::{self, Live, StoreCalls};
 use crate::store::{ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
     ErrorObject, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
@@ -31,7 +32,7 @@ pub(crate) struct NewTask {
 }
 
 pub(crate) struct Engine {
-    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) store: StoreCalls,
     pub(crate) config: Config,
     pub(crate) notifier: Option<Arc<dyn TaskNotifier>>,
     pub(crate) principal: Option<PrincipalFn>,
@@ -57,7 +58,7 @@ impl Engine {
         principal: Option<PrincipalFn>,
     ) -> Self {
         Engine {
-            store,
+            store: StoreCalls::new(store),
             config,
             notifier,
             principal,
@@ -88,18 +89,28 @@ impl Engine {
     /// Registers the background runner of an auto task, so that cancelling the
     /// task aborts it (and drops the inner call it is awaiting).
     pub(crate) fn register_runner(&self, id: TaskId, runner: tokio::task::AbortHandle) {
-        self.runners
+        if self
+            .runners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, runner);
+            .insert(id, runner)
+            .is_none()
+        {
+            Live::Runners.up();
+        }
     }
 
     /// Forgets a runner that ended on its own.
     pub(crate) fn forget_runner(&self, id: &TaskId) {
-        self.runners
+        if self
+            .runners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(id)
+            .is_some()
+        {
+            Live::Runners.down();
+        }
         self.wake_if_idle();
     }
 
@@ -189,10 +200,14 @@ impl Engine {
 
     /// Counts `id` as worked on in this process, until [`forget_work`](Self::forget_work).
     pub(crate) fn register_work(&self, id: TaskId) {
-        self.works
+        if self
+            .works
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id);
+            .insert(id)
+        {
+            Live::Workers.up();
+        }
     }
 
     /// How many tasks have work running in this process under a live handle.
@@ -203,10 +218,14 @@ impl Engine {
 
     /// The work on `id` in this process ended (its last handle was dropped).
     pub(crate) fn forget_work(&self, id: &TaskId) {
-        self.works
+        if self
+            .works
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(id)
+        {
+            Live::Workers.down();
+        }
         self.wake_if_idle();
     }
 
@@ -220,6 +239,9 @@ impl Engine {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&record.id);
+        if runner.is_some() {
+            Live::Runners.down();
+        }
         if let Some(runner) = runner
             && record.status == TaskStatus::Cancelled
         {
@@ -290,6 +312,9 @@ impl Engine {
         if let Some(u) = &updated
             && u.changed()
         {
+            if u.record.status.is_terminal() {
+                observe::task_finished(u.record.status);
+            }
             self.changed(&u.record);
         }
         Ok(updated)
@@ -421,6 +446,7 @@ impl Engine {
         match self.store.create(record.clone(), self.limits()).await {
             Ok(()) => {}
             Err(StoreError::LimitReached(limit)) => {
+                observe::task_refused(limit.as_str());
                 tracing::warn!(limit = limit.as_str(), "task refused: task limit reached");
                 return Err(RpcError::internal("Task limit reached")
                     .with_data(serde_json::json!({"limit": limit.as_str()})));
@@ -430,6 +456,7 @@ impl Engine {
                 return Err(RpcError::internal_error());
             }
         }
+        observe::task_created();
         self.changed(&record);
         Ok(record)
     }

@@ -173,7 +173,7 @@ impl TasksLayer {
             .config
             .janitor
             .unwrap_or((defaults::JANITOR_INTERVAL, defaults::RETENTION));
-        Janitor::new(self.engine.store.clone(), interval, retention)
+        Janitor::new(self.engine.store.shared(), interval, retention)
     }
 
     /// The notifier that feeds this layer's listen streams (see

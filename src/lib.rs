@@ -22,6 +22,7 @@ pub mod future;
 pub mod input;
 mod layer;
 pub mod notify;
+mod observe;
 mod routes;
 mod service;
 pub mod store;

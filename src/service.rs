@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
@@ -11,7 +10,6 @@ use http_body::Body;
 use http_body_util::{BodyExt as _, Limited};
 use serde_json::Value;
 use tower_service::Service;
-use tracing::Instrument as _;
 
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::TaskMode;
@@ -19,6 +17,7 @@ use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::future::ResponseFuture;
+use crate::observe::{self, Outcome};
 use crate::routes::{self, Reply, forward, reply};
 use crate::task::Scope;
 use crate::wire::{
@@ -271,21 +270,17 @@ where
     if !is_owned_method(&envelope.method) {
         return forward(inner, parts, bytes, envelope.id.as_ref()).await;
     }
-    let span = tracing::debug_span!("mcp_tasks", method = %envelope.method);
-    async move {
-        let started = Instant::now();
-        let response = route(engine, inner, parts, bytes, envelope).await;
-        if let Ok(r) = &response {
-            tracing::debug!(
-                status = r.status().as_u16(),
-                elapsed_us = started.elapsed().as_micros() as u64,
-                "answered"
-            );
-        }
-        response
-    }
-    .instrument(span)
-    .await
+    // Never an id or a principal here: the method, how it ended, and where the
+    // time went.
+    let span = tracing::debug_span!(
+        "mcp_tasks",
+        method = %envelope.method,
+        outcome = tracing::field::Empty,
+        error_code = tracing::field::Empty,
+        store_us = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    );
+    observe::route(span, route(engine, inner, parts, bytes, envelope)).await
 }
 
 async fn route<S, B, ResBody>(
@@ -318,6 +313,7 @@ where
             let mode = engine.config.mode_for_call(tool, arguments);
             let draining = engine.is_draining();
             if draining && declared && mode == TaskMode::Required {
+                observe::task_refused("shutting_down");
                 return Ok(reply(RpcError::internal("Server is shutting down"), id));
             }
             if let TaskMode::Auto { after } = mode
@@ -328,6 +324,7 @@ where
                 return routes::auto::call(engine, inner, parts, bytes, id, after).await;
             }
             if mode == TaskMode::Required && !declared {
+                observe::task_refused("extension_required");
                 return Ok(reply(RpcError::tasks_extension_required(), id));
             }
             let context = match (mode, declared) {
@@ -363,7 +360,10 @@ async fn answer_tasks<B>(
     envelope: &Envelope,
 ) -> Response<ResponseBody<B>> {
     let id = envelope.valid_raw_id();
-    let error = |e: RpcError| e.to_response_raw(id).map(ResponseBody::full);
+    let error = |e: RpcError| {
+        observe::outcome(Outcome::Error(e.code()));
+        e.to_response_raw(id).map(ResponseBody::full)
+    };
     if let Err(e) = check_media_types(&parts.headers) {
         return error(e);
     }
@@ -372,6 +372,7 @@ async fn answer_tasks<B>(
     }
     if envelope.is_notification() {
         // A notification gets 202 and no body; nothing is looked up or changed.
+        observe::outcome(Outcome::Result);
         let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
         *accepted.status_mut() = StatusCode::ACCEPTED;
         return accepted;
@@ -388,7 +389,10 @@ async fn answer_tasks<B>(
     }
     let owner = engine.principal(parts);
     match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
-        Ok(result) => result_response_raw(id, result).map(ResponseBody::full),
+        Ok(result) => {
+            observe::outcome(Outcome::Result);
+            result_response_raw(id, result).map(ResponseBody::full)
+        }
         Err(e) => error(e),
     }
 }

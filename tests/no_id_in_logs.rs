@@ -3,7 +3,7 @@
 //! Everything the process logs at TRACE level, spans included, is captured while a
 //! whole task life runs over HTTP (creation, polls, input, answers, completion,
 //! failure, cancellation, a panicking start, refusals and errors). The layer's span
-//! is `mcp_tasks` with the field `method`; its `answered` event carries `status` and
+//! is `mcp_tasks` with the fields `method`, `outcome`, `error_code`, `store_us` and
 //! `elapsed_us`. None of it may contain a task id.
 
 mod support;
@@ -197,8 +197,12 @@ async fn no_task_id_ever_reaches_the_logs() {
         "method=tasks/get",
         "method=tasks/update",
         "method=tools/call",
-        "answered",
-        "status=200",
+        "outcome=result",
+        "outcome=task",
+        "outcome=error",
+        "error_code=-32602",
+        "store_us=",
+        "elapsed_us=",
         "task start function panicked",
         "task spec rejected",
         "Task limit reached",

@@ -7,6 +7,7 @@ use std::task::Waker;
 
 use bytes::Bytes;
 
+use crate::observe::{self, Live};
 use crate::task::{Principal, TaskId, TaskRecord};
 
 /// Every open listen stream of one layer, indexed by the task ids it was agreed.
@@ -110,6 +111,7 @@ impl Registry {
         let id = state.next_id;
         state.next_id += 1;
         state.streams.insert(id, slot.clone());
+        Live::ListenStreams.up();
         for task in tasks {
             state
                 .by_task
@@ -170,12 +172,13 @@ impl Registry {
     /// Removes a stream and its index entries.
     fn remove(&self, id: u64, tasks: &[TaskId]) {
         let mut state = self.lock();
-        if let Some(slot) = state.streams.remove(&id)
-            && let Some(held) = state.per_principal.get_mut(&slot.principal)
-        {
-            *held = held.saturating_sub(1);
-            if *held == 0 {
-                state.per_principal.remove(&slot.principal);
+        if let Some(slot) = state.streams.remove(&id) {
+            Live::ListenStreams.down();
+            if let Some(held) = state.per_principal.get_mut(&slot.principal) {
+                *held = held.saturating_sub(1);
+                if *held == 0 {
+                    state.per_principal.remove(&slot.principal);
+                }
             }
         }
         state.unindex(id, tasks);
@@ -276,6 +279,8 @@ impl Slot {
             task.revision = Some(record.revision);
             if task.pending.replace(change.clone()).is_none() {
                 state.order.push_back(record.id);
+            } else {
+                observe::notification_coalesced();
             }
             state.waker.take()
         };

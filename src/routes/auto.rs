@@ -33,6 +33,7 @@ use crate::defaults::AUTO_EXPIRY_MARGIN;
 use crate::engine::{Engine, NewTask};
 use crate::error::BoxError;
 use crate::error::TransitionError;
+use crate::observe::{self, Outcome};
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, RpcError, result_response, sse};
 
@@ -82,10 +83,16 @@ where
             answer_rx.await
         }
     };
-    answer.unwrap_or_else(|_| {
-        tracing::error!("an auto task runner ended without an answer; answering -32603");
-        Ok(reply(RpcError::internal_error(), id.as_ref()))
-    })
+    match answer {
+        Ok((reply, outcome)) => {
+            observe::outcome(outcome);
+            reply
+        }
+        Err(_) => {
+            tracing::error!("an auto task runner ended without an answer; answering -32603");
+            Ok(reply(RpcError::internal_error(), id.as_ref()))
+        }
+    }
 }
 
 /// What it takes to send the original call again: the request head (its
@@ -414,7 +421,7 @@ impl<S> Runner<S> {
     async fn run<B, ResBody>(
         mut self,
         inner: S,
-        answer: oneshot::Sender<Reply<ResBody, S::Error>>,
+        answer: oneshot::Sender<(Reply<ResBody, S::Error>, Outcome)>,
         go: oneshot::Receiver<()>,
         me: oneshot::Receiver<tokio::task::AbortHandle>,
     ) where
@@ -436,7 +443,7 @@ impl<S> Runner<S> {
         };
         if let Some(done) = done {
             tracing::debug!("auto call answered within its budget");
-            let _ = answer.send(pass_on(done, self.id.as_ref()));
+            let _ = answer.send((pass_on(done, self.id.as_ref()), Outcome::Forwarded));
             return;
         }
         let record = match self
@@ -446,7 +453,8 @@ impl<S> Runner<S> {
         {
             Ok(record) => record,
             Err(e) => {
-                let _ = answer.send(Ok(reply(e, self.id.as_ref())));
+                let outcome = Outcome::Error(e.code());
+                let _ = answer.send((Ok(reply(e, self.id.as_ref())), outcome));
                 return;
             }
         };
@@ -460,7 +468,7 @@ impl<S> Runner<S> {
         }
         let created = self.engine.create_task_result(&record);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
-        if answer.send(Ok(handle)).is_err() {
+        if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.
             let _ = self
                 .engine

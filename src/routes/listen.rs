@@ -23,6 +23,7 @@ use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::notify::registry::Subscription;
+use crate::observe::{self, Outcome};
 use crate::task::{Scope, TaskId, Timestamp};
 use crate::wire::sse::{self, Splitter};
 use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RpcError};
@@ -263,6 +264,7 @@ where
 /// The inner stream's head over the merged body: its length no longer holds, and
 /// proxies must not buffer the stream.
 fn merged<B>(mut head: http::response::Parts, body: ListenBody) -> Response<ResponseBody<B>> {
+    observe::outcome(Outcome::Stream);
     head.headers.remove(header::CONTENT_LENGTH);
     head.headers
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
@@ -332,6 +334,7 @@ fn listen_result(subscription_id: &Value) -> Bytes {
 }
 
 fn tasks_only<B>(stream: Stream, task_ids: Vec<Value>) -> Response<ResponseBody<B>> {
+    observe::outcome(Outcome::Stream);
     let ack = acknowledgment(&stream.subscription_id, task_ids);
     let body = ListenBody::new(stream, ack, Bytes::new(), None);
     let mut response = Response::new(ResponseBody::boxed(Box::pin(body)));
@@ -486,6 +489,7 @@ impl ListenBody {
             self.prefix = notification_prefix(&self.stream.subscription_id);
         }
         let mut out = BytesMut::new();
+        let mut sent = 0;
         for change in changes {
             // `{"taskId":…}` becomes `<prefix>"taskId":…}}`: the task's JSON is
             // written once per change, whatever the number of streams.
@@ -496,7 +500,9 @@ impl ListenBody {
             out.extend_from_slice(&self.prefix);
             out.extend_from_slice(task);
             out.extend_from_slice(b"}\n\n");
+            sent += 1;
         }
+        observe::notifications_sent(sent);
         (!out.is_empty()).then(|| out.freeze())
     }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use crate::body::{RequestBody, ResponseBody};
 use crate::context::TaskSpec;
 use crate::engine::Engine;
+use crate::observe::{self, Outcome};
 use crate::task::{Principal, TaskRecord};
 use crate::wire::RpcError;
 use crate::worker;
@@ -34,6 +35,7 @@ pub(crate) type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
 
 /// A JSON-RPC error response written by the layer.
 pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+    observe::outcome(Outcome::Error(error.code()));
     error.to_response(id).map(ResponseBody::full)
 }
 
@@ -76,7 +78,5 @@ pub(crate) fn refuse_stray_task<B>(
         return response.map(ResponseBody::inner);
     }
     tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
-    RpcError::internal_error()
-        .to_response(id)
-        .map(ResponseBody::full)
+    reply(RpcError::internal_error(), id)
 }

@@ -20,6 +20,7 @@ use crate::body::{BoxBody, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskSpec};
 use crate::engine::Engine;
 use crate::error::BoxError;
+use crate::observe::{self, Outcome};
 use crate::store::BoxFuture;
 use crate::task::Principal;
 use crate::wire::sse::{self, Splitter};
@@ -86,6 +87,7 @@ where
     drop(read);
     match super::create_task(engine, owner, spec).await {
         Ok(task) => {
+            observe::outcome(Outcome::Task);
             let result = engine.create_task_result(&task);
             Ok(result_response(id, result).map(ResponseBody::full))
         }

@@ -87,6 +87,7 @@ impl Janitor {
     /// ```
     pub async fn sweep(&self) -> Result<usize, StoreError> {
         let removed = self.store.cleanup(Timestamp::now(), self.retention).await?;
+        crate::observe::janitor_swept(removed);
         tracing::debug!(removed, "mcp-tasks janitor sweep");
         Ok(removed)
     }

@@ -1,0 +1,257 @@
+//! What the layer tells operators: metrics on the `metrics` facade (feature
+//! `metrics`; every call below is empty without it), and the outcome and store time
+//! of each route, recorded on its `tracing` span.
+//!
+//! No label ever carries a task id or a principal: labels are fixed words.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::StoreError;
+use crate::store::{ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
+
+/// How a route ended, for its span's `outcome` field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The inner service answered (the default).
+    Forwarded,
+    /// The layer answered with a result of its own.
+    Result,
+    /// The call became a task.
+    Task,
+    /// A listen stream opened.
+    Stream,
+    /// The layer answered with a JSON-RPC error of this code.
+    Error(i64),
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::Result => "result",
+            Outcome::Task => "task",
+            Outcome::Stream => "stream",
+            Outcome::Error(_) => "error",
+        }
+    }
+}
+
+/// What one route collects while it runs, when its span is enabled.
+struct RouteStats {
+    store: Cell<Duration>,
+    outcome: Cell<Outcome>,
+}
+
+tokio::task_local! {
+    static ROUTE: RouteStats;
+}
+
+/// Runs a route inside `span`, and records on it the route's outcome, the time
+/// spent in store calls and the total time. With the span disabled the route runs
+/// as it is, with nothing collected.
+pub(crate) async fn route<T>(span: tracing::Span, route: impl Future<Output = T>) -> T {
+    use tracing::Instrument as _;
+    if span.is_disabled() {
+        return route.await;
+    }
+    let stats = RouteStats {
+        store: Cell::new(Duration::ZERO),
+        outcome: Cell::new(Outcome::Forwarded),
+    };
+    let started = Instant::now();
+    let (out, stats) = ROUTE
+        .scope(stats, async {
+            let out = route.await;
+            let stats = ROUTE.with(|s| (s.outcome.get(), s.store.get()));
+            (out, stats)
+        })
+        .instrument(span.clone())
+        .await;
+    let (outcome, store) = stats;
+    span.record("outcome", tracing::field::display(outcome.as_str()));
+    if let Outcome::Error(code) = outcome {
+        span.record("error_code", code);
+    }
+    span.record("store_us", store.as_micros() as u64);
+    span.record("elapsed_us", started.elapsed().as_micros() as u64);
+    out
+}
+
+/// Notes how the current route ended (nothing outside a recorded route).
+pub(crate) fn outcome(outcome: Outcome) {
+    let _ = ROUTE.try_with(|s| s.outcome.set(outcome));
+}
+
+/// The store as the layer calls it: each call timed for the current route's span
+/// and the `mcp_tasks_store_call_seconds` histogram. Inherent methods mirror
+/// [`TaskStore`], so no second boxed future is made per call.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreCalls {
+    store: Arc<dyn TaskStore>,
+}
+
+impl StoreCalls {
+    pub(crate) fn new(store: Arc<dyn TaskStore>) -> Self {
+        StoreCalls { store }
+    }
+
+    /// The store itself, for those that call it on their own (the janitor).
+    pub(crate) fn shared(&self) -> Arc<dyn TaskStore> {
+        self.store.clone()
+    }
+
+    pub(crate) async fn create(
+        &self,
+        record: TaskRecord,
+        limits: CreateLimits,
+    ) -> Result<(), StoreError> {
+        timed("create", self.store.create(record, limits)).await
+    }
+
+    pub(crate) async fn get(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        timed("get", self.store.get(id, scope, now)).await
+    }
+
+    pub(crate) async fn visible(
+        &self,
+        ids: &[TaskId],
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<TaskId>, StoreError> {
+        timed("visible", self.store.visible(ids, scope, now)).await
+    }
+
+    pub(crate) async fn update(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        transition: &Transition,
+        now: Timestamp,
+    ) -> Result<Option<Updated>, StoreError> {
+        timed("update", self.store.update(id, scope, transition, now)).await
+    }
+
+    pub(crate) fn subscribe(&self) -> Option<ChangeFeed> {
+        self.store.subscribe()
+    }
+}
+
+async fn timed<T>(
+    op: &'static str,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let in_route = ROUTE.try_with(|_| ()).is_ok();
+    if !in_route && !cfg!(feature = "metrics") {
+        return call.await;
+    }
+    let started = Instant::now();
+    let out = call.await;
+    let took = started.elapsed();
+    if in_route {
+        let _ = ROUTE.try_with(|s| s.store.set(s.store.get() + took));
+    }
+    store_call(op, took, out.is_ok());
+    out
+}
+
+#[cfg(feature = "metrics")]
+fn store_call(op: &'static str, took: Duration, ok: bool) {
+    metrics::histogram!("mcp_tasks_store_call_seconds", "op" => op).record(took.as_secs_f64());
+    if !ok {
+        metrics::counter!("mcp_tasks_store_errors_total", "op" => op).increment(1);
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+fn store_call(_: &'static str, _: Duration, _: bool) {}
+
+/// A task was stored.
+pub(crate) fn task_created() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_created_total").increment(1);
+}
+
+/// A call that would have become a task did not: `reason` is a fixed word (a limit's
+/// name, `shutting_down`, `extension_required`).
+pub(crate) fn task_refused(reason: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_refused_total", "reason" => reason).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = reason;
+}
+
+/// A write of this process moved a task to a terminal status.
+pub(crate) fn task_finished(status: TaskStatus) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_finished_total", "status" => status.as_str()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = status;
+}
+
+/// `count` task notifications were written to a listen stream.
+pub(crate) fn notifications_sent(count: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_notifications_sent_total").increment(count as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = count;
+}
+
+/// A pending notification was replaced by a newer state of its task before a
+/// stream wrote it.
+pub(crate) fn notification_coalesced() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_notifications_coalesced_total").increment(1);
+}
+
+/// One janitor sweep removed `removed` records.
+pub(crate) fn janitor_swept(removed: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("mcp_tasks_janitor_sweeps_total").increment(1);
+        metrics::counter!("mcp_tasks_janitor_removed_total").increment(removed as u64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = removed;
+}
+
+/// The live things a process holds, each a gauge moved up and down by those that
+/// start and end them (so several layers in one process add up).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Live {
+    /// Open `subscriptions/listen` streams.
+    ListenStreams,
+    /// `TaskMode::Auto` runners.
+    Runners,
+    /// Task work under a live task handle.
+    Workers,
+}
+
+impl Live {
+    #[cfg(feature = "metrics")]
+    fn name(self) -> &'static str {
+        match self {
+            Live::ListenStreams => "mcp_tasks_listen_streams",
+            Live::Runners => "mcp_tasks_runners",
+            Live::Workers => "mcp_tasks_workers",
+        }
+    }
+
+    pub(crate) fn up(self) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(self.name()).increment(1.0);
+    }
+
+    pub(crate) fn down(self) {
+        #[cfg(feature = "metrics")]
+        metrics::gauge!(self.name()).decrement(1.0);
+    }
+}
