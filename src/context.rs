@@ -234,7 +234,10 @@ impl TaskSpec {
         F: FnOnce(TaskHandle) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let work = Start::Work(Box::new(move |task| Box::pin(work(task))));
+        // Spawned as it is, not boxed: a parked worker is one allocation, its task.
+        let work = Start::Work(Box::new(move |task| {
+            tokio::spawn(work(task));
+        }));
         self.start = Some(Arc::new(Mutex::new(Some(work))));
         self
     }

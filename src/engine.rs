@@ -382,13 +382,18 @@ impl Engine {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let task = self.store.get(id, Scope::Any, Timestamp::now()).await?;
-            if let Some(answer) = ready(task.as_ref()) {
-                return Ok(answer);
-            }
+            // The record is read and dropped in this block, so a parked wait never
+            // keeps a copy of it in its state.
+            let expires = {
+                let task = self.store.get(id, Scope::Any, Timestamp::now()).await?;
+                if let Some(answer) = ready(task.as_ref()) {
+                    return Ok(answer);
+                }
+                task.and_then(|t| t.expires_at())
+            };
             // Expiry changes nothing in the store, so no change wakes the wait: it also
             // wakes once the task's TTL has run out, and the next read finds it gone.
-            match task.and_then(|t| t.expires_at()) {
+            match expires {
                 Some(at) => {
                     let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
                     let expiry = tokio::time::sleep(Duration::from_millis(left + 1));
@@ -691,5 +696,19 @@ mod tests {
             .unwrap();
         assert!(outcome.is_err_and(|e| e.is_terminal()));
         assert_eq!(waiting_count(&layer), 0);
+    }
+
+    #[tokio::test]
+    async fn a_parked_wait_keeps_no_copy_of_the_record() {
+        // A worker parked on `cancelled()` holds this future for the task's whole
+        // life; a record (over 300 bytes) kept in it would show here.
+        let layer = TasksLayer::new(MemoryStore::new());
+        let id = TaskId::random();
+        let wait = layer.engine.wait_for_end(&id);
+        assert!(
+            std::mem::size_of_val(&wait) < std::mem::size_of::<TaskRecord>() + 128,
+            "{} bytes",
+            std::mem::size_of_val(&wait)
+        );
     }
 }

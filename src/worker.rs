@@ -15,7 +15,6 @@ use serde_json::Value;
 use crate::engine::Engine;
 use crate::error::{TaskError, TransitionError};
 use crate::input::{InputRequests, InputResponses};
-use crate::store::BoxFuture;
 pub use crate::task::TaskEnd;
 use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
 use crate::wire::RpcError;
@@ -673,7 +672,8 @@ pub(crate) enum Start {
     /// Called with the id; the work drives its task through [`Tasks`].
     Id(Box<dyn FnOnce(TaskId) + Send + 'static>),
     /// Called with the task's own handle; the layer spawns the future it returns.
-    Work(Box<dyn FnOnce(TaskHandle) -> BoxFuture<'static, ()> + Send + 'static>),
+    /// Spawns the work with its handle.
+    Work(Box<dyn FnOnce(TaskHandle) + Send + 'static>),
 }
 
 /// Starts the work of the task just stored as `id`: calls a `with_start` function,
@@ -686,9 +686,7 @@ pub(crate) async fn start(engine: &Arc<Engine>, id: TaskId, start: Option<Start>
         Some(Start::Work(work)) => {
             engine.register_work(id);
             let handle = TaskHandle::new(Tasks::new(engine.clone()), id);
-            catch_unwind(AssertUnwindSafe(move || {
-                tokio::spawn(work(handle));
-            }))
+            catch_unwind(AssertUnwindSafe(move || work(handle)))
         }
     };
     if started.is_err() {

@@ -1,0 +1,317 @@
+//! Poll scaling over real HTTP: how `tasks/get` throughput and latency, creation rate
+//! and resident memory per task change as the store fills up.
+//!
+//! For each store and size N, a fresh child process serves the layer on 127.0.0.1
+//! (hyper, `TCP_NODELAY`) around a minimal inner service whose one tool, `park`,
+//! makes a task whose worker (`TaskSpec::with_work`) awaits the task's end with
+//! `TaskHandle::cancelled()`: a parked working task, as a real long job would be. The
+//! child then
+//!
+//! 1. creates N tasks through `tools/call` over HTTP on `SCALE_CONNS` keep-alive
+//!    connections (default 32), each reply checked to be a `CreateTaskResult`;
+//! 2. reads its RSS (`VmRSS`) before and after, and reports the growth per task,
+//!    less the client's own list of ids (32 bytes per task);
+//! 3. polls `tasks/get` on random ids for `SCALE_SECS` seconds (default 10) on the
+//!    same connections, every reply checked (`status` `working`, the right
+//!    `taskId`), and reports requests/s and the p50/p99 latency.
+//!
+//! Client and server share the child's two-worker tokio runtime, as they share the
+//! machine's two cores; compare sizes within one run.
+//!
+//! ```text
+//! cargo bench --bench scale                                    # memory store: 1k, 10k, 100k, 1M
+//! SCALE_SIZES=1000,100000 cargo bench --bench scale            # other sizes
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379 \
+//!   SCALE_STORE=all cargo bench --bench scale --features postgres,redis,test-util
+//! ```
+//!
+//! `SCALE_STORE` is `memory` (default), `postgres`, `redis` or `all`; the shared
+//! stores default to 1k, 10k and 100k. BENCHMARKS.md has the results.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use mcp_tasks::body::RequestBody;
+use mcp_tasks::{MemoryStore, TaskContext, TaskId, TaskSpec, TaskStore, TasksLayer};
+use serde_json::{Value, json};
+
+use support::http::{bearer, connect, serve_layered};
+use support::requests::Call;
+
+const PRINCIPAL: &str = "bench";
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The process's resident set, in bytes (`VmRSS` of /proc/self/status).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+fn main() {
+    if let Ok(job) = std::env::var("SCALE_CHILD") {
+        let (store, size) = job.split_once(':').expect("SCALE_CHILD=store:size");
+        child(store, size.parse().expect("a size"));
+        return;
+    }
+    // `cargo bench` passes `--bench`; a plain `cargo test --benches` passes nothing
+    // and must not run for minutes.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("scale: run it with `cargo bench --bench scale`");
+        return;
+    }
+    let stores: Vec<&str> = match std::env::var("SCALE_STORE").as_deref() {
+        Ok("all") => vec!["memory", "postgres", "redis"],
+        Ok("postgres") => vec!["postgres"],
+        Ok("redis") => vec!["redis"],
+        _ => vec!["memory"],
+    };
+    println!(
+        "| store | tasks | created/s | RSS per task (bytes) | tasks/get per s | p50 (µs) | p99 (µs) | get rate / smallest |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for store in stores {
+        let default_sizes = if store == "memory" {
+            "1000,10000,100000,1000000"
+        } else {
+            "1000,10000,100000"
+        };
+        let sizes = std::env::var("SCALE_SIZES").unwrap_or_else(|_| default_sizes.into());
+        let mut smallest: Option<f64> = None;
+        for size in sizes
+            .split(',')
+            .filter_map(|s| s.trim().parse::<usize>().ok())
+        {
+            let output = std::process::Command::new(std::env::current_exe().unwrap())
+                .env("SCALE_CHILD", format!("{store}:{size}"))
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("the child runs");
+            let text = String::from_utf8_lossy(&output.stdout);
+            let Some(line) = text.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+                eprintln!(
+                    "{store} {size}: no result (exit {:?})\n{text}",
+                    output.status
+                );
+                std::process::exit(1);
+            };
+            let r: Value = serde_json::from_str(line).unwrap();
+            let rate = r["gets_per_s"].as_f64().unwrap();
+            let base = *smallest.get_or_insert(rate);
+            println!(
+                "| {store} | {size} | {:.0} | {:.0} | {:.0} | {} | {} | {:.2} |",
+                r["created_per_s"].as_f64().unwrap(),
+                r["rss_per_task"].as_f64().unwrap(),
+                rate,
+                r["p50_us"],
+                r["p99_us"],
+                rate / base,
+            );
+        }
+    }
+}
+
+fn child(store: &str, size: usize) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(run(store, size));
+    println!("RESULT {result}");
+}
+
+/// The minimal inner service: `tools/call` of `park` makes a parked task; anything
+/// else gets an empty result.
+fn inner() -> impl tower::Service<
+    Request<RequestBody<Incoming>>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    // `SCALE_WORK=none` stores the tasks without workers, to tell the two costs apart.
+    let parked = std::env::var("SCALE_WORK").map_or(true, |w| w != "none");
+    tower::service_fn(move |request: Request<RequestBody<Incoming>>| async move {
+        if let Some(context) = TaskContext::from_extensions(request.extensions()) {
+            let spec = TaskSpec::new();
+            let _ = context.create(if parked {
+                spec.with_work(|task| async move {
+                    let _ = task.cancelled().await;
+                })
+            } else {
+                spec
+            });
+        }
+        let _ = request.into_body().collect().await;
+        let mut response = Response::new(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+        )));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Ok::<_, Infallible>(response)
+    })
+}
+
+async fn shared_store(store: &str) -> Arc<dyn TaskStore> {
+    match store {
+        "memory" => Arc::new(MemoryStore::new()),
+        #[cfg(all(feature = "postgres", feature = "test-util"))]
+        "postgres" => Arc::new(
+            support::stores::postgres::scratch()
+                .await
+                .expect("DATABASE_URL"),
+        ),
+        #[cfg(all(feature = "redis", feature = "test-util"))]
+        "redis" => Arc::new(support::stores::redis::scratch().await.expect("REDIS_URL")),
+        other => panic!("store {other}: unknown, or built without its feature"),
+    }
+}
+
+async fn exchange(sender: &mut SendRequest<Full<Bytes>>, request: Request<Full<Bytes>>) -> Value {
+    let response = sender.send_request(request).await.expect("a response");
+    assert!(response.status().is_success(), "{}", response.status());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&body).expect("a JSON reply")
+}
+
+async fn run(store: &str, size: usize) -> Value {
+    let conns: usize = env_or("SCALE_CONNS", 32);
+    let secs: u64 = env_or("SCALE_SECS", 10);
+    let layer = TasksLayer::builder(shared_store(store).await)
+        .with_principal(|parts| bearer(&parts.headers))
+        .without_janitor()
+        .without_max_rows()
+        .without_max_tasks_per_owner()
+        .build()
+        .unwrap();
+    let server = serve_layered(&layer, inner()).await;
+    let addr = server.addr;
+    let mut senders = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        senders.push(connect::<Full<Bytes>>(addr).await.0);
+    }
+    let create = Call::new("tools/call")
+        .params(json!({"name": "park", "arguments": {}}))
+        .principal(PRINCIPAL);
+
+    // Warm up: a few creates and gets, so that the baseline includes the
+    // connections, the runtime and the allocator's first arenas.
+    let warm = create_many(&mut senders, &create, conns * 4).await;
+    let rss_before = rss_bytes();
+
+    let started = Instant::now();
+    let ids = create_many(&mut senders, &create, size).await;
+    let created_per_s = size as f64 / started.elapsed().as_secs_f64();
+    let rss_after = rss_bytes();
+    let id_list = (ids.capacity() * std::mem::size_of::<TaskId>()) as f64;
+    let rss_per_task = (rss_after as f64 - rss_before as f64 - id_list) / size as f64;
+    drop(warm);
+
+    let ids: Arc<Vec<TaskId>> = Arc::new(ids);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let total = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    let polling = Instant::now();
+    for (n, mut sender) in senders.into_iter().enumerate() {
+        let ids = ids.clone();
+        let total = total.clone();
+        workers.push(tokio::spawn(async move {
+            let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (n as u64 + 1);
+            let mut latencies = Vec::with_capacity(1 << 16);
+            while Instant::now() < deadline {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let id = ids[(seed % ids.len() as u64) as usize].to_string();
+                let request = Call::new("tasks/get")
+                    .params(json!({"taskId": id}))
+                    .principal(PRINCIPAL)
+                    .build();
+                let sent = Instant::now();
+                let reply = exchange(&mut sender, request).await;
+                latencies.push(sent.elapsed().as_micros() as u32);
+                let result = &reply["result"];
+                assert_eq!(result["taskId"], id.as_str(), "{reply}");
+                assert_eq!(result["status"], "working", "{reply}");
+            }
+            total.fetch_add(latencies.len(), Ordering::Relaxed);
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for worker in workers {
+        latencies.extend(worker.await.unwrap());
+    }
+    let gets_per_s = total.load(Ordering::Relaxed) as f64 / polling.elapsed().as_secs_f64();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    eprintln!(
+        "scale: {store} {size}: {created_per_s:.0} created/s, {rss_per_task:.0} B/task, {gets_per_s:.0} gets/s"
+    );
+    json!({
+        "created_per_s": created_per_s,
+        "rss_per_task": rss_per_task,
+        "gets_per_s": gets_per_s,
+        "p50_us": at(0.5),
+        "p99_us": at(0.99),
+    })
+}
+
+/// Creates `count` tasks over the connections, all at once; returns their ids.
+async fn create_many(
+    senders: &mut Vec<SendRequest<Full<Bytes>>>,
+    create: &Call<'static>,
+    count: usize,
+) -> Vec<TaskId> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for mut sender in senders.drain(..) {
+        let next = next.clone();
+        let create = create.clone();
+        workers.push(tokio::spawn(async move {
+            let mut ids: Vec<TaskId> = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < count {
+                let reply = exchange(&mut sender, create.build()).await;
+                let result = &reply["result"];
+                assert_eq!(result["resultType"], "task", "{reply}");
+                ids.push(result["taskId"].as_str().unwrap().parse().unwrap());
+            }
+            (sender, ids)
+        }));
+    }
+    let mut ids = Vec::with_capacity(count);
+    for worker in workers {
+        let (sender, mine) = worker.await.unwrap();
+        senders.push(sender);
+        ids.extend(mine);
+    }
+    ids
+}
