@@ -377,7 +377,7 @@ impl Engine {
         id: &TaskId,
         mut ready: impl FnMut(Option<&TaskRecord>) -> Option<R>,
     ) -> Result<R, StoreError> {
-        let watch = Watch::new(self, *id);
+        let watch = Watch::new(self, id);
         loop {
             let notified = watch.notify().notified();
             tokio::pin!(notified);
@@ -385,7 +385,9 @@ impl Engine {
             // The record is read and dropped in this block, so a parked wait never
             // keeps a copy of it in its state.
             let expires = {
-                let task = self.store.get(id, Scope::Any, Timestamp::now()).await?;
+                // Boxed: the read is brief, the wait long, and its state would
+                // otherwise stay reserved in every parked wait.
+                let task = Box::pin(self.store.get(id, Scope::Any, Timestamp::now())).await?;
                 if let Some(answer) = ready(task.as_ref()) {
                     return Ok(answer);
                 }
@@ -502,17 +504,17 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
 /// dropped.
 struct Watch<'a> {
     engine: &'a Engine,
-    task: TaskId,
+    task: &'a TaskId,
     notify: Option<Arc<Notify>>,
 }
 
 impl<'a> Watch<'a> {
-    fn new(engine: &'a Engine, task: TaskId) -> Self {
+    fn new(engine: &'a Engine, task: &'a TaskId) -> Self {
         let notify = engine
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(task)
+            .entry(*task)
             .or_default()
             .clone();
         Watch {
@@ -536,10 +538,10 @@ impl Drop for Watch<'_> {
             .unwrap_or_else(|p| p.into_inner());
         drop(self.notify.take());
         if waiters
-            .get(&self.task)
+            .get(self.task)
             .is_some_and(|n| Arc::strong_count(n) == 1)
         {
-            waiters.remove(&self.task);
+            waiters.remove(self.task);
         }
     }
 }

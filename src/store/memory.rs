@@ -55,7 +55,9 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Shard {
-    tasks: HashMap<TaskId, TaskRecord>,
+    /// Boxed, so a table slot is 40 bytes rather than the whole record: less memory
+    /// at the table's spare capacity, and probes and resizes touch less.
+    tasks: HashMap<TaskId, Box<TaskRecord>>,
     /// Records with a TTL, by expiry time.
     expiry: BTreeSet<(Timestamp, TaskId)>,
     /// Terminal records without a TTL, by the time they became terminal.
@@ -284,7 +286,7 @@ impl TaskStore for MemoryStore {
                 return Err(StoreError::Duplicate);
             }
             shard.index(&record);
-            shard.tasks.insert(record.id, record);
+            shard.tasks.insert(record.id, Box::new(record));
             Ok(())
         })
     }
@@ -301,7 +303,7 @@ impl TaskStore for MemoryStore {
                 .tasks
                 .get(id)
                 .filter(|r| r.is_visible(scope, now))
-                .cloned())
+                .map(|r| TaskRecord::clone(r)))
         })
     }
 
@@ -343,7 +345,7 @@ impl TaskStore for MemoryStore {
             };
             let was_retired = record.retired_at().is_some();
             let outcome = record.apply(transition, now);
-            let snapshot = record.clone();
+            let snapshot = TaskRecord::clone(record);
             if let (false, Some(at)) = (was_retired, snapshot.retired_at()) {
                 shard.retired.insert((at, snapshot.id));
             }
