@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::compact::Stored;
 use super::{BoxFuture, CreateLimits, TaskStore, Updated, retention_cutoff};
 use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -55,9 +56,9 @@ pub struct MemoryStore {
 
 #[derive(Default)]
 struct Shard {
-    /// Boxed, so a table slot is 40 bytes rather than the whole record: less memory
-    /// at the table's spare capacity, and probes and resizes touch less.
-    tasks: HashMap<TaskId, Box<TaskRecord>>,
+    /// Compact and boxed, so a table slot is 40 bytes: less memory at the table's
+    /// spare capacity, and probes and resizes touch less.
+    tasks: HashMap<TaskId, Box<Stored>>,
     /// Records with a TTL, by expiry time.
     expiry: BTreeSet<(Timestamp, TaskId)>,
     /// Terminal records without a TTL, by the time they became terminal.
@@ -227,8 +228,8 @@ impl Shard {
                 break;
             }
             self.expiry.pop_first();
-            if let Some(record) = self.tasks.remove(&id) {
-                owners.push(record.owner);
+            if let Some(stored) = self.tasks.remove(&id) {
+                owners.push(stored.into_owner());
             }
         }
         owners
@@ -245,8 +246,8 @@ impl Shard {
                 break;
             }
             self.retired.pop_first();
-            if let Some(record) = self.tasks.remove(&id) {
-                owners.push(record.owner);
+            if let Some(stored) = self.tasks.remove(&id) {
+                owners.push(stored.into_owner());
             }
         }
         owners
@@ -286,7 +287,9 @@ impl TaskStore for MemoryStore {
                 return Err(StoreError::Duplicate);
             }
             shard.index(&record);
-            shard.tasks.insert(record.id, Box::new(record));
+            shard
+                .tasks
+                .insert(record.id, Box::new(Stored::from(record)));
             Ok(())
         })
     }
@@ -303,7 +306,7 @@ impl TaskStore for MemoryStore {
                 .tasks
                 .get(id)
                 .filter(|r| r.is_visible(scope, now))
-                .map(|r| TaskRecord::clone(r)))
+                .map(|r| r.to_record(*id)))
         })
     }
 
@@ -343,9 +346,12 @@ impl TaskStore for MemoryStore {
             let Some(record) = shard.tasks.get_mut(id).filter(|r| r.is_visible(scope, now)) else {
                 return Ok(None);
             };
-            let was_retired = record.retired_at().is_some();
-            let outcome = record.apply(transition, now);
-            let snapshot = TaskRecord::clone(record);
+            let mut snapshot = record.to_record(*id);
+            let was_retired = snapshot.retired_at().is_some();
+            let outcome = snapshot.apply(transition, now);
+            if outcome == Ok(crate::store::Applied::Changed) {
+                **record = Stored::from(snapshot.clone());
+            }
             if let (false, Some(at)) = (was_retired, snapshot.retired_at()) {
                 shard.retired.insert((at, snapshot.id));
             }

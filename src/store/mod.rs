@@ -52,6 +52,7 @@ pub use crate::error::{Limit, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
+mod compact;
 mod feed;
 mod janitor;
 mod memory;

@@ -1,0 +1,167 @@
+//! How [`MemoryStore`](super::MemoryStore) keeps a record: the fields every task has
+//! inline, and the ones most tasks never set (result, error, input) behind one
+//! optional box. A parked working task then costs about a third of a full
+//! [`TaskRecord`] in memory.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp};
+
+/// One stored task, without its id (the table's key).
+#[derive(Debug)]
+pub(super) struct Stored {
+    owner: Option<Principal>,
+    status_message: Option<String>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+    ttl_ms: Option<u64>,
+    poll_interval_ms: Option<u64>,
+    revision: u64,
+    status: TaskStatus,
+    cancel_requested: bool,
+    rest: Option<Box<Rest>>,
+}
+
+/// What a task has only once it finished or asked for input.
+#[derive(Debug)]
+struct Rest {
+    result: Option<Value>,
+    error: Option<ErrorObject>,
+    input_requests: Map<String, Value>,
+    issued_keys: BTreeSet<String>,
+    input_responses: Map<String, Value>,
+}
+
+impl Stored {
+    pub(super) fn into_owner(self) -> Option<Principal> {
+        self.owner
+    }
+
+    /// [`TaskRecord::is_visible`] on the stored fields.
+    pub(super) fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
+        scope.permits(self.owner.as_ref())
+            && !self
+                .ttl_ms
+                .is_some_and(|ttl| self.created_at.plus_ms(ttl) <= now)
+    }
+
+    /// The full record, for a reader.
+    pub(super) fn to_record(&self, id: TaskId) -> TaskRecord {
+        let mut record = TaskRecord::new(id, self.owner.clone(), self.created_at);
+        record.status = self.status;
+        record.status_message = self.status_message.clone();
+        record.updated_at = self.updated_at;
+        record.ttl_ms = self.ttl_ms;
+        record.poll_interval_ms = self.poll_interval_ms;
+        record.revision = self.revision;
+        record.cancel_requested = self.cancel_requested;
+        if let Some(rest) = &self.rest {
+            record.result = rest.result.clone();
+            record.error = rest.error.clone();
+            record.input_requests = rest.input_requests.clone();
+            record.issued_keys = rest.issued_keys.clone();
+            record.input_responses = rest.input_responses.clone();
+        }
+        record
+    }
+}
+
+impl From<TaskRecord> for Stored {
+    fn from(record: TaskRecord) -> Self {
+        let has_rest = record.result.is_some()
+            || record.error.is_some()
+            || !record.input_requests.is_empty()
+            || !record.issued_keys.is_empty()
+            || !record.input_responses.is_empty();
+        let rest = has_rest.then(|| {
+            Box::new(Rest {
+                result: record.result,
+                error: record.error,
+                input_requests: record.input_requests,
+                issued_keys: record.issued_keys,
+                input_responses: record.input_responses,
+            })
+        });
+        Stored {
+            owner: record.owner,
+            status_message: record.status_message,
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            ttl_ms: record.ttl_ms,
+            poll_interval_ms: record.poll_interval_ms,
+            revision: record.revision,
+            status: record.status,
+            cancel_requested: record.cancel_requested,
+            rest,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Transition;
+    use crate::task::Scope;
+    use serde_json::json;
+
+    fn round_trip(record: &TaskRecord) -> TaskRecord {
+        Stored::from(record.clone()).to_record(record.id)
+    }
+
+    #[test]
+    fn every_field_survives_the_compact_form() {
+        let mut record = TaskRecord::new(
+            TaskId::random(),
+            Some(Principal::from("alice")),
+            Timestamp::from_millis(1_000),
+        );
+        record.ttl_ms = Some(60_000);
+        record.poll_interval_ms = Some(500);
+        record.status_message = Some("Working".into());
+        assert_eq!(round_trip(&record), record);
+
+        let ask = Transition::RequireInput {
+            requests: [("k".to_owned(), json!({"method": "elicitation/create"}))]
+                .into_iter()
+                .collect(),
+            message: Some("Question".into()),
+        };
+        record.apply(&ask, Timestamp::from_millis(2_000)).unwrap();
+        assert_eq!(round_trip(&record), record);
+        let answer = Transition::Answer {
+            responses: [("k".to_owned(), json!({"action": "accept"}))]
+                .into_iter()
+                .collect(),
+        };
+        record
+            .apply(&answer, Timestamp::from_millis(3_000))
+            .unwrap();
+        let done = Transition::Complete {
+            result: json!({"content": []}),
+            message: None,
+        };
+        record.apply(&done, Timestamp::from_millis(4_000)).unwrap();
+        assert!(record.result.is_some() && !record.issued_keys.is_empty());
+        assert_eq!(round_trip(&record), record);
+    }
+
+    #[test]
+    fn visibility_matches_the_record() {
+        let mut record = TaskRecord::new(
+            TaskId::random(),
+            Some(Principal::from("alice")),
+            Timestamp::from_millis(0),
+        );
+        record.ttl_ms = Some(10);
+        let stored = Stored::from(record.clone());
+        let alice = Principal::from("alice");
+        for now in [0, 9, 10, 11] {
+            let now = Timestamp::from_millis(now);
+            for scope in [Scope::Any, Scope::Owner(Some(&alice)), Scope::Owner(None)] {
+                assert_eq!(stored.is_visible(scope, now), record.is_visible(scope, now));
+            }
+        }
+    }
+}
