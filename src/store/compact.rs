@@ -42,9 +42,9 @@ impl Stored {
     /// [`TaskRecord::is_visible`] on the stored fields.
     pub(super) fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
         scope.permits(self.owner.as_ref())
-            && !self
+            && self
                 .ttl_ms
-                .is_some_and(|ttl| self.created_at.plus_ms(ttl) <= now)
+                .is_none_or(|ttl| self.created_at.plus_ms(ttl) > now)
     }
 
     /// The full record, for a reader.
