@@ -4,8 +4,11 @@
 //! other nodes.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -16,10 +19,11 @@ use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::observe::{self, Live, StoreCalls};
-use crate::store::{ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
+use crate::store::{BoxFuture, ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
     ErrorObject, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
 };
+use crate::waits::Waits;
 use crate::wire::{META_SERVER_INFO, RpcError};
 
 /// What a new task starts with: the settings of a
@@ -38,7 +42,8 @@ pub(crate) struct Engine {
     pub(crate) principal: Option<PrincipalFn>,
     /// The registry of this layer's listen streams (fed by the default notifier).
     pub(crate) listen: ListenNotifier,
-    waiters: Mutex<HashMap<TaskId, Arc<Notify>>>,
+    /// Wake-ups for workers waiting on their tasks.
+    waits: Arc<Waits>,
     /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
     /// The tasks whose work runs in this process under a live task handle.
@@ -63,7 +68,7 @@ impl Engine {
             notifier,
             principal,
             listen: ListenNotifier::default(),
-            waiters: Mutex::new(HashMap::new()),
+            waits: Arc::default(),
             runners: Mutex::new(HashMap::new()),
             works: Mutex::new(HashSet::new()),
             idle: Notify::new(),
@@ -285,15 +290,7 @@ impl Engine {
         {
             tracing::error!(status = %record.status, "task notifier panicked; the change is stored");
         }
-        let waiter = self
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&record.id)
-            .cloned();
-        if let Some(notify) = waiter {
-            notify.notify_waiters();
-        }
+        self.waits.wake(&record.id);
         self.stop_runner(record);
     }
 
@@ -343,79 +340,35 @@ impl Engine {
     /// Waits until the task no longer needs its worker: cancelled, ended some other
     /// way, or gone (expired or removed). Store errors are retried with a bounded
     /// backoff, so an outage never reads as an end.
-    pub(crate) async fn wait_for_end(&self, id: &TaskId) -> TaskEnd {
-        let mut backoff = Duration::from_millis(50);
-        loop {
-            let ended = self
-                .wait_until(id, |task| match task {
-                    None => Some(TaskEnd::Gone),
-                    Some(task) if task.cancel_requested => Some(TaskEnd::Cancelled),
-                    Some(task) => match task.status {
-                        TaskStatus::Cancelled => Some(TaskEnd::Cancelled),
-                        TaskStatus::Completed => Some(TaskEnd::Completed),
-                        TaskStatus::Failed => Some(TaskEnd::Failed),
-                        TaskStatus::Working | TaskStatus::InputRequired => None,
-                    },
-                })
-                .await;
-            match ended {
-                Ok(end) => return end,
-                Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-            }
+    pub(crate) fn wait_for_end<'a>(&'a self, id: &'a TaskId) -> Cancelled<'a> {
+        Cancelled {
+            wait: self.wait_until(id, end_of),
+            backoff: None,
+            delay_ms: FIRST_RETRY_MS,
+            settles: None,
         }
     }
 
     /// Re-reads `id` each time it may have changed (a change in this process or one
     /// relayed from another node, or its expiry) until `ready` gives an answer;
     /// `ready` sees `None` once the task is gone.
-    async fn wait_until<R>(
-        &self,
-        id: &TaskId,
-        mut ready: impl FnMut(Option<&TaskRecord>) -> Option<R>,
-    ) -> Result<R, StoreError> {
-        let watch = Watch::new(self, id);
-        loop {
-            let notified = watch.notify().notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // The record is read and dropped in this block, so a parked wait never
-            // keeps a copy of it in its state.
-            let expires = {
-                // Boxed: the read is brief, the wait long, and its state would
-                // otherwise stay reserved in every parked wait.
-                let task = Box::pin(self.store.get(id, Scope::Any, Timestamp::now())).await?;
-                if let Some(answer) = ready(task.as_ref()) {
-                    return Ok(answer);
-                }
-                task.and_then(|t| t.expires_at())
-            };
-            // Expiry changes nothing in the store, so no change wakes the wait: it also
-            // wakes once the task's TTL has run out, and the next read finds it gone.
-            match expires {
-                Some(at) => {
-                    let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
-                    let expiry = tokio::time::sleep(Duration::from_millis(left + 1));
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = expiry => {}
-                    }
-                }
-                None => notified.await,
-            }
+    fn wait_until<'a, R, F>(&'a self, id: &'a TaskId, ready: F) -> WaitUntil<'a, F>
+    where
+        F: FnMut(Option<&TaskRecord>) -> Option<R> + Unpin,
+    {
+        WaitUntil {
+            engine: self,
+            id,
+            ready,
+            seen: 0,
+            state: WaitState::Start,
         }
     }
 
     /// Wakes every waiting worker to re-read its task: after changes from other nodes
     /// may have been missed.
     pub(crate) fn wake_all(&self) {
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        for notify in waiters.values() {
-            notify.notify_waiters();
-        }
+        self.waits.wake_all();
     }
 
     /// Validates a new task's settings, stores it, and returns the stored record.
@@ -500,50 +453,183 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
     }
 }
 
-/// A waiting worker's registration, removed when the wait ends or its future is
-/// dropped.
-struct Watch<'a> {
+/// The future of [`Engine::wait_until`], written by hand so that a parked wait is a
+/// few words: the engine, the id, the wake count it saw and, while it reads, the
+/// boxed read. Its registration with the engine's waits ends when it is dropped.
+struct WaitUntil<'a, F> {
     engine: &'a Engine,
-    task: &'a TaskId,
-    notify: Option<Arc<Notify>>,
+    id: &'a TaskId,
+    ready: F,
+    seen: u64,
+    state: WaitState<'a>,
 }
 
-impl<'a> Watch<'a> {
-    fn new(engine: &'a Engine, task: &'a TaskId) -> Self {
-        let notify = engine
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(*task)
-            .or_default()
-            .clone();
-        Watch {
-            engine,
-            task,
-            notify: Some(notify),
+enum WaitState<'a> {
+    Start,
+    Reading(BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>),
+    Waiting,
+    Done,
+}
+
+impl<'a, R, F> Future for WaitUntil<'a, F>
+where
+    F: FnMut(Option<&TaskRecord>) -> Option<R> + Unpin,
+{
+    type Output = Result<R, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let engine = this.engine;
+        let id = this.id;
+        loop {
+            match &mut this.state {
+                WaitState::Start => {
+                    // Counted before the first read, so a change during it is seen.
+                    this.seen = engine.waits.watch(id);
+                    this.state = WaitState::Reading(read(engine, id));
+                }
+                WaitState::Reading(reading) => {
+                    let task = match reading.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => {
+                            this.finish();
+                            return Poll::Ready(Err(e));
+                        }
+                        Poll::Ready(Ok(task)) => task,
+                    };
+                    if let Some(answer) = (this.ready)(task.as_ref()) {
+                        this.finish();
+                        return Poll::Ready(Ok(answer));
+                    }
+                    // Expiry changes nothing in the store, so no write would wake the
+                    // wait: the waits' timer does, and the next read finds it gone.
+                    if let Some(at) = task.and_then(|t| t.expires_at()) {
+                        engine.waits.wake_at_expiry(id, at);
+                    }
+                    this.state = WaitState::Waiting;
+                }
+                WaitState::Waiting => match engine.waits.poll_changed(id, this.seen, cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(wakes) => {
+                        this.seen = wakes;
+                        this.state = WaitState::Reading(read(engine, id));
+                    }
+                },
+                WaitState::Done => panic!("a wait polled after it finished"),
+            }
         }
     }
+}
 
-    fn notify(&self) -> &Notify {
-        self.notify.as_deref().expect("present until dropped")
+impl<F> WaitUntil<'_, F> {
+    /// Starts over after it finished (a retry after a store error).
+    fn restart(&mut self) {
+        self.state = WaitState::Start;
+    }
+
+    fn finish(&mut self) {
+        self.state = WaitState::Done;
+        self.engine.waits.unwatch(self.id);
     }
 }
 
-impl Drop for Watch<'_> {
+impl<F> Drop for WaitUntil<'_, F> {
     fn drop(&mut self) {
-        let mut waiters = self
-            .engine
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        drop(self.notify.take());
-        if waiters
-            .get(self.task)
-            .is_some_and(|n| Arc::strong_count(n) == 1)
-        {
-            waiters.remove(self.task);
+        if matches!(self.state, WaitState::Reading(_) | WaitState::Waiting) {
+            self.engine.waits.unwatch(self.id);
         }
     }
+}
+
+/// The test of [`end_of`], as a field type.
+type EndOf = fn(Option<&TaskRecord>) -> Option<TaskEnd>;
+
+/// Why a waiting worker's task no longer needs it, or `None` while it does.
+fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
+    match task {
+        None => Some(TaskEnd::Gone),
+        Some(task) if task.cancel_requested => Some(TaskEnd::Cancelled),
+        Some(task) => match task.status {
+            TaskStatus::Cancelled => Some(TaskEnd::Cancelled),
+            TaskStatus::Completed => Some(TaskEnd::Completed),
+            TaskStatus::Failed => Some(TaskEnd::Failed),
+            TaskStatus::Working | TaskStatus::InputRequired => None,
+        },
+    }
+}
+
+/// The first and the longest wait before a worker's wait reads its task again
+/// after a store error.
+const FIRST_RETRY_MS: u32 = 50;
+const LAST_RETRY_MS: u32 = 5_000;
+
+/// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
+/// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
+/// why the task no longer needs its worker.
+///
+/// It holds no record and no timer while it waits, only its registration with the
+/// layer, so a parked worker costs little more than its own task. Dropping it ends
+/// the registration.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Cancelled<'a> {
+    wait: WaitUntil<'a, EndOf>,
+    backoff: Option<Pin<Box<tokio::time::Sleep>>>,
+    delay_ms: u32,
+    settles: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl<'a> Cancelled<'a> {
+    /// Also marks `settled` once the wait ends (a task handle's own flag).
+    pub(crate) fn settling(mut self, settled: &'a std::sync::atomic::AtomicBool) -> Self {
+        self.settles = Some(settled);
+        self
+    }
+}
+
+impl Future for Cancelled<'_> {
+    type Output = TaskEnd;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TaskEnd> {
+        let this = self.get_mut();
+        loop {
+            if let Some(backoff) = &mut this.backoff {
+                if backoff.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.backoff = None;
+                this.wait.restart();
+            }
+            match Pin::new(&mut this.wait).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(end)) => {
+                    if let Some(settled) = this.settles {
+                        settled.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    return Poll::Ready(end);
+                }
+                Poll::Ready(Err(e)) => {
+                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
+                    let delay = Duration::from_millis(this.delay_ms.into());
+                    this.delay_ms = (this.delay_ms * 2).min(LAST_RETRY_MS);
+                    this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Cancelled<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancelled").finish_non_exhaustive()
+    }
+}
+
+/// One read of a waited-on task, boxed: brief, while the wait is long.
+fn read<'a>(
+    engine: &'a Engine,
+    id: &'a TaskId,
+) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+    Box::pin(engine.store.get(id, Scope::Any, Timestamp::now()))
 }
 
 /// The length of `value` serialized as JSON, or `None` once it passes `cap`
@@ -616,7 +702,7 @@ mod tests {
     use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
     fn waiting_count(layer: &TasksLayer) -> usize {
-        layer.engine.waiters.lock().unwrap().len()
+        layer.engine.waits.len()
     }
 
     /// A stored task, `input_required` with one question, living `ttl_ms`.

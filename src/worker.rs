@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::engine::Cancelled;
 use crate::engine::Engine;
 use crate::error::{TaskError, TransitionError};
 use crate::input::{InputRequests, InputResponses};
@@ -162,8 +163,8 @@ impl Tasks {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn cancelled(&self, id: &TaskId) -> TaskEnd {
-        self.engine.wait_for_end(id).await
+    pub fn cancelled<'a>(&'a self, id: &'a TaskId) -> Cancelled<'a> {
+        self.engine.wait_for_end(id)
     }
 
     /// Runs `work` until it finishes or the task no longer needs it (as
@@ -591,10 +592,11 @@ impl TaskHandle {
     }
 
     /// [`Tasks::cancelled`] for this task.
-    pub async fn cancelled(&self) -> TaskEnd {
-        let end = self.inner.tasks.cancelled(&self.inner.id).await;
-        self.settle();
-        end
+    pub fn cancelled(&self) -> Cancelled<'_> {
+        self.inner
+            .tasks
+            .cancelled(&self.inner.id)
+            .settling(&self.inner.settled)
     }
 
     /// [`Tasks::run_until_cancelled`] for this task.

@@ -1,0 +1,205 @@
+//! Wake-ups for workers waiting on a task: a change counter and the waiting wakers
+//! per task, and one timer per layer that wakes waiters when their task expires.
+//!
+//! A parked wait holds only a reference to these and the count it saw, so a
+//! million parked workers cost a table entry each, not a `Notify`, a `Notified`
+//! and a `Sleep` apiece.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::task::{TaskId, Timestamp};
+
+/// The longest the expiry timer sleeps without looking again (it also wakes on
+/// every earlier expiry and when the layer goes away).
+const TIMER_IDLE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default)]
+pub(crate) struct Waits {
+    state: Mutex<State>,
+    /// Wakes the expiry timer: an earlier expiry arrived, or the layer is gone.
+    rearm: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    tasks: HashMap<TaskId, Waiting>,
+    /// The expiry of each task someone waits on, soonest first.
+    expiry: BTreeSet<(Timestamp, TaskId)>,
+    timer_started: bool,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    /// Goes up on every wake; a waiter that saw an older count re-reads its task.
+    wakes: u64,
+    watchers: u32,
+    expires: Option<Timestamp>,
+    wakers: Vec<Waker>,
+}
+
+impl Waits {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts watching `id`; returns the current wake count.
+    pub(crate) fn watch(&self, id: &TaskId) -> u64 {
+        let mut state = self.lock();
+        let waiting = state.tasks.entry(*id).or_default();
+        waiting.watchers += 1;
+        waiting.wakes
+    }
+
+    /// Stops watching `id`; the last watcher takes its entry away.
+    pub(crate) fn unwatch(&self, id: &TaskId) {
+        let mut state = self.lock();
+        let Some(waiting) = state.tasks.get_mut(id) else {
+            return;
+        };
+        waiting.watchers -= 1;
+        if waiting.watchers == 0
+            && let Some(waiting) = state.tasks.remove(id)
+            && let Some(at) = waiting.expires
+        {
+            state.expiry.remove(&(at, *id));
+        }
+    }
+
+    /// The wake count of `id` once it differs from `seen`; until then, the waker
+    /// is kept for the next wake.
+    pub(crate) fn poll_changed(&self, id: &TaskId, seen: u64, cx: &mut Context<'_>) -> Poll<u64> {
+        let mut state = self.lock();
+        let Some(waiting) = state.tasks.get_mut(id) else {
+            return Poll::Ready(seen.wrapping_add(1));
+        };
+        if waiting.wakes != seen {
+            return Poll::Ready(waiting.wakes);
+        }
+        if !waiting.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            // Most tasks have one waiter: room for one, not the default four.
+            waiting.wakers.reserve_exact(1);
+            waiting.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// Wakes whoever waits on `id` to re-read it.
+    pub(crate) fn wake(&self, id: &TaskId) {
+        let wakers = {
+            let mut state = self.lock();
+            match state.tasks.get_mut(id) {
+                Some(waiting) => {
+                    waiting.wakes += 1;
+                    std::mem::take(&mut waiting.wakers)
+                }
+                None => return,
+            }
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Wakes every waiter.
+    pub(crate) fn wake_all(&self) {
+        let wakers: Vec<Waker> = {
+            let mut state = self.lock();
+            state
+                .tasks
+                .values_mut()
+                .flat_map(|waiting| {
+                    waiting.wakes += 1;
+                    std::mem::take(&mut waiting.wakers)
+                })
+                .collect()
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Arranges a wake for the waiters of `id` when it expires at `at`: expiry
+    /// changes nothing in the store, so no write would wake them.
+    pub(crate) fn wake_at_expiry(self: &Arc<Self>, id: &TaskId, at: Timestamp) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(waiting) = state.tasks.get_mut(id) else {
+            return;
+        };
+        if waiting.expires == Some(at) {
+            return;
+        }
+        if let Some(old) = waiting.expires.replace(at) {
+            state.expiry.remove(&(old, *id));
+        }
+        let soonest = state.expiry.first().is_none_or(|(first, _)| at < *first);
+        state.expiry.insert((at, *id));
+        if !state.timer_started {
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            state.timer_started = true;
+            runtime.spawn(expiry_timer(Arc::downgrade(self), self.rearm.clone()));
+        } else if soonest {
+            self.rearm.notify_one();
+        }
+    }
+
+    /// Wakes the waiters of every task expired at `now`; returns when the next
+    /// one expires.
+    fn expire(&self, now: Timestamp) -> Option<Timestamp> {
+        let mut wakers = Vec::new();
+        let next = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            while let Some(&(at, id)) = state.expiry.first() {
+                if at > now {
+                    break;
+                }
+                state.expiry.pop_first();
+                if let Some(waiting) = state.tasks.get_mut(&id) {
+                    waiting.expires = None;
+                    waiting.wakes += 1;
+                    wakers.append(&mut waiting.wakers);
+                }
+            }
+            state.expiry.first().map(|(at, _)| *at)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+        next
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().tasks.len()
+    }
+}
+
+impl Drop for Waits {
+    fn drop(&mut self) {
+        self.rearm.notify_one();
+    }
+}
+
+/// The one timer of a layer's waits; ends once they are gone.
+async fn expiry_timer(waits: Weak<Waits>, rearm: Arc<Notify>) {
+    loop {
+        let rearmed = rearm.notified();
+        tokio::pin!(rearmed);
+        rearmed.as_mut().enable();
+        let next = match waits.upgrade() {
+            Some(waits) => waits.expire(Timestamp::now()),
+            None => return,
+        };
+        // One millisecond past the expiry: a task is gone once `now` reaches it.
+        let sleep = next.map_or(TIMER_IDLE, |at| {
+            let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
+            Duration::from_millis(left + 1).min(TIMER_IDLE)
+        });
+        tokio::select! {
+            _ = rearmed => {}
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
