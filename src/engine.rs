@@ -3,7 +3,7 @@
 //! (the notifier, waiting workers, `Auto` runners), including of changes made on
 //! other nodes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -47,7 +47,7 @@ pub(crate) struct Engine {
     /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
     /// The tasks whose work runs in this process under a live task handle.
-    works: Mutex<HashSet<TaskId>>,
+
     /// Woken whenever the last work or runner of this process ends.
     idle: Notify,
     /// Set by a drain: no new task is admitted.
@@ -70,7 +70,7 @@ impl Engine {
             listen: ListenNotifier::default(),
             waits: Arc::default(),
             runners: Mutex::new(HashMap::new()),
-            works: Mutex::new(HashSet::new()),
+
             idle: Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
@@ -121,13 +121,7 @@ impl Engine {
 
     /// The tasks this process is running (work under a handle, `Auto` runners).
     pub(crate) fn running(&self) -> Vec<TaskId> {
-        let mut running: Vec<TaskId> = self
-            .works
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .copied()
-            .collect();
+        let mut running = self.waits.working();
         running.extend(
             self.runners
                 .lock()
@@ -146,11 +140,7 @@ impl Engine {
         if !self.is_draining() {
             return;
         }
-        let no_work = self
-            .works
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty();
+        let no_work = self.waits.work_count() == 0;
         let no_runner = self
             .runners
             .lock()
@@ -205,12 +195,7 @@ impl Engine {
 
     /// Counts `id` as worked on in this process, until [`forget_work`](Self::forget_work).
     pub(crate) fn register_work(&self, id: TaskId) {
-        if self
-            .works
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id)
-        {
+        if self.waits.start_work(&id) {
             Live::Workers.up();
         }
     }
@@ -218,17 +203,12 @@ impl Engine {
     /// How many tasks have work running in this process under a live handle.
     #[cfg(test)]
     pub(crate) fn work_count(&self) -> usize {
-        self.works.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.waits.work_count()
     }
 
     /// The work on `id` in this process ended (its last handle was dropped).
     pub(crate) fn forget_work(&self, id: &TaskId) {
-        if self
-            .works
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-        {
+        if self.waits.end_work(id) {
             Live::Workers.down();
         }
         self.wake_if_idle();
@@ -460,7 +440,7 @@ struct WaitUntil<'a, F> {
     engine: &'a Engine,
     id: &'a TaskId,
     ready: F,
-    seen: u64,
+    seen: u32,
     state: WaitState<'a>,
 }
 

@@ -1,5 +1,6 @@
 //! Wake-ups for workers waiting on a task: a change counter and the waiting wakers
 //! per task, and one timer per layer that wakes waiters when their task expires.
+//! The same table records which tasks have work running in this process.
 //!
 //! A parked wait holds only a reference to these and the count it saw, so a
 //! million parked workers cost a table entry each, not a `Notify`, a `Notified`
@@ -28,18 +29,39 @@ pub(crate) struct Waits {
 #[derive(Debug, Default)]
 struct State {
     tasks: HashMap<TaskId, Waiting>,
+    /// How many entries have work running.
+    works: usize,
     /// The expiry of each task someone waits on, soonest first.
     expiry: BTreeSet<(Timestamp, TaskId)>,
     timer_started: bool,
 }
 
+/// One task's entry: 40 bytes, as there is one per parked worker.
 #[derive(Debug, Default)]
 struct Waiting {
     /// Goes up on every wake; a waiter that saw an older count re-reads its task.
-    wakes: u64,
-    watchers: u32,
-    expires: Option<Timestamp>,
+    wakes: u32,
+    /// The waits watching the task, plus [`WORK`] while work runs on it here.
+    holders: u32,
+    /// The expiry the timer knows of, in Unix milliseconds (0: none).
+    expires_ms: u64,
     wakers: Vec<Waker>,
+}
+
+/// The bit of [`Waiting::holders`] that stands for work running on the task.
+const WORK: u32 = 1 << 31;
+
+impl State {
+    /// Drops the entry of `id` once nothing holds it.
+    fn release(&mut self, id: &TaskId) {
+        if self.tasks.get(id).is_some_and(|w| w.holders == 0)
+            && let Some(waiting) = self.tasks.remove(id)
+            && waiting.expires_ms != 0
+        {
+            self.expiry
+                .remove(&(Timestamp::from_millis(waiting.expires_ms), *id));
+        }
+    }
 }
 
 impl Waits {
@@ -48,31 +70,69 @@ impl Waits {
     }
 
     /// Starts watching `id`; returns the current wake count.
-    pub(crate) fn watch(&self, id: &TaskId) -> u64 {
+    pub(crate) fn watch(&self, id: &TaskId) -> u32 {
         let mut state = self.lock();
         let waiting = state.tasks.entry(*id).or_default();
-        waiting.watchers += 1;
+        waiting.holders += 1;
         waiting.wakes
     }
 
-    /// Stops watching `id`; the last watcher takes its entry away.
+    /// Stops watching `id`; the last holder takes its entry away.
     pub(crate) fn unwatch(&self, id: &TaskId) {
         let mut state = self.lock();
         let Some(waiting) = state.tasks.get_mut(id) else {
             return;
         };
-        waiting.watchers -= 1;
-        if waiting.watchers == 0
-            && let Some(waiting) = state.tasks.remove(id)
-            && let Some(at) = waiting.expires
-        {
-            state.expiry.remove(&(at, *id));
+        waiting.holders -= 1;
+        state.release(id);
+    }
+
+    /// Notes work running on `id` in this process; `false` if it already was.
+    pub(crate) fn start_work(&self, id: &TaskId) -> bool {
+        let mut state = self.lock();
+        let waiting = state.tasks.entry(*id).or_default();
+        if waiting.holders & WORK != 0 {
+            return false;
         }
+        waiting.holders |= WORK;
+        state.works += 1;
+        true
+    }
+
+    /// The work on `id` ended; `false` if none was running.
+    pub(crate) fn end_work(&self, id: &TaskId) -> bool {
+        let mut state = self.lock();
+        let Some(waiting) = state.tasks.get_mut(id) else {
+            return false;
+        };
+        if waiting.holders & WORK == 0 {
+            return false;
+        }
+        waiting.holders &= !WORK;
+        state.works -= 1;
+        state.release(id);
+        true
+    }
+
+    /// How many tasks have work running in this process.
+    pub(crate) fn work_count(&self) -> usize {
+        self.lock().works
+    }
+
+    /// The tasks with work running in this process.
+    pub(crate) fn working(&self) -> Vec<TaskId> {
+        let state = self.lock();
+        state
+            .tasks
+            .iter()
+            .filter(|(_, w)| w.holders & WORK != 0)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// The wake count of `id` once it differs from `seen`; until then, the waker
     /// is kept for the next wake.
-    pub(crate) fn poll_changed(&self, id: &TaskId, seen: u64, cx: &mut Context<'_>) -> Poll<u64> {
+    pub(crate) fn poll_changed(&self, id: &TaskId, seen: u32, cx: &mut Context<'_>) -> Poll<u32> {
         let mut state = self.lock();
         let Some(waiting) = state.tasks.get_mut(id) else {
             return Poll::Ready(seen.wrapping_add(1));
@@ -94,7 +154,7 @@ impl Waits {
             let mut state = self.lock();
             match state.tasks.get_mut(id) {
                 Some(waiting) => {
-                    waiting.wakes += 1;
+                    waiting.wakes = waiting.wakes.wrapping_add(1);
                     std::mem::take(&mut waiting.wakers)
                 }
                 None => return,
@@ -111,7 +171,7 @@ impl Waits {
                 .tasks
                 .values_mut()
                 .flat_map(|waiting| {
-                    waiting.wakes += 1;
+                    waiting.wakes = waiting.wakes.wrapping_add(1);
                     std::mem::take(&mut waiting.wakers)
                 })
                 .collect()
@@ -127,11 +187,12 @@ impl Waits {
         let Some(waiting) = state.tasks.get_mut(id) else {
             return;
         };
-        if waiting.expires == Some(at) {
+        if waiting.expires_ms == at.as_millis() {
             return;
         }
-        if let Some(old) = waiting.expires.replace(at) {
-            state.expiry.remove(&(old, *id));
+        let old = std::mem::replace(&mut waiting.expires_ms, at.as_millis());
+        if old != 0 {
+            state.expiry.remove(&(Timestamp::from_millis(old), *id));
         }
         let soonest = state.expiry.first().is_none_or(|(first, _)| at < *first);
         state.expiry.insert((at, *id));
@@ -159,8 +220,8 @@ impl Waits {
                 }
                 state.expiry.pop_first();
                 if let Some(waiting) = state.tasks.get_mut(&id) {
-                    waiting.expires = None;
-                    waiting.wakes += 1;
+                    waiting.expires_ms = 0;
+                    waiting.wakes = waiting.wakes.wrapping_add(1);
                     wakers.append(&mut waiting.wakers);
                 }
             }
