@@ -45,7 +45,46 @@ struct Waiting {
     holders: u32,
     /// The expiry the timer knows of, in Unix milliseconds (0: none).
     expires_ms: u64,
-    wakers: Vec<Waker>,
+    wakers: Wakers,
+}
+
+/// The wakers of one task's waits: most tasks have one, kept inline.
+#[derive(Debug, Default)]
+enum Wakers {
+    #[default]
+    None,
+    One(Waker),
+    Many(Vec<Waker>),
+}
+
+impl Wakers {
+    /// Keeps `waker` unless it is already kept.
+    fn keep(&mut self, waker: &Waker) {
+        match self {
+            Wakers::None => *self = Wakers::One(waker.clone()),
+            Wakers::One(kept) if kept.will_wake(waker) => {}
+            Wakers::One(_) => {
+                let Wakers::One(first) = std::mem::take(self) else {
+                    unreachable!("matched One above");
+                };
+                *self = Wakers::Many(vec![first, waker.clone()]);
+            }
+            Wakers::Many(kept) => {
+                if !kept.iter().any(|w| w.will_wake(waker)) {
+                    kept.push(waker.clone());
+                }
+            }
+        }
+    }
+
+    /// Takes every kept waker out, into `out`.
+    fn take_into(&mut self, out: &mut Vec<Waker>) {
+        match std::mem::take(self) {
+            Wakers::None => {}
+            Wakers::One(waker) => out.push(waker),
+            Wakers::Many(mut wakers) => out.append(&mut wakers),
+        }
+    }
 }
 
 /// The bit of [`Waiting::holders`] that stands for work running on the task.
@@ -140,42 +179,31 @@ impl Waits {
         if waiting.wakes != seen {
             return Poll::Ready(waiting.wakes);
         }
-        if !waiting.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-            // Most tasks have one waiter: room for one, not the default four.
-            waiting.wakers.reserve_exact(1);
-            waiting.wakers.push(cx.waker().clone());
-        }
+        waiting.wakers.keep(cx.waker());
         Poll::Pending
     }
 
     /// Wakes whoever waits on `id` to re-read it.
     pub(crate) fn wake(&self, id: &TaskId) {
-        let wakers = {
+        let mut wakers = Vec::new();
+        {
             let mut state = self.lock();
-            match state.tasks.get_mut(id) {
-                Some(waiting) => {
-                    waiting.wakes = waiting.wakes.wrapping_add(1);
-                    std::mem::take(&mut waiting.wakers)
-                }
-                None => return,
-            }
-        };
+            let Some(waiting) = state.tasks.get_mut(id) else {
+                return;
+            };
+            waiting.wakes = waiting.wakes.wrapping_add(1);
+            waiting.wakers.take_into(&mut wakers);
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
     /// Wakes every waiter.
     pub(crate) fn wake_all(&self) {
-        let wakers: Vec<Waker> = {
-            let mut state = self.lock();
-            state
-                .tasks
-                .values_mut()
-                .flat_map(|waiting| {
-                    waiting.wakes = waiting.wakes.wrapping_add(1);
-                    std::mem::take(&mut waiting.wakers)
-                })
-                .collect()
-        };
+        let mut wakers = Vec::new();
+        for waiting in self.lock().tasks.values_mut() {
+            waiting.wakes = waiting.wakes.wrapping_add(1);
+            waiting.wakers.take_into(&mut wakers);
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -222,7 +250,7 @@ impl Waits {
                 if let Some(waiting) = state.tasks.get_mut(&id) {
                     waiting.expires_ms = 0;
                     waiting.wakes = waiting.wakes.wrapping_add(1);
-                    wakers.append(&mut waiting.wakers);
+                    waiting.wakers.take_into(&mut wakers);
                 }
             }
             state.expiry.first().map(|(at, _)| *at)
@@ -262,5 +290,66 @@ async fn expiry_timer(waits: Weak<Waits>, rearm: Arc<Notify>) {
             _ = rearmed => {}
             _ = tokio::time::sleep(sleep) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn an_entry_is_small_and_each_waker_is_woken_once() {
+        // One entry per parked worker: keep it at 40 bytes.
+        assert_eq!(std::mem::size_of::<Waiting>(), 40);
+        let waits = Waits::default();
+        let id = TaskId::random();
+        let counts: Vec<Arc<Count>> = (0..3)
+            .map(|_| Arc::new(Count(AtomicUsize::new(0))))
+            .collect();
+        let seen = waits.watch(&id);
+        for count in &counts {
+            let waker = Waker::from(count.clone());
+            let mut cx = Context::from_waker(&waker);
+            // Twice: a waker is kept once however often its wait is polled.
+            assert!(waits.poll_changed(&id, seen, &mut cx).is_pending());
+            assert!(waits.poll_changed(&id, seen, &mut cx).is_pending());
+        }
+        waits.wake(&id);
+        for count in &counts {
+            assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        }
+        let waker = Waker::from(counts[0].clone());
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(
+            waits.poll_changed(&id, seen, &mut cx),
+            Poll::Ready(seen + 1)
+        );
+        waits.unwatch(&id);
+        assert_eq!(waits.len(), 0);
+    }
+
+    #[test]
+    fn work_keeps_an_entry_until_it_ends() {
+        let waits = Waits::default();
+        let id = TaskId::random();
+        assert!(waits.start_work(&id));
+        assert!(!waits.start_work(&id));
+        waits.watch(&id);
+        waits.unwatch(&id);
+        assert_eq!((waits.len(), waits.work_count()), (1, 1));
+        assert_eq!(waits.working(), vec![id]);
+        assert!(waits.end_work(&id));
+        assert!(!waits.end_work(&id));
+        assert_eq!((waits.len(), waits.work_count()), (0, 0));
     }
 }
