@@ -15,9 +15,12 @@ use tokio::sync::Notify;
 
 use crate::task::{TaskId, Timestamp};
 
-/// The longest the expiry timer sleeps without looking again (it also wakes on
-/// every earlier expiry and when the layer goes away).
-const TIMER_IDLE: Duration = Duration::from_secs(60);
+/// How often the expiry timer looks through every entry for expiries coming
+/// within [`HORIZON`]; only those sit in its ordered index.
+const SCAN_EVERY: Duration = Duration::from_secs(30);
+/// How far ahead the index holds expiries: twice the scan interval, so every
+/// expiry is indexed at least one interval before it comes.
+const HORIZON: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default)]
 pub(crate) struct Waits {
@@ -31,7 +34,8 @@ struct State {
     tasks: HashMap<TaskId, Waiting>,
     /// How many entries have work running.
     works: usize,
-    /// The expiry of each task someone waits on, soonest first.
+    /// The expiries within [`HORIZON`] of the tasks someone waits on, soonest first.
+    /// Farther ones wait in their entries for a scan to bring them in.
     expiry: BTreeSet<(Timestamp, TaskId)>,
     timer_started: bool,
 }
@@ -41,7 +45,8 @@ struct State {
 struct Waiting {
     /// Goes up on every wake; a waiter that saw an older count re-reads its task.
     wakes: u32,
-    /// The waits watching the task, plus [`WORK`] while work runs on it here.
+    /// The waits watching the task, plus [`WORK`] while work runs on it here, and
+    /// [`INDEXED`] while its expiry is in the ordered index.
     holders: u32,
     /// The expiry the timer knows of, in Unix milliseconds (0: none).
     expires_ms: u64,
@@ -89,13 +94,17 @@ impl Wakers {
 
 /// The bit of [`Waiting::holders`] that stands for work running on the task.
 const WORK: u32 = 1 << 31;
+/// The bit of [`Waiting::holders`] that says `expires_ms` is in [`State::expiry`].
+const INDEXED: u32 = 1 << 30;
+/// The bits of [`Waiting::holders`] that count something holding the entry.
+const HELD: u32 = !INDEXED;
 
 impl State {
     /// Drops the entry of `id` once nothing holds it.
     fn release(&mut self, id: &TaskId) {
-        if self.tasks.get(id).is_some_and(|w| w.holders == 0)
+        if self.tasks.get(id).is_some_and(|w| w.holders & HELD == 0)
             && let Some(waiting) = self.tasks.remove(id)
-            && waiting.expires_ms != 0
+            && waiting.holders & INDEXED != 0
         {
             self.expiry
                 .remove(&(Timestamp::from_millis(waiting.expires_ms), *id));
@@ -219,11 +228,16 @@ impl Waits {
             return;
         }
         let old = std::mem::replace(&mut waiting.expires_ms, at.as_millis());
-        if old != 0 {
+        if waiting.holders & INDEXED != 0 {
             state.expiry.remove(&(Timestamp::from_millis(old), *id));
+            waiting.holders &= !INDEXED;
         }
-        let soonest = state.expiry.first().is_none_or(|(first, _)| at < *first);
-        state.expiry.insert((at, *id));
+        let mut soonest = false;
+        if at <= Timestamp::now().plus_ms(HORIZON.as_millis() as u64) {
+            waiting.holders |= INDEXED;
+            soonest = state.expiry.first().is_none_or(|(first, _)| at < *first);
+            state.expiry.insert((at, *id));
+        }
         if !state.timer_started {
             let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                 return;
@@ -249,6 +263,7 @@ impl Waits {
                 state.expiry.pop_first();
                 if let Some(waiting) = state.tasks.get_mut(&id) {
                     waiting.expires_ms = 0;
+                    waiting.holders &= !INDEXED;
                     waiting.wakes = waiting.wakes.wrapping_add(1);
                     waiting.wakers.take_into(&mut wakers);
                 }
@@ -257,6 +272,22 @@ impl Waits {
         };
         wakers.into_iter().for_each(Waker::wake);
         next
+    }
+
+    /// Brings the expiries within [`HORIZON`] of `now` into the ordered index.
+    fn scan(&self, now: Timestamp) {
+        let until = now.plus_ms(HORIZON.as_millis() as u64).as_millis();
+        let mut state = self.lock();
+        let State { tasks, expiry, .. } = &mut *state;
+        for (id, waiting) in tasks.iter_mut() {
+            if waiting.expires_ms != 0
+                && waiting.holders & INDEXED == 0
+                && waiting.expires_ms <= until
+            {
+                waiting.holders |= INDEXED;
+                expiry.insert((Timestamp::from_millis(waiting.expires_ms), *id));
+            }
+        }
     }
 
     #[cfg(test)]
@@ -273,18 +304,26 @@ impl Drop for Waits {
 
 /// The one timer of a layer's waits; ends once they are gone.
 async fn expiry_timer(waits: Weak<Waits>, rearm: Arc<Notify>) {
+    let mut next_scan = tokio::time::Instant::now();
     loop {
         let rearmed = rearm.notified();
         tokio::pin!(rearmed);
         rearmed.as_mut().enable();
         let next = match waits.upgrade() {
-            Some(waits) => waits.expire(Timestamp::now()),
+            Some(waits) => {
+                if tokio::time::Instant::now() >= next_scan {
+                    waits.scan(Timestamp::now());
+                    next_scan = tokio::time::Instant::now() + SCAN_EVERY;
+                }
+                waits.expire(Timestamp::now())
+            }
             None => return,
         };
         // One millisecond past the expiry: a task is gone once `now` reaches it.
-        let sleep = next.map_or(TIMER_IDLE, |at| {
+        let until_scan = next_scan.saturating_duration_since(tokio::time::Instant::now());
+        let sleep = next.map_or(until_scan, |at| {
             let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
-            Duration::from_millis(left + 1).min(TIMER_IDLE)
+            Duration::from_millis(left + 1).min(until_scan)
         });
         tokio::select! {
             _ = rearmed => {}
@@ -336,6 +375,33 @@ mod tests {
         );
         waits.unwatch(&id);
         assert_eq!(waits.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_far_expiry_joins_the_index_at_a_scan_and_wakes_its_waiter() {
+        let waits = Arc::new(Waits::default());
+        let id = TaskId::random();
+        let seen = waits.watch(&id);
+        let now = Timestamp::now();
+        let at = now.plus_ms(3_600_000);
+        waits.wake_at_expiry(&id, at);
+        assert!(
+            waits.lock().expiry.is_empty(),
+            "an hour away: not indexed yet"
+        );
+        waits.scan(now.plus_ms(3_600_000 - 90_000));
+        assert!(waits.lock().expiry.is_empty(), "still beyond the horizon");
+        waits.scan(now.plus_ms(3_600_000 - 30_000));
+        assert_eq!(waits.lock().expiry.len(), 1);
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(waits.poll_changed(&id, seen, &mut cx).is_pending());
+        waits.expire(at);
+        assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert!(waits.poll_changed(&id, seen, &mut cx).is_ready());
+        waits.unwatch(&id);
+        assert_eq!((waits.len(), waits.lock().expiry.len()), (0, 0));
     }
 
     #[test]
