@@ -13,15 +13,24 @@ use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus,
 #[derive(Debug)]
 pub(super) struct Stored {
     owner: Option<Principal>,
-    status_message: Option<String>,
+    status_message: Option<Box<str>>,
     created_at: Timestamp,
     updated_at: Timestamp,
-    ttl_ms: Option<u64>,
-    poll_interval_ms: Option<u64>,
+    ttl_ms: u64,
+    poll_interval_ms: u64,
     revision: u64,
     status: TaskStatus,
     cancel_requested: bool,
+    /// Which of `ttl_ms` and `poll_interval_ms` are set ([`HAS_TTL`], [`HAS_POLL`]).
+    set: u8,
     rest: Option<Box<Rest>>,
+}
+
+const HAS_TTL: u8 = 1;
+const HAS_POLL: u8 = 2;
+
+fn unpack(value: u64, set: u8, bit: u8) -> Option<u64> {
+    (set & bit != 0).then_some(value)
 }
 
 /// What a task has only once it finished or asked for input.
@@ -42,8 +51,7 @@ impl Stored {
     /// [`TaskRecord::is_visible`] on the stored fields.
     pub(super) fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
         scope.permits(self.owner.as_ref())
-            && self
-                .ttl_ms
+            && unpack(self.ttl_ms, self.set, HAS_TTL)
                 .is_none_or(|ttl| self.created_at.plus_ms(ttl) > now)
     }
 
@@ -51,10 +59,10 @@ impl Stored {
     pub(super) fn to_record(&self, id: TaskId) -> TaskRecord {
         let mut record = TaskRecord::new(id, self.owner.clone(), self.created_at);
         record.status = self.status;
-        record.status_message = self.status_message.clone();
+        record.status_message = self.status_message.as_deref().map(str::to_owned);
         record.updated_at = self.updated_at;
-        record.ttl_ms = self.ttl_ms;
-        record.poll_interval_ms = self.poll_interval_ms;
+        record.ttl_ms = unpack(self.ttl_ms, self.set, HAS_TTL);
+        record.poll_interval_ms = unpack(self.poll_interval_ms, self.set, HAS_POLL);
         record.revision = self.revision;
         record.cancel_requested = self.cancel_requested;
         if let Some(rest) = &self.rest {
@@ -86,14 +94,16 @@ impl From<TaskRecord> for Stored {
         });
         Stored {
             owner: record.owner,
-            status_message: record.status_message,
+            status_message: record.status_message.map(String::into_boxed_str),
             created_at: record.created_at,
             updated_at: record.updated_at,
-            ttl_ms: record.ttl_ms,
-            poll_interval_ms: record.poll_interval_ms,
+            ttl_ms: record.ttl_ms.unwrap_or(0),
+            poll_interval_ms: record.poll_interval_ms.unwrap_or(0),
             revision: record.revision,
             status: record.status,
             cancel_requested: record.cancel_requested,
+            set: (u8::from(record.ttl_ms.is_some()) * HAS_TTL)
+                | (u8::from(record.poll_interval_ms.is_some()) * HAS_POLL),
             rest,
         }
     }
@@ -111,7 +121,24 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_task_is_small() {
+        // One per stored task: keep it within 96 bytes.
+        assert!(
+            std::mem::size_of::<Stored>() <= 96,
+            "{}",
+            std::mem::size_of::<Stored>()
+        );
+    }
+
+    #[test]
     fn every_field_survives_the_compact_form() {
+        let bare = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(5));
+        assert_eq!(round_trip(&bare), bare);
+        let mut zeros = bare.clone();
+        zeros.ttl_ms = Some(0);
+        zeros.poll_interval_ms = Some(0);
+        zeros.status_message = Some(String::new());
+        assert_eq!(round_trip(&zeros), zeros);
         let mut record = TaskRecord::new(
             TaskId::random(),
             Some(Principal::from("alice")),
