@@ -7,7 +7,18 @@
 //! reports when it read the event, and only then is the next task completed.
 //! Server, layer and clients share one process and the same tokio runtime.
 //!
+//! Across nodes: with `--features postgres,redis,test-util` and `DATABASE_URL` /
+//! `REDIS_URL` set, it also measures two nodes on one PostgreSQL and on one Redis:
+//! the task is completed through node A's `Tasks`, and the streams are open on node
+//! B, so each change travels through the store's change feed before B reads the task
+//! and writes the event.
+//!
 //! Run with `cargo bench --bench notify`; `-- --quick` takes fewer samples.
+//!
+//! ```text
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test REDIS_URL=redis://127.0.0.1:6379 \
+//!   cargo bench --bench notify --features postgres,redis,test-util
+//! ```
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -16,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_tasks::{MemoryStore, TaskId};
+use mcp_tasks::{MemoryStore, TaskId, TaskStore};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
 use support::sse::EventReader;
@@ -25,7 +36,7 @@ use tokio::sync::mpsc;
 const WARMUP: usize = 20;
 
 struct Row {
-    mode: &'static str,
+    mode: String,
     streams: usize,
     samples: usize,
     delivery: Vec<Duration>,
@@ -34,8 +45,12 @@ struct Row {
     call: Vec<Duration>,
 }
 
-/// The sample index of the task a `notifications/tasks` event names.
+/// The sample index of the task a `notifications/tasks` event names, when it tells
+/// of the completion (not the snapshot of the task's state sent after the
+/// acknowledgment).
 fn task_of(event: &[u8], index: &HashMap<String, usize>) -> Option<usize> {
+    const DONE: &[u8] = b"\"status\":\"completed\"";
+    event.windows(DONE.len()).position(|w| w == DONE)?;
     const KEY: &[u8] = b"\"taskId\":\"";
     let at = event.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
     let id = event.get(at..at + TaskId::LEN)?;
@@ -51,9 +66,37 @@ fn micros(d: Duration) -> String {
     format!("{:.0}", d.as_secs_f64() * 1e6)
 }
 
-async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples: usize) -> Row {
-    let server =
-        Server::listening_with(support, listen_builder(Arc::new(MemoryStore::new()))).await;
+/// The listen tests' layer, with room for the bench's 1 000 streams of one principal.
+fn streams_builder(store: Arc<dyn TaskStore>) -> mcp_tasks::TasksLayerBuilder {
+    listen_builder(store)
+        .with_max_listen_streams(2_000)
+        .with_max_listen_streams_per_owner(2_000)
+}
+
+/// Two nodes on one shared store: the writer's and the listeners'.
+type Nodes = (Arc<dyn TaskStore>, Arc<dyn TaskStore>);
+
+async fn run(
+    support: ListenSupport,
+    mode: String,
+    nodes: Option<Nodes>,
+    streams: usize,
+    samples: usize,
+) -> Row {
+    let (writer, server) = match nodes {
+        None => {
+            let server =
+                Server::listening_with(support, streams_builder(Arc::new(MemoryStore::new())))
+                    .await;
+            (None, server)
+        }
+        Some((a, b)) => {
+            let writer = Server::listening_with(ListenSupport::NotFound, streams_builder(a)).await;
+            let listener = Server::listening_with(support, streams_builder(b)).await;
+            (Some(writer), listener)
+        }
+    };
+    let tasks = writer.as_ref().map_or(&server.tasks, |w| &w.tasks).clone();
     let client = server.client();
     let total = WARMUP + samples;
     let mut ids = Vec::with_capacity(total);
@@ -105,7 +148,7 @@ async fn run(support: ListenSupport, mode: &'static str, streams: usize, samples
     for (i, id) in ids.iter().enumerate() {
         let task: TaskId = id.parse().unwrap();
         let started = Instant::now();
-        server.tasks.complete(&task, &result).await.unwrap();
+        tasks.complete(&task, &result).await.unwrap();
         let call_took = started.elapsed();
         let mut last = Duration::ZERO;
         for _ in 0..streams {
@@ -154,18 +197,53 @@ fn main() {
         &[(1, 900), (100, 400), (1000, 100)]
     };
     let mut rows = Vec::new();
-    for (support, mode) in [
-        (ListenSupport::Stream, "merged"),
-        (ListenSupport::NotFound, "tasks-only"),
-    ] {
+    let mut measure = |support, mode: &str, nodes: &dyn Fn() -> Option<Nodes>| {
         for &(streams, samples) in plan {
-            let row = runtime.block_on(run(support, mode, streams, samples));
+            let row = runtime.block_on(run(support, mode.to_owned(), nodes(), streams, samples));
             eprintln!(
                 "{mode} {streams} streams: p50 {} us",
                 micros(percentile(&row.delivery, 0.5))
             );
             rows.push(row);
         }
+    };
+    measure(ListenSupport::Stream, "merged", &|| None);
+    measure(ListenSupport::NotFound, "tasks-only", &|| None);
+    #[cfg(all(feature = "postgres", feature = "test-util"))]
+    if support::stores::postgres::database_url().is_some() {
+        let nodes = || {
+            runtime.block_on(async {
+                let (a, b) = support::stores::postgres::two_nodes().await?;
+                Some((
+                    Arc::new(a) as Arc<dyn TaskStore>,
+                    Arc::new(b) as Arc<dyn TaskStore>,
+                ))
+            })
+        };
+        measure(
+            ListenSupport::NotFound,
+            "tasks-only, PostgreSQL, node A → node B",
+            &nodes,
+        );
+    }
+    #[cfg(all(feature = "redis", feature = "test-util"))]
+    if support::stores::redis::redis_url().is_some() {
+        let nodes = || {
+            runtime.block_on(async {
+                let mut nodes = support::stores::redis::nodes(2).await?;
+                let b = nodes.pop()?;
+                let a = nodes.pop()?;
+                Some((
+                    Arc::new(a) as Arc<dyn TaskStore>,
+                    Arc::new(b) as Arc<dyn TaskStore>,
+                ))
+            })
+        };
+        measure(
+            ListenSupport::NotFound,
+            "tasks-only, Redis, node A → node B",
+            &nodes,
+        );
     }
     println!(
         "| stream body | streams | samples | p50 per stream (µs) | p99 per stream (µs) | p50 all streams (µs) | p99 all streams (µs) | p50 `complete()` call (µs) | p99 `complete()` call (µs) |"
