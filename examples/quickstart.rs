@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --example quickstart                          # http://127.0.0.1:3000/mcp
 //! MCP_ADDR=127.0.0.1:4000 cargo run --example quickstart  # another address
+//! MCP_STORE=postgres://postgres@127.0.0.1:5432/test cargo run --example quickstart --features postgres
 //! RUST_LOG=trace cargo run --example quickstart           # default filter: info,tower_http=debug,mcp_tasks=debug
 //! ```
 //!
@@ -26,6 +27,8 @@
 //! `examples/README.md` has a curl session to paste: start a task, poll it, answer its
 //! question, cancel one.
 
+mod common;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +39,7 @@ use axum::response::Response;
 use axum::serve::ListenerExt as _;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::worker::TaskHandle;
-use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskMode, TaskSpec, TasksLayer};
+use mcp_tasks::{Principal, TaskContext, TaskMode, TaskSpec, TasksLayer};
 use rmcp::handler::server::tool::Extension;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
@@ -58,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
 
     // The layer and its store. `deploy` only ever runs as a task.
-    let tasks_layer = TasksLayer::builder(MemoryStore::new())
+    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
         .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
         .with_tool_mode("deploy", TaskMode::Required)
         .build()?;

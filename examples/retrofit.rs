@@ -4,6 +4,7 @@
 //! cargo run --example retrofit                          # http://127.0.0.1:3002/mcp
 //! MCP_ADDR=127.0.0.1:4002 cargo run --example retrofit  # another address
 //! RUST_LOG=debug cargo run --example retrofit           # default filter: info,mcp_tasks=debug
+//! MCP_STORE=redis://127.0.0.1:6379 cargo run --example retrofit --features redis   # a shared store
 //! ```
 //!
 //! The handlers in `retrofit_app/mod.rs` are plain rmcp and contain no mcp-tasks
@@ -37,7 +38,7 @@ use tower::ServiceBuilder;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("info,mcp_tasks=debug");
 
-    let tasks_layer = retrofit_app::layer_builder().build()?;
+    let tasks_layer = retrofit_app::layer_builder_on(common::store_from_env().await?).build()?;
     let mcp = retrofit_app::mcp_service(retrofit_app::Retrofit::default(), true);
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()

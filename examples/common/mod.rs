@@ -1,6 +1,6 @@
-//! Pieces `retrofit`, `conformance_server` and `tests/retrofit.rs` share: a demo
-//! bearer-token auth function, rmcp helpers, and a small hyper server that mounts one
-//! service at `/mcp`. (`quickstart` needs none of it: it is whole in one file.)
+//! Pieces `retrofit`, `metrics`, `conformance_server` and `tests/retrofit.rs` share: a
+//! demo bearer-token auth function, the store `MCP_STORE` names, rmcp helpers, and a
+//! small hyper server that mounts one service at `/mcp`. (`quickstart` takes only the store.)
 //!
 //! Not part of the library: a real deployment puts its own authentication in front
 //! of `TasksLayer` and serves with its framework of choice.
@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use mcp_tasks::error::BoxError;
-use mcp_tasks::{Principal, TaskContext};
+use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskStore};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
@@ -75,6 +75,42 @@ pub(crate) fn task_context(context: &RequestContext<RoleServer>) -> Option<&Task
         .extensions
         .get::<http::request::Parts>()
         .and_then(TaskContext::from_parts)
+}
+
+/// The store `MCP_STORE` names: unset or `memory`, a [`MemoryStore`]; a
+/// `postgres://` URL, a migrated and listening `PostgresStore` (feature `postgres`);
+/// a `redis://` URL, a `RedisStore` with its change feed (feature `redis`). Two
+/// processes on one PostgreSQL or Redis serve the same tasks.
+pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::error::Error>> {
+    let url = std::env::var("MCP_STORE").unwrap_or_default();
+    if url.is_empty() || url == "memory" {
+        return Ok(Arc::new(MemoryStore::new()));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        #[cfg(feature = "postgres")]
+        {
+            let store = mcp_tasks::PostgresStore::connect(&url).await?;
+            store.migrate().await?;
+            store.listen().await?;
+            return Ok(Arc::new(store));
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(
+            "MCP_STORE names PostgreSQL: build the example with --features postgres".into(),
+        );
+    }
+    if url.starts_with("redis://") || url.starts_with("rediss://") {
+        #[cfg(feature = "redis")]
+        return Ok(Arc::new(
+            mcp_tasks::RedisStore::connect(url.as_str()).await?,
+        ));
+        #[cfg(not(feature = "redis"))]
+        return Err("MCP_STORE names Redis: build the example with --features redis".into());
+    }
+    Err(
+        format!("MCP_STORE must be memory, a postgres:// URL or a redis:// URL, not {url:?}")
+            .into(),
+    )
 }
 
 /// The address to listen on: `MCP_ADDR`, or `default`.

@@ -35,7 +35,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+use mcp_tasks::{TaskMode, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
@@ -67,7 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("warn,mcp_tasks=info");
     let sse = std::env::var("MCP_SSE").is_ok_and(|v| v == "1");
 
-    let tasks_layer = TasksLayer::builder(MemoryStore::new())
+    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
         .with_tool_mode("greet", TaskMode::Never)
         .with_tool_mode("failing_job", TaskMode::Required)

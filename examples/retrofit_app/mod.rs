@@ -225,8 +225,13 @@ pub(crate) fn mcp_service(
 
 /// The whole retrofit: every tool in `Auto` mode. Nothing else changes.
 pub(crate) fn layer_builder() -> TasksLayerBuilder {
+    layer_builder_on(Arc::new(MemoryStore::new()))
+}
+
+/// [`layer_builder`] over `store`.
+pub(crate) fn layer_builder_on(store: Arc<dyn mcp_tasks::TaskStore>) -> TasksLayerBuilder {
     TOOLS.iter().fold(
-        TasksLayer::builder(MemoryStore::new()).with_server_info(NAME, env!("CARGO_PKG_VERSION")),
+        TasksLayer::builder(store).with_server_info(NAME, env!("CARGO_PKG_VERSION")),
         |builder, tool| builder.with_tool_mode(*tool, TaskMode::Auto { after: AFTER }),
     )
 }
