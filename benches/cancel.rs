@@ -135,9 +135,7 @@ async fn main() {
         measure("postgres", Arc::new(a), Some(Arc::new(b))).await;
     }
     #[cfg(all(feature = "redis", feature = "test-util"))]
-    if let Some(mut nodes) = support::stores::redis::nodes(2).await {
-        let b = nodes.pop().unwrap();
-        let a = nodes.pop().unwrap();
+    if let Some((a, b)) = support::stores::redis::two_nodes().await {
         measure("redis", Arc::new(a), Some(Arc::new(b))).await;
     }
 }

@@ -184,6 +184,17 @@ async fn run(
     }
 }
 
+/// Two scratch nodes of a shared store, as [`run`] takes them.
+#[cfg(all(feature = "test-util", any(feature = "postgres", feature = "redis")))]
+fn as_nodes(pair: Option<(impl TaskStore, impl TaskStore)>) -> Option<Nodes> {
+    pair.map(|(a, b)| {
+        (
+            Arc::new(a) as Arc<dyn TaskStore>,
+            Arc::new(b) as Arc<dyn TaskStore>,
+        )
+    })
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -211,15 +222,7 @@ fn main() {
     measure(ListenSupport::NotFound, "tasks-only", &|| None);
     #[cfg(all(feature = "postgres", feature = "test-util"))]
     if support::stores::postgres::database_url().is_some() {
-        let nodes = || {
-            runtime.block_on(async {
-                let (a, b) = support::stores::postgres::two_nodes().await?;
-                Some((
-                    Arc::new(a) as Arc<dyn TaskStore>,
-                    Arc::new(b) as Arc<dyn TaskStore>,
-                ))
-            })
-        };
+        let nodes = || as_nodes(runtime.block_on(support::stores::postgres::two_nodes()));
         measure(
             ListenSupport::NotFound,
             "tasks-only, PostgreSQL, node A → node B",
@@ -228,17 +231,7 @@ fn main() {
     }
     #[cfg(all(feature = "redis", feature = "test-util"))]
     if support::stores::redis::redis_url().is_some() {
-        let nodes = || {
-            runtime.block_on(async {
-                let mut nodes = support::stores::redis::nodes(2).await?;
-                let b = nodes.pop()?;
-                let a = nodes.pop()?;
-                Some((
-                    Arc::new(a) as Arc<dyn TaskStore>,
-                    Arc::new(b) as Arc<dyn TaskStore>,
-                ))
-            })
-        };
+        let nodes = || as_nodes(runtime.block_on(support::stores::redis::two_nodes()));
         measure(
             ListenSupport::NotFound,
             "tasks-only, Redis, node A → node B",

@@ -57,21 +57,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-/// The process's resident set, in bytes (`VmRSS` of /proc/self/status).
-fn rss_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
-}
-
 fn main() {
     if let Ok(job) = std::env::var("SCALE_CHILD") {
         let (store, size) = job.split_once(':').expect("SCALE_CHILD=store:size");
@@ -145,41 +130,6 @@ fn child(store: &str, size: usize) {
     println!("RESULT {result}");
 }
 
-/// The minimal inner service: `tools/call` of `park` makes a parked task; anything
-/// else gets an empty result.
-fn inner() -> impl tower::Service<
-    Request<RequestBody<Incoming>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    // `SCALE_WORK=none` stores the tasks without workers, to tell the two costs apart.
-    let parked = std::env::var("SCALE_WORK").map_or(true, |w| w != "none");
-    tower::service_fn(move |request: Request<RequestBody<Incoming>>| async move {
-        if let Some(context) = TaskContext::from_extensions(request.extensions()) {
-            let spec = TaskSpec::new();
-            let _ = context.create(if parked {
-                spec.with_work(|task| async move {
-                    let _ = task.cancelled().await;
-                })
-            } else {
-                spec
-            });
-        }
-        let _ = request.into_body().collect().await;
-        let mut response = Response::new(Full::new(Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
-        )));
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        Ok::<_, Infallible>(response)
-    })
-}
-
 async fn shared_store(store: &str) -> Arc<dyn TaskStore> {
     match store {
         "memory" => Arc::new(MemoryStore::new()),
@@ -212,7 +162,32 @@ async fn run(store: &str, size: usize) -> Value {
         .without_max_tasks_per_owner()
         .build()
         .unwrap();
-    let server = serve_layered(&layer, inner()).await;
+    // The minimal inner service: `tools/call` of `park` makes a parked task; anything
+    // else gets an empty result.
+    // `SCALE_WORK=none` stores the tasks without workers, to tell the two costs apart.
+    let parked = std::env::var("SCALE_WORK").map_or(true, |w| w != "none");
+    let inner = tower::service_fn(move |request: Request<RequestBody<Incoming>>| async move {
+        if let Some(context) = TaskContext::from_extensions(request.extensions()) {
+            let spec = TaskSpec::new();
+            let _ = context.create(if parked {
+                spec.with_work(|task| async move {
+                    let _ = task.cancelled().await;
+                })
+            } else {
+                spec
+            });
+        }
+        let _ = request.into_body().collect().await;
+        let mut response = Response::new(Full::new(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#,
+        )));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Ok::<_, Infallible>(response)
+    });
+    let server = serve_layered(&layer, inner).await;
     let addr = server.addr;
     let mut senders = Vec::with_capacity(conns);
     for _ in 0..conns {
@@ -225,12 +200,12 @@ async fn run(store: &str, size: usize) -> Value {
     // Warm up: a few creates and gets, so that the baseline includes the
     // connections, the runtime and the allocator's first arenas.
     let warm = create_many(&mut senders, &create, conns * 4).await;
-    let rss_before = rss_bytes();
+    let rss_before = support::rss_kib() * 1024;
 
     let started = Instant::now();
     let ids = create_many(&mut senders, &create, size).await;
     let created_per_s = size as f64 / started.elapsed().as_secs_f64();
-    let rss_after = rss_bytes();
+    let rss_after = support::rss_kib() * 1024;
     let id_list = (ids.capacity() * std::mem::size_of::<TaskId>()) as f64;
     let rss_per_task = (rss_after as f64 - rss_before as f64 - id_list) / size as f64;
     drop(warm);

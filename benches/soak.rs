@@ -68,6 +68,7 @@ use tokio::task::JoinHandle;
 
 use support::http::{Frames, bearer, serve_layered};
 use support::requests::Call;
+use support::rss_kib;
 use support::sse::EventReader;
 
 /// How long a task lives.
@@ -119,20 +120,6 @@ impl Rng {
     fn micros(&mut self, max: u64) -> Duration {
         Duration::from_micros(self.next() % max.max(1))
     }
-}
-
-/// The process's resident set, in KiB (`VmRSS` of /proc/self/status).
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn mib(kib: u64) -> f64 {

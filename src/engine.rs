@@ -46,8 +46,6 @@ pub(crate) struct Engine {
     waits: Arc<Waits>,
     /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
-    /// The tasks whose work runs in this process under a live task handle.
-
     /// Woken whenever the last work or runner of this process ends.
     idle: Notify,
     /// Set by a drain: no new task is admitted.
@@ -70,7 +68,6 @@ impl Engine {
             listen: ListenNotifier::default(),
             waits: Arc::default(),
             runners: Mutex::new(HashMap::new()),
-
             idle: Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
@@ -107,16 +104,21 @@ impl Engine {
 
     /// Forgets a runner that ended on its own.
     pub(crate) fn forget_runner(&self, id: &TaskId) {
-        if self
+        self.take_runner(id);
+        self.wake_if_idle();
+    }
+
+    /// Removes the runner of `id` from the register, the one place a runner leaves it.
+    fn take_runner(&self, id: &TaskId) -> Option<tokio::task::AbortHandle> {
+        let runner = self
             .runners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id)
-            .is_some()
-        {
+            .remove(id);
+        if runner.is_some() {
             Live::Runners.down();
         }
-        self.wake_if_idle();
+        runner
     }
 
     /// The tasks this process is running (work under a handle, `Auto` runners).
@@ -182,12 +184,7 @@ impl Engine {
 
     /// Aborts the `Auto` runner of `id`, if this process has one.
     pub(crate) fn abort_runner(&self, id: &TaskId) {
-        let runner = self
-            .runners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        if let Some(runner) = runner {
+        if let Some(runner) = self.take_runner(id) {
             runner.abort();
         }
         self.wake_if_idle();
@@ -219,15 +216,7 @@ impl Engine {
         if !record.status.is_terminal() {
             return;
         }
-        let runner = self
-            .runners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&record.id);
-        if runner.is_some() {
-            Live::Runners.down();
-        }
-        if let Some(runner) = runner
+        if let Some(runner) = self.take_runner(&record.id)
             && record.status == TaskStatus::Cancelled
         {
             runner.abort();

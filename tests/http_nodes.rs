@@ -76,10 +76,8 @@ async fn postgres_a_cancel_on_either_node_stops_the_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_cancel_on_either_node_stops_the_worker() {
-    let Some(mut nodes) = support::stores::redis::nodes(2).await else {
+    let Some((a, b)) = support::stores::redis::two_nodes().await else {
         return;
     };
-    let b = nodes.pop().unwrap();
-    let a = nodes.pop().unwrap();
     cancel_stops_the_worker(Arc::new(a), Arc::new(b)).await;
 }

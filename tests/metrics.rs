@@ -83,22 +83,6 @@ impl StoreHooks for FailingGets {
     }
 }
 
-/// An inner service whose every call stays unanswered: an `Auto` call past its
-/// budget becomes a task with a runner.
-fn never_answers() -> impl tower::Service<
-    Request<RequestBody<hyper::body::Incoming>>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
-    tower::service_fn(|_req| async {
-        pending::<()>().await;
-        Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
-    })
-}
-
 // One current-thread runtime: a listen stream's body runs only when the test yields,
 // so two quick changes coalesce deterministically.
 #[tokio::test]
@@ -238,7 +222,13 @@ async fn each_metric_moves_with_the_event_it_counts() {
         })
         .build()
         .unwrap();
-    let auto_server = serve_layered(&auto, never_answers()).await;
+    // Every call stays unanswered: past its budget, it becomes a task with a runner.
+    let never_answers =
+        tower::service_fn(|_req: Request<RequestBody<hyper::body::Incoming>>| async {
+            pending::<()>().await;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+        });
+    let auto_server = serve_layered(&auto, never_answers).await;
     let auto_client = Client::new(auto_server.addr);
     let runners = metrics.value("mcp_tasks_runners");
     let running = auto_client

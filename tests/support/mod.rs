@@ -22,6 +22,21 @@ pub(crate) mod sse;
 pub(crate) mod stores;
 pub(crate) mod wait;
 
+/// The process's resident set, in KiB (`VmRSS` of /proc/self/status; 0 where there
+/// is none), for the benches that watch memory.
+pub(crate) fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Whether `s` is an RFC 3339 timestamp.
 pub(crate) fn is_rfc3339(s: &serde_json::Value) -> bool {
     s.as_str().is_some_and(|s| {
