@@ -11,6 +11,7 @@
     doc = "The README's examples are doctests with `--features postgres,test-util`."
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
 
 pub mod body;
 mod config;

@@ -21,8 +21,7 @@ use crate::observe::{self, Outcome};
 use crate::routes::{self, Reply, forward, reply};
 use crate::task::Scope;
 use crate::wire::{
-    Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, result_response_raw,
-    route_by_headers,
+    Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, route_by_headers,
 };
 use crate::worker::Tasks;
 
@@ -265,10 +264,12 @@ where
         parts
             .extensions
             .insert(TaskContext::refused(TaskRefused::LegacyEra));
-        return forward(inner, parts, bytes, envelope.id.as_ref()).await;
+        let id = envelope.id.clone();
+        return forward(inner, parts, bytes.clone(), id.as_ref()).await;
     }
     if !is_owned_method(&envelope.method) {
-        return forward(inner, parts, bytes, envelope.id.as_ref()).await;
+        let id = envelope.id.clone();
+        return forward(inner, parts, bytes.clone(), id.as_ref()).await;
     }
     // Never an id or a principal here: the method, how it ended, and where the
     // time went.
@@ -280,15 +281,15 @@ where
         store_us = tracing::field::Empty,
         elapsed_us = tracing::field::Empty,
     );
-    observe::route(span, route(engine, inner, parts, bytes, envelope)).await
+    observe::route(span, route(engine, inner, parts, &bytes, envelope)).await
 }
 
 async fn route<S, B, ResBody>(
     engine: Arc<Engine>,
     inner: S,
     parts: http::request::Parts,
-    bytes: Bytes,
-    envelope: Envelope,
+    bytes: &Bytes,
+    envelope: Envelope<'_>,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -306,9 +307,10 @@ where
         Ok(declared) => declared.0,
         Err(e) => return Ok(reply(e, id)),
     };
-    match envelope.method.as_str() {
+    match &*envelope.method {
         "tools/call" => {
-            let tool = envelope.param("name").and_then(Value::as_str).unwrap_or("");
+            let tool = envelope.param_str("name");
+            let tool = tool.as_deref().unwrap_or("");
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
             let mode = engine.config.mode_for_call(tool, arguments);
             let draining = engine.is_draining();
@@ -321,7 +323,7 @@ where
                 && !draining
             {
                 let id = id.cloned();
-                return routes::auto::call(engine, inner, parts, bytes, id, after).await;
+                return routes::auto::call(engine, inner, parts, bytes.clone(), id, after).await;
             }
             if mode == TaskMode::Required && !declared {
                 observe::task_refused("extension_required");
@@ -333,13 +335,13 @@ where
                 _ if draining => TaskContext::refused(TaskRefused::ShuttingDown),
                 _ => TaskContext::open(),
             };
-            routes::tools_call::call(&engine, inner, parts, bytes, id, context).await
+            routes::tools_call::call(&engine, inner, parts, bytes.clone(), id, context).await
         }
-        "server/discover" => routes::discover::call(&engine, inner, parts, bytes, id).await,
+        "server/discover" => routes::discover::call(&engine, inner, parts, bytes.clone(), id).await,
         "subscriptions/listen" => {
-            routes::listen::call(&engine, inner, parts, bytes, &envelope, declared).await
+            routes::listen::call(&engine, inner, parts, bytes.clone(), &envelope, declared).await
         }
-        _ => forward(inner, parts, bytes, id).await,
+        _ => forward(inner, parts, bytes.clone(), id).await,
     }
 }
 
@@ -357,7 +359,7 @@ fn is_tasks_method(method: &str) -> bool {
 async fn answer_tasks<B>(
     engine: &Engine,
     parts: &http::request::Parts,
-    envelope: &Envelope,
+    envelope: &Envelope<'_>,
 ) -> Response<ResponseBody<B>> {
     let id = envelope.valid_raw_id();
     let error = |e: RpcError| {
@@ -381,7 +383,7 @@ async fn answer_tasks<B>(
         Ok(declared) => declared.0,
         Err(e) => return error(e),
     };
-    if matches!(envelope.method.as_str(), "tasks/list" | "tasks/result") {
+    if matches!(&*envelope.method, "tasks/list" | "tasks/result") {
         return error(RpcError::method_not_found());
     }
     if !declared {
@@ -389,9 +391,9 @@ async fn answer_tasks<B>(
     }
     let owner = engine.principal(parts);
     match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
-        Ok(result) => {
+        Ok(answer) => {
             observe::outcome(Outcome::Result);
-            result_response_raw(id, result).map(ResponseBody::full)
+            answer.to_response(engine, id).map(ResponseBody::full)
         }
         Err(e) => error(e),
     }

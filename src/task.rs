@@ -379,20 +379,29 @@ impl Timestamp {
     /// assert_eq!(t.to_rfc3339(), "2026-08-01T10:00:00.123Z");
     /// ```
     pub fn to_rfc3339(self) -> String {
-        let secs = (self.0 / 1000) as i64;
-        let millis = self.0 % 1000;
-        match time::OffsetDateTime::from_unix_timestamp(secs) {
-            Ok(t) => format!(
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        Rfc3339(self).to_string()
+    }
+}
+
+/// A [`Timestamp`] displayed as RFC 3339, written without an intermediate string.
+#[derive(Clone, Copy)]
+pub(crate) struct Rfc3339(pub(crate) Timestamp);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let millis = self.0.0 % 1000;
+        match time::OffsetDateTime::from_unix_timestamp((self.0.0 / 1000) as i64) {
+            Ok(t) => write!(
+                f,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{millis:03}Z",
                 t.year(),
                 u8::from(t.month()),
                 t.day(),
                 t.hour(),
                 t.minute(),
                 t.second(),
-                millis
             ),
-            Err(_) => "9999-12-31T23:59:59.999Z".to_owned(),
+            Err(_) => f.write_str("9999-12-31T23:59:59.999Z"),
         }
     }
 }
@@ -832,12 +841,11 @@ impl TaskRecord {
     /// assert!(!json.contains_key("statusMessage") && !json.contains_key("result"));
     /// ```
     pub fn to_detailed_json(&self) -> Map<String, Value> {
-        self.clone().into_detailed_json()
+        TaskJson::detailed(self).to_map()
     }
 
     /// [`to_detailed_json`](Self::to_detailed_json) for a record the caller no longer
-    /// needs: the result, error or input requests move into the JSON instead of being
-    /// copied (the `tasks/get` path).
+    /// needs.
     ///
     /// ```
     /// use mcp_tasks::store::{Timestamp, Transition};
@@ -851,27 +859,8 @@ impl TaskRecord {
     /// assert_eq!(json["status"], "completed");
     /// assert_eq!(json["result"], json!({"content": []}));
     /// ```
-    pub fn into_detailed_json(mut self) -> Map<String, Value> {
-        let mut map = self.to_summary_json();
-        let detail = match self.status {
-            TaskStatus::InputRequired => Some((
-                "inputRequests",
-                Value::Object(std::mem::take(&mut self.input_requests)),
-            )),
-            TaskStatus::Completed => self.result.take().map(|r| ("result", r)),
-            TaskStatus::Failed => {
-                let error = self
-                    .error
-                    .take()
-                    .unwrap_or_else(|| ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed"));
-                Some(("error", serde_json::to_value(error).unwrap_or(Value::Null)))
-            }
-            TaskStatus::Working | TaskStatus::Cancelled => None,
-        };
-        if let Some((key, value)) = detail {
-            map.insert(key.into(), value);
-        }
-        map
+    pub fn into_detailed_json(self) -> Map<String, Value> {
+        self.to_detailed_json()
     }
 
     /// The task fields common to every status: the body of a `CreateTaskResult`
@@ -890,25 +879,129 @@ impl TaskRecord {
     /// }
     /// ```
     pub fn to_summary_json(&self) -> Map<String, Value> {
-        let mut map = Map::with_capacity(10);
-        map.insert("taskId".into(), Value::String(self.id.to_string()));
-        map.insert("status".into(), Value::String(self.status.as_str().into()));
-        if let Some(message) = &self.status_message {
-            map.insert("statusMessage".into(), Value::String(message.clone()));
+        TaskJson::summary(self).to_map()
+    }
+}
+
+/// The JSON of a task, serialized straight from the record: the one definition of
+/// which fields a `CreateTaskResult`, a `tasks/get` result and a
+/// `notifications/tasks` carry. Writing it needs no intermediate map or string.
+///
+/// `ttlMs` is always present (`null` when unlimited); every other absent field is
+/// left out, never `null`.
+#[derive(Clone, Copy)]
+pub(crate) struct TaskJson<'a> {
+    task: &'a TaskRecord,
+    /// With the status's detail: `inputRequests`, `result` or `error`.
+    detailed: bool,
+    /// `resultType`, first, when the JSON is a whole result.
+    result_type: Option<&'static str>,
+    /// `_meta` with the server's info, when the JSON is a whole result.
+    server_info: Option<&'a Value>,
+}
+
+impl<'a> TaskJson<'a> {
+    pub(crate) fn summary(task: &'a TaskRecord) -> Self {
+        TaskJson {
+            task,
+            detailed: false,
+            result_type: None,
+            server_info: None,
         }
-        map.insert(
-            "createdAt".into(),
-            Value::String(self.created_at.to_rfc3339()),
-        );
-        map.insert(
-            "lastUpdatedAt".into(),
-            Value::String(self.updated_at.to_rfc3339()),
-        );
-        map.insert("ttlMs".into(), self.ttl_ms.map_or(Value::Null, Value::from));
-        if let Some(poll) = self.poll_interval_ms {
-            map.insert("pollIntervalMs".into(), Value::from(poll));
+    }
+
+    pub(crate) fn detailed(task: &'a TaskRecord) -> Self {
+        TaskJson {
+            detailed: true,
+            ..TaskJson::summary(task)
         }
-        map
+    }
+
+    /// As a whole result: `resultType` first and `_meta` with `server_info`, if any.
+    pub(crate) fn as_result(
+        self,
+        result_type: &'static str,
+        server_info: Option<&'a Value>,
+    ) -> Self {
+        TaskJson {
+            result_type: Some(result_type),
+            server_info,
+            ..self
+        }
+    }
+
+    fn to_map(self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            _ => unreachable!("a task serializes as an object with string keys"),
+        }
+    }
+}
+
+/// Serializes through `Display`, with no intermediate string.
+struct Displayed<T>(T);
+
+impl<T: fmt::Display> Serialize for Displayed<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
+}
+
+/// `{"io.modelcontextprotocol/serverInfo": …}`.
+struct ServerInfoMeta<'a>(&'a Value);
+
+impl Serialize for ServerInfoMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(crate::wire::META_SERVER_INFO, self.0)?;
+        map.end()
+    }
+}
+
+impl Serialize for TaskJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let task = self.task;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(result_type) = self.result_type {
+            map.serialize_entry("resultType", result_type)?;
+        }
+        map.serialize_entry("taskId", &Displayed(task.id))?;
+        map.serialize_entry("status", task.status.as_str())?;
+        if let Some(message) = &task.status_message {
+            map.serialize_entry("statusMessage", message)?;
+        }
+        map.serialize_entry("createdAt", &Displayed(Rfc3339(task.created_at)))?;
+        map.serialize_entry("lastUpdatedAt", &Displayed(Rfc3339(task.updated_at)))?;
+        map.serialize_entry("ttlMs", &task.ttl_ms)?;
+        if let Some(poll) = task.poll_interval_ms {
+            map.serialize_entry("pollIntervalMs", &poll)?;
+        }
+        if self.detailed {
+            match task.status {
+                TaskStatus::InputRequired => {
+                    map.serialize_entry("inputRequests", &task.input_requests)?;
+                }
+                TaskStatus::Completed => {
+                    if let Some(result) = &task.result {
+                        map.serialize_entry("result", result)?;
+                    }
+                }
+                TaskStatus::Failed => match &task.error {
+                    Some(error) => map.serialize_entry("error", error)?,
+                    None => map.serialize_entry(
+                        "error",
+                        &ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed"),
+                    )?,
+                },
+                TaskStatus::Working | TaskStatus::Cancelled => {}
+            }
+        }
+        if let Some(info) = self.server_info {
+            map.serialize_entry("_meta", &ServerInfoMeta(info))?;
+        }
+        map.end()
     }
 }
 

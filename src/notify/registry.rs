@@ -8,7 +8,7 @@ use std::task::Waker;
 use bytes::Bytes;
 
 use crate::observe::{self, Live};
-use crate::task::{Principal, TaskId, TaskRecord};
+use crate::task::{Principal, TaskId, TaskJson, TaskRecord};
 
 /// Every open listen stream of one layer, indexed by the task ids it was agreed.
 #[derive(Default)]
@@ -221,7 +221,7 @@ impl Change {
     pub(crate) fn detailed(&self) -> Option<&Bytes> {
         self.detailed
             .get_or_init(
-                || match serde_json::to_vec(&self.record.to_detailed_json()) {
+                || match serde_json::to_vec(&TaskJson::detailed(&self.record)) {
                     Ok(json) => Some(Bytes::from(json)),
                     Err(e) => {
                         tracing::error!(error = %e, "could not serialize a task notification");

@@ -43,7 +43,7 @@ pub(crate) async fn call<S, B, ResBody>(
     mut inner: S,
     mut parts: http::request::Parts,
     bytes: Bytes,
-    envelope: &Envelope,
+    envelope: &Envelope<'_>,
     declared: bool,
 ) -> Reply<ResBody, S::Error>
 where

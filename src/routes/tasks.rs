@@ -1,30 +1,61 @@
 //! `tasks/get`, `tasks/update` and `tasks/cancel`: answered from the store, scoped
 //! to the caller, never reaching the inner service.
 
+use bytes::Bytes;
+use http::Response;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, Timestamp, Transition};
-use crate::wire::{Envelope, RpcError};
+use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
+use crate::wire::{Envelope, RpcError, result_response_raw};
+
+/// What a `tasks/*` request is answered with.
+#[allow(clippy::large_enum_variant)] // made once per request and answered at once
+pub(crate) enum Answer {
+    /// `tasks/get`: the task, written as a `DetailedTask` result.
+    Task(TaskRecord),
+    /// `tasks/update` and `tasks/cancel`: an empty complete result.
+    Done,
+}
+
+impl Answer {
+    /// The JSON-RPC response echoing `id`.
+    pub(crate) fn to_response(&self, engine: &Engine, id: Option<&RawValue>) -> Response<Bytes> {
+        let server_info = engine.config.server_info.as_ref();
+        match self {
+            Answer::Task(task) => result_response_raw(
+                id,
+                &TaskJson::detailed(task).as_result("complete", server_info),
+            ),
+            Answer::Done => {
+                let mut ack = Map::with_capacity(2);
+                ack.insert("resultType".into(), Value::String("complete".into()));
+                engine.result_meta(&mut ack);
+                result_response_raw(id, &ack)
+            }
+        }
+    }
+}
 
 /// `tasks/get`, `tasks/update` and `tasks/cancel`, owner-scoped. A foreign task
 /// answers exactly like a missing one, and no answer echoes the id.
 pub(crate) async fn answer(
     engine: &Engine,
-    envelope: &Envelope,
+    envelope: &Envelope<'_>,
     scope: Scope<'_>,
-) -> Result<Map<String, Value>, RpcError> {
+) -> Result<Answer, RpcError> {
     let not_found = || RpcError::invalid_params("Failed to retrieve task: Task not found");
     let store_failed = |e: StoreError| {
         tracing::error!(error = %e, "task store failed");
         RpcError::internal_error()
     };
-    let Some(text) = envelope.param("taskId").and_then(Value::as_str) else {
+    let Some(text) = envelope.param_str("taskId") else {
         return Err(RpcError::invalid_params("Missing taskId"));
     };
     let id: Option<TaskId> = text.parse().ok();
-    let mut result = match envelope.method.as_str() {
+    match &*envelope.method {
         "tasks/get" => {
             let Some(id) = id else {
                 return Err(not_found());
@@ -35,10 +66,7 @@ pub(crate) async fn answer(
                 .await
                 .map_err(store_failed)?
                 .ok_or_else(not_found)?;
-            let mut result = Map::with_capacity(12);
-            result.insert("resultType".into(), Value::String("complete".into()));
-            result.extend(task.into_detailed_json());
-            result
+            Ok(Answer::Task(task))
         }
         method => {
             let transition = if method == "tasks/update" {
@@ -69,13 +97,9 @@ pub(crate) async fn answer(
             if let Err(TransitionError::Invalid(reason)) = updated.outcome {
                 return Err(RpcError::invalid_params(reason));
             }
-            let mut ack = Map::with_capacity(2);
-            ack.insert("resultType".into(), Value::String("complete".into()));
-            ack
+            Ok(Answer::Done)
         }
-    };
-    engine.result_meta(&mut result);
-    Ok(result)
+    }
 }
 
 /// The caps on `inputResponses`: each answer within `max_input_response_bytes`,

@@ -2,6 +2,10 @@
 //! the validation order of the specification.
 
 use http::HeaderMap;
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -12,37 +16,157 @@ use super::{
     META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, RpcError, SUPPORTED_VERSIONS,
 };
 
-/// A parsed JSON-RPC request (only what the layer needs).
+/// A parsed JSON-RPC request (only what the layer needs), borrowing the body.
+///
+/// Parsing allocates next to nothing: the members are slices of the body, and the
+/// route reads the few params it needs in place ([`param_str`](Self::param_str), the
+/// validation order). The whole params become a [`Value`] only when a route asks
+/// for one ([`params`](Self::params)), once.
 #[derive(Debug)]
-pub(crate) struct Envelope {
+pub(crate) struct Envelope<'a> {
     /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
     /// read as a float here, so replies echo [`raw_id`](Self::raw_id) instead).
     pub(crate) id: Option<Value>,
     /// The id exactly as the client wrote it; `None` when the member is absent
     /// (a notification), `Some("null")` for `"id": null`.
-    pub(crate) raw_id: Option<Box<RawValue>>,
+    raw_id: Option<&'a RawValue>,
     /// Whether `jsonrpc` is exactly `"2.0"`.
-    pub(crate) jsonrpc_ok: bool,
-    pub(crate) method: String,
-    pub(crate) params: Option<Value>,
+    jsonrpc_ok: bool,
+    pub(crate) method: Cow<'a, str>,
+    raw_params: Option<&'a str>,
+    params: OnceLock<Option<Value>>,
 }
 
-/// Any JSON object, read in one pass; fields it does not name are skipped.
+/// Any JSON object, read in one pass without copying a member; fields it does not
+/// name are skipped.
 #[derive(Deserialize)]
-struct RawMessage {
-    #[serde(default)]
-    jsonrpc: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Box<RawValue>>,
-    #[serde(default)]
-    method: Option<Value>,
-    #[serde(default)]
-    params: Option<Value>,
+struct RawMessage<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
 }
 
 /// A member that is present, `null` included, is `Some`.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&'de RawValue>::deserialize(d).map(Some)
+}
+
+/// The text of a JSON string, borrowed when it has no escape; `None` for any other
+/// value, or a string whose escapes do not decode (a lone surrogate).
+fn as_str(raw: &str) -> Option<Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
+}
+
+/// Whether a raw JSON value is an object.
+fn is_object(raw: &str) -> bool {
+    raw.starts_with('{')
+}
+
+/// Member `key` of a JSON object, as raw text, found in place with no copy and no
+/// allocation; the last one when the key repeats, as when the object is read into a
+/// map. `None` when absent or not an object.
+///
+/// The text is a part of a body the parser has already accepted, so a lexical scan
+/// is enough; on text that is not JSON it answers `None` or a wrong slice, never a
+/// panic.
+fn member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
+    let bytes = object.as_bytes();
+    let mut at = skip_space(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return None;
+    }
+    let mut found = None;
+    loop {
+        let key_end = string_end(bytes, at)?;
+        let matches = key_is(object.get(at..key_end)?, key);
+        at = skip_space(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(bytes, at + 1);
+        let end = value_end(bytes, start)?;
+        if matches {
+            found = Some(object.get(start..end)?);
+        }
+        at = skip_space(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_space(bytes, at + 1),
+            _ => return found,
+        }
+    }
+}
+
+/// Whether a raw key (a JSON string) decodes to `key`.
+fn key_is(raw: &str, key: &str) -> bool {
+    as_str(raw).is_some_and(|text| text == key)
+}
+
+fn skip_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| b" \t\r\n".contains(b)) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string starting at `at` ends (just past its closing quote).
+fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    if bytes.get(at) != Some(&b'"') {
+        return None;
+    }
+    at += 1;
+    loop {
+        match bytes.get(at)? {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+}
+
+/// Where the value starting at `at` ends.
+fn value_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    match bytes.get(at)? {
+        b'"' => string_end(bytes, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            loop {
+                match bytes.get(at)? {
+                    b'"' => {
+                        at = string_end(bytes, at)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(at + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                at += 1;
+            }
+        }
+        _ => {
+            while bytes.get(at).is_some_and(|b| !b",}] \t\r\n".contains(b)) {
+                at += 1;
+            }
+            Some(at)
+        }
+    }
 }
 
 /// Whether raw JSON text is a string or an integer (no fraction, no exponent):
@@ -57,34 +181,37 @@ fn is_valid_id(raw: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
-impl Envelope {
+impl<'a> Envelope<'a> {
     /// Parses a body; `Ok(None)` when it is JSON but not a request (a response, a
     /// batch, …) and belongs to the inner service.
-    pub(crate) fn parse(body: &[u8]) -> Result<Option<Envelope>, RpcError> {
-        let is_object = body
+    ///
+    /// The body must be well-formed JSON; values inside it are decoded only when a
+    /// route reads them, so a string or number that no route reads is the inner
+    /// service's to judge.
+    pub(crate) fn parse(body: &'a [u8]) -> Result<Option<Envelope<'a>>, RpcError> {
+        let an_object = body
             .iter()
             .find(|b| !b.is_ascii_whitespace())
             .is_some_and(|&b| b == b'{');
-        if !is_object {
+        if !an_object {
             // A batch or a scalar: valid JSON is the inner service's business.
-            return serde_json::from_slice::<serde::de::IgnoredAny>(body)
+            return serde_json::from_slice::<IgnoredAny>(body)
                 .map(|_| None)
                 .map_err(|_| RpcError::parse_error());
         }
-        let raw: RawMessage = serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
-        Ok(match raw.method {
-            Some(Value::String(method)) => Some(Envelope {
-                id: raw
-                    .id
-                    .as_deref()
-                    .and_then(|raw| serde_json::from_str(raw.get()).ok()),
-                raw_id: raw.id,
-                jsonrpc_ok: raw.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0"),
-                method,
-                params: raw.params,
-            }),
-            _ => None,
-        })
+        let raw: RawMessage<'a> =
+            serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
+        let Some(method) = raw.method.map(RawValue::get).and_then(as_str) else {
+            return Ok(None);
+        };
+        Ok(Some(Envelope {
+            id: raw.id.and_then(|raw| serde_json::from_str(raw.get()).ok()),
+            raw_id: raw.id,
+            jsonrpc_ok: raw.jsonrpc.map(RawValue::get).and_then(as_str).as_deref() == Some("2.0"),
+            method,
+            raw_params: raw.params.map(RawValue::get),
+            params: OnceLock::new(),
+        }))
     }
 
     /// A notification: the `id` member is absent.
@@ -94,8 +221,8 @@ impl Envelope {
 
     /// The raw id when it is one a request may carry (a string or an integer); the
     /// id replies echo.
-    pub(crate) fn valid_raw_id(&self) -> Option<&RawValue> {
-        self.raw_id.as_deref().filter(|raw| is_valid_id(raw.get()))
+    pub(crate) fn valid_raw_id(&self) -> Option<&'a RawValue> {
+        self.raw_id.filter(|raw| is_valid_id(raw.get()))
     }
 
     /// JSON-RPC envelope strictness: `jsonrpc` exactly `"2.0"`, and an id that is a
@@ -114,16 +241,34 @@ impl Envelope {
         Ok(())
     }
 
+    /// The params as a JSON object, decoded on first use; `None` when absent, not an
+    /// object, or beyond what the decoder keeps (nesting deeper than 128, a number
+    /// past `f64`, a lone surrogate).
     pub(crate) fn params(&self) -> Option<&Map<String, Value>> {
-        self.params.as_ref().and_then(Value::as_object)
+        self.params
+            .get_or_init(|| {
+                self.raw_params
+                    .and_then(|raw| serde_json::from_str(raw).ok())
+            })
+            .as_ref()
+            .and_then(Value::as_object)
     }
 
     pub(crate) fn param(&self, key: &str) -> Option<&Value> {
         self.params().and_then(|p| p.get(key))
     }
 
-    fn meta(&self) -> Option<&Map<String, Value>> {
-        self.param("_meta").and_then(Value::as_object)
+    /// A string param, read in place.
+    pub(crate) fn param_str(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.raw_param(key).and_then(as_str)
+    }
+
+    fn raw_param(&self, key: &str) -> Option<&'a str> {
+        self.raw_params.and_then(|params| member(params, key))
+    }
+
+    fn meta(&self) -> Option<&'a str> {
+        self.raw_param("_meta").filter(|m| is_object(m))
     }
 
     /// Legacy by the dual-era rule: a session id, or no `_meta` and a version header
@@ -152,27 +297,25 @@ impl Envelope {
         let meta = self
             .meta()
             .ok_or_else(|| RpcError::missing_meta("Missing params._meta"))?;
-        let version = meta
-            .get(META_PROTOCOL_VERSION)
-            .and_then(Value::as_str)
+        let version = member(meta, META_PROTOCOL_VERSION)
+            .and_then(as_str)
             .ok_or_else(|| RpcError::missing_meta("Missing _meta protocolVersion"))?;
-        let capabilities = meta
-            .get(META_CLIENT_CAPABILITIES)
-            .and_then(Value::as_object)
+        let capabilities = member(meta, META_CLIENT_CAPABILITIES)
+            .filter(|c| is_object(c))
             .ok_or_else(|| RpcError::missing_meta("Missing _meta clientCapabilities"))?;
         if header_version.as_bytes().trim_ascii() != version.as_bytes() {
             return Err(RpcError::header_mismatch(
                 "MCP-Protocol-Version header does not match _meta",
             ));
         }
-        if !SUPPORTED_VERSIONS.contains(&version) {
+        if !SUPPORTED_VERSIONS.contains(&version.as_ref()) {
             return Err(RpcError::unsupported_protocol_version(
                 SUPPORTED_VERSIONS,
-                version,
+                &version,
             ));
         }
         match header_value(headers, MCP_METHOD) {
-            Some(Ok(m)) if m == self.method => {}
+            Some(Ok(m)) if m == *self.method => {}
             _ => {
                 return Err(RpcError::header_mismatch(
                     "Mcp-Method header does not match the body",
@@ -181,7 +324,7 @@ impl Envelope {
         }
         if let Some(expected) = self.expected_name() {
             match header_value(headers, MCP_NAME) {
-                Some(Ok(name)) if name == expected => {}
+                Some(Ok(name)) if name == *expected => {}
                 _ => {
                     return Err(RpcError::header_mismatch(
                         "Mcp-Name header does not match the body",
@@ -189,23 +332,21 @@ impl Envelope {
                 }
             }
         }
-        let declared = capabilities
-            .get("extensions")
-            .and_then(Value::as_object)
-            .and_then(|e| e.get(EXTENSION_ID))
-            .is_some_and(Value::is_object);
+        let declared = member(capabilities, "extensions")
+            .and_then(|extensions| member(extensions, EXTENSION_ID))
+            .is_some_and(is_object);
         Ok(Declared(declared))
     }
 
     /// What `Mcp-Name` must equal, for the methods the layer checks it on. Skipped
     /// when the body lacks the value, so that the params check can name the problem.
-    fn expected_name(&self) -> Option<&str> {
-        let key = match self.method.as_str() {
+    fn expected_name(&self) -> Option<Cow<'a, str>> {
+        let key = match &*self.method {
             "tools/call" => "name",
             "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
             _ => return None,
         };
-        self.param(key).and_then(Value::as_str)
+        self.param_str(key)
     }
 }
 
@@ -231,13 +372,13 @@ mod tests {
         h
     }
 
-    fn envelope(value: Value) -> Envelope {
-        Envelope::parse(&serde_json::to_vec(&value).unwrap())
-            .unwrap()
-            .unwrap()
+    /// An envelope over a body that lives as long as the test.
+    fn envelope(value: Value) -> Envelope<'static> {
+        let body = serde_json::to_vec(&value).unwrap().leak();
+        Envelope::parse(body).unwrap().unwrap()
     }
 
-    fn modern(method: &str, extra: Value) -> Envelope {
+    fn modern(method: &str, extra: Value) -> Envelope<'static> {
         let mut params = json!({"_meta": {META_PROTOCOL_VERSION: PROTOCOL_VERSION,
             META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}}}}});
         for (k, v) in extra.as_object().unwrap() {
@@ -264,8 +405,9 @@ mod tests {
         let e = no_meta.validate(&ok).unwrap_err();
         assert_eq!((e.code(), e.http_status().as_u16()), (-32602, 400));
 
-        let mut future = modern("tasks/get", json!({"taskId": "abc"}));
-        future.params.as_mut().unwrap()["_meta"][META_PROTOCOL_VERSION] = json!("v999.0.0");
+        let future = envelope(json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
+            "params": {"taskId": "abc", "_meta": {META_PROTOCOL_VERSION: "v999.0.0",
+                META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}}}}}}));
         assert_eq!(future.validate(&ok).unwrap_err().code(), -32020);
         let v999 = headers(&[
             ("mcp-protocol-version", "v999.0.0"),
@@ -329,7 +471,10 @@ mod tests {
 
     #[test]
     fn ids_and_versions_are_checked_strictly() {
-        let parse = |text: &str| Envelope::parse(text.as_bytes()).unwrap().unwrap();
+        let parse = |text: &str| {
+            let body: &'static [u8] = text.to_owned().leak().as_bytes();
+            Envelope::parse(body).unwrap().unwrap()
+        };
         let good = parse(r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tasks/get"}"#);
         assert_eq!(good.check_strict(), Ok(()));
         assert_eq!(good.valid_raw_id().unwrap().get(), "18446744073709551616");
@@ -362,6 +507,78 @@ mod tests {
         }
         let missing = parse(r#"{"id":1,"method":"m"}"#);
         assert_eq!(missing.check_strict().unwrap_err().http_status(), 400);
+    }
+
+    #[test]
+    fn members_are_read_in_place_as_a_map_would_read_them() {
+        let object = r#" { "a" : 1 , "b":{"c":[{"d":"}]\"{"}], "e": []},"a":"last",
+            "e\u0041":3, "n": -1.5e3 , "t":true,"z":null } "#;
+        // A repeated key answers with its last value, as `Map` keeps it.
+        assert_eq!(member(object, "a"), Some(r#""last""#));
+        assert_eq!(
+            member(object, "b"),
+            Some(r#"{"c":[{"d":"}]\"{"}], "e": []}"#)
+        );
+        // Keys compare by their decoded text.
+        assert_eq!(member(object, "eA"), Some("3"));
+        assert_eq!(member(object, "n"), Some("-1.5e3"));
+        assert_eq!(member(object, "t"), Some("true"));
+        assert_eq!(member(object, "z"), Some("null"));
+        assert_eq!(member(object, "c"), None);
+        assert_eq!(member("{}", "a"), None);
+        assert_eq!(member("[1]", "a"), None);
+        assert_eq!(member(r#""a""#, "a"), None);
+        // Text that is not JSON answers something or nothing, never a panic.
+        for broken in [
+            r#"{"a""#,
+            r#"{"a":"#,
+            r#"{"a":{"#,
+            r#"{"a":"x"#,
+            "{",
+            r#"{"\"#,
+        ] {
+            let _ = member(broken, "a");
+        }
+        // Every member of a map read back from its text.
+        let map = json!({"k": {"x": [1, "]"]}, "s": "a\"b", "u": "\u{2028}", "": 0});
+        let text = serde_json::to_string(&map).unwrap();
+        for (key, value) in map.as_object().unwrap() {
+            let found: Value = serde_json::from_str(member(&text, key).unwrap()).unwrap();
+            assert_eq!(&found, value, "{key}");
+        }
+
+        assert_eq!(as_str(r#""plain""#), Some(Cow::Borrowed("plain")));
+        assert_eq!(
+            as_str(r#""tab\tand \u00e9""#).as_deref(),
+            Some("tab\tand é")
+        );
+        assert_eq!(as_str(r#""\ud800""#), None);
+        assert_eq!(as_str("12"), None);
+    }
+
+    #[test]
+    fn params_decode_once_and_only_when_read() {
+        let call = modern(
+            "tools/call",
+            json!({"name": "n\u{e9}", "arguments": {"x": [1]}}),
+        );
+        assert_eq!(call.param_str("name").as_deref(), Some("n\u{e9}"));
+        assert!(
+            call.params.get().is_none(),
+            "reading a string param decodes nothing"
+        );
+        assert_eq!(call.param("arguments"), Some(&json!({"x": [1]})));
+        assert!(call.params.get().is_some());
+        // Deeper than the decoder keeps: the params read as absent, the string
+        // params still in place.
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{}1{}}}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        let deep = Envelope::parse(deep.leak().as_bytes()).unwrap().unwrap();
+        assert_eq!(deep.param_str("name").as_deref(), Some("t"));
+        assert!(deep.params().is_none());
     }
 
     #[test]

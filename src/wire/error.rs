@@ -8,7 +8,7 @@ use http::{Response, StatusCode};
 use serde_json::{Value, json};
 
 use super::EXTENSION_ID;
-use super::reply::{json_response, message_body, message_body_raw};
+use super::reply::{Member, json_response, message_body, message_body_raw};
 
 /// A JSON-RPC error the layer answers with, and the HTTP status it travels with.
 ///
@@ -300,13 +300,13 @@ impl RpcError {
     ///     "error": {"code": -32700, "message": "Parse error"}}));
     /// ```
     pub fn to_body(&self, id: Option<&Value>) -> Bytes {
-        message_body(id, "error", self.error_object())
+        message_body(id, Member::Error, &self.error_object())
     }
 
     /// [`to_body`](Self::to_body) echoing the request id exactly as the client wrote
     /// it.
     pub(crate) fn to_body_raw(&self, id: Option<&serde_json::value::RawValue>) -> Bytes {
-        message_body_raw(id, "error", self.error_object())
+        message_body_raw(id, Member::Error, &self.error_object())
     }
 
     /// [`to_response`](Self::to_response) echoing the request id exactly as the

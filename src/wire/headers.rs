@@ -1,5 +1,7 @@
 //! What the headers alone say about a request, and how standard header values read.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName, StatusCode, header};
@@ -130,7 +132,10 @@ fn is_zero_weight(q: &str) -> bool {
 
 /// A standard header's value: trimmed, with `=?base64?…?=` decoded. `Err` when it
 /// is malformed.
-pub(crate) fn header_value(headers: &HeaderMap, name: HeaderName) -> Option<Result<String, ()>> {
+pub(crate) fn header_value(
+    headers: &HeaderMap,
+    name: HeaderName,
+) -> Option<Result<Cow<'_, str>, ()>> {
     let raw = headers.get(name)?;
     let text = match std::str::from_utf8(raw.as_bytes()) {
         Ok(t) => t.trim(),
@@ -145,10 +150,11 @@ pub(crate) fn header_value(headers: &HeaderMap, name: HeaderName) -> Option<Resu
                 .decode(encoded)
                 .ok()
                 .and_then(|b| String::from_utf8(b).ok())
+                .map(Cow::Owned)
                 .ok_or(()),
         );
     }
-    Some(Ok(text.to_owned()))
+    Some(Ok(Cow::Borrowed(text)))
 }
 
 #[cfg(test)]
@@ -242,7 +248,7 @@ mod tests {
         h.insert("mcp-name", HeaderValue::from_str(&encoded).unwrap());
         assert_eq!(
             header_value(&h, super::super::MCP_NAME),
-            Some(Ok("héllo".to_owned()))
+            Some(Ok(Cow::Borrowed("héllo")))
         );
         h.insert("mcp-name", HeaderValue::from_static("=?base64?***?="));
         assert_eq!(header_value(&h, super::super::MCP_NAME), Some(Err(())));

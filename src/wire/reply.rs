@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -18,50 +19,61 @@ pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response<Bytes> 
 
 /// The JSON-RPC message `{"jsonrpc":"2.0","id":…,<key>:<value>}`; the id is `null`
 /// when the request's id is unknown.
-pub(crate) fn message_body(id: Option<&Value>, key: &str, value: Value) -> Bytes {
+pub(crate) fn message_body(id: Option<&Value>, key: Member, value: &impl Serialize) -> Bytes {
     let id = id.map(|id| serde_json::to_string(id).unwrap_or_else(|_| "null".into()));
-    render(id.as_deref(), key, &value)
+    render(id.as_deref(), key, value)
 }
 
 /// [`message_body`] echoing the request id exactly as the client wrote it (a
 /// 2^64 stays an integer, an escaped string keeps its escapes).
-pub(crate) fn message_body_raw(id: Option<&RawValue>, key: &str, value: Value) -> Bytes {
-    render(id.map(RawValue::get), key, &value)
+pub(crate) fn message_body_raw(
+    id: Option<&RawValue>,
+    key: Member,
+    value: &impl Serialize,
+) -> Bytes {
+    render(id.map(RawValue::get), key, value)
 }
 
-/// Writes the message with `id` as JSON text (`null` when `None`).
-fn render(id: Option<&str>, key: &str, value: &Value) -> Bytes {
-    let value = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
-    let key = serde_json::to_string(key).unwrap_or_else(|_| "\"error\"".into());
+/// The member of a response that carries its outcome.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Member {
+    Result,
+    Error,
+}
+
+/// Writes the message with `id` as JSON text (`null` when `None`) into one buffer.
+fn render(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
     let id = id.unwrap_or("null");
-    let mut out = Vec::with_capacity(24 + id.len() + key.len() + value.len());
+    let key: &[u8] = match key {
+        Member::Result => b",\"result\":",
+        Member::Error => b",\"error\":",
+    };
+    // Room for a task's result: most replies are written without growing.
+    let mut out = Vec::with_capacity(512 + id.len());
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.as_bytes());
-    out.push(b',');
-    out.extend_from_slice(key.as_bytes());
-    out.push(b':');
-    out.extend_from_slice(&value);
+    out.extend_from_slice(key);
+    let start = out.len();
+    if serde_json::to_writer(&mut out, value).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
     out.push(b'}');
     Bytes::from(out)
 }
 
 /// A JSON-RPC success response with the layer's result, HTTP 200.
 pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) -> Response<Bytes> {
-    json_response(
-        StatusCode::OK,
-        message_body(id, "result", Value::Object(result)),
-    )
+    json_response(StatusCode::OK, message_body(id, Member::Result, &result))
 }
 
-/// [`result_response`] echoing the raw request id.
+/// A JSON-RPC success response echoing the raw request id, its result written
+/// straight from `result`.
 pub(crate) fn result_response_raw(
     id: Option<&RawValue>,
-    result: Map<String, Value>,
+    result: &impl Serialize,
 ) -> Response<Bytes> {
-    json_response(
-        StatusCode::OK,
-        message_body_raw(id, "result", Value::Object(result)),
-    )
+    json_response(StatusCode::OK, message_body_raw(id, Member::Result, result))
 }
 
 #[cfg(test)]
@@ -86,17 +98,17 @@ mod tests {
     #[test]
     fn a_raw_id_is_echoed_as_written() {
         let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
-        let response = result_response_raw(Some(&id), Map::new());
+        let response = result_response_raw(Some(&id), &Map::new());
         let text = std::str::from_utf8(response.body()).unwrap();
         assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
         let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
-        let body = message_body_raw(Some(&escaped), "result", json!({}));
+        let body = message_body_raw(Some(&escaped), Member::Result, &json!({}));
         assert!(
             std::str::from_utf8(&body)
                 .unwrap()
                 .contains(r#""id":"\u0041""#)
         );
-        let none = message_body_raw(None, "error", json!({"code": 1}));
+        let none = message_body_raw(None, Member::Error, &json!({"code": 1}));
         let parsed: Value = serde_json::from_slice(&none).unwrap();
         assert_eq!(
             parsed,
