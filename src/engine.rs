@@ -24,7 +24,7 @@ use crate::task::{
     ErrorObject, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,
 };
 use crate::waits::Waits;
-use crate::wire::{META_SERVER_INFO, RpcError};
+use crate::wire::{RpcError, ServerInfoMeta};
 
 /// What a new task starts with: the settings of a
 /// [`TaskSpec`](crate::TaskSpec) that end up in its record.
@@ -237,9 +237,8 @@ impl Engine {
     /// `serverInfo` for the `_meta` of results the layer writes.
     pub(crate) fn result_meta(&self, result: &mut Map<String, Value>) {
         if let Some(info) = &self.config.server_info {
-            let mut meta = Map::new();
-            meta.insert(META_SERVER_INFO.into(), info.clone());
-            result.insert("_meta".into(), Value::Object(meta));
+            let meta = serde_json::to_value(ServerInfoMeta(info)).unwrap_or(Value::Null);
+            result.insert("_meta".into(), meta);
         }
     }
 

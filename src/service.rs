@@ -264,12 +264,10 @@ where
         parts
             .extensions
             .insert(TaskContext::refused(TaskRefused::LegacyEra));
-        let id = envelope.id.clone();
-        return forward(inner, parts, bytes.clone(), id.as_ref()).await;
+        return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     if !is_owned_method(&envelope.method) {
-        let id = envelope.id.clone();
-        return forward(inner, parts, bytes.clone(), id.as_ref()).await;
+        return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     // Never an id or a principal here: the method, how it ended, and where the
     // time went.

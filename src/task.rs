@@ -947,18 +947,6 @@ impl<T: fmt::Display> Serialize for Displayed<T> {
     }
 }
 
-/// `{"io.modelcontextprotocol/serverInfo": …}`.
-struct ServerInfoMeta<'a>(&'a Value);
-
-impl Serialize for ServerInfoMeta<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap as _;
-        let mut map = serializer.serialize_map(Some(1))?;
-        map.serialize_entry(crate::wire::META_SERVER_INFO, self.0)?;
-        map.end()
-    }
-}
-
 impl Serialize for TaskJson<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
@@ -999,7 +987,7 @@ impl Serialize for TaskJson<'_> {
             }
         }
         if let Some(info) = self.server_info {
-            map.serialize_entry("_meta", &ServerInfoMeta(info))?;
+            map.serialize_entry("_meta", &crate::wire::ServerInfoMeta(info))?;
         }
         map.end()
     }

@@ -34,6 +34,18 @@ pub(crate) fn message_body_raw(
     render(id.map(RawValue::get), key, value)
 }
 
+/// A result's `_meta` with the server's info: `{"io.modelcontextprotocol/serverInfo": …}`.
+pub(crate) struct ServerInfoMeta<'a>(pub(crate) &'a Value);
+
+impl Serialize for ServerInfoMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry(super::META_SERVER_INFO, self.0)?;
+        map.end()
+    }
+}
+
 /// The member of a response that carries its outcome.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Member {
