@@ -35,6 +35,7 @@ pub(crate) struct Config {
     pub(crate) max_listen_streams: usize,
     pub(crate) listen_ack_timeout: Duration,
     pub(crate) keep_alive: Duration,
+    pub(crate) store_timeout: Duration,
 }
 
 impl Config {

@@ -20,6 +20,7 @@
 //! | [`JANITOR_INTERVAL`] | 60 s | time between janitor sweeps |
 //! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
 //! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
+//! | [`STORE_TIMEOUT`] | 5 s | one store call the layer makes (`with_store_timeout`) |
 //!
 //! ```
 //! use std::time::Duration;
@@ -82,3 +83,6 @@ pub const RETENTION: Duration = Duration::from_secs(3600);
 /// The longest margin before its TTL at which a running
 /// [`TaskMode::Auto`](crate::TaskMode::Auto) task is stopped and marked `failed` (5 s).
 pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
+/// The longest one store call made by the layer may take (5 s): past it the call is
+/// dropped and a request gets -32603, so a store outage never hangs a client.
+pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);

@@ -51,6 +51,8 @@ pub(crate) struct Engine {
     /// Set by a drain: no new task is admitted.
     draining: std::sync::atomic::AtomicBool,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// The engine itself, for the re-reads it starts in the background.
+    me: std::sync::OnceLock<std::sync::Weak<Engine>>,
 }
 
 impl Engine {
@@ -61,7 +63,7 @@ impl Engine {
         principal: Option<PrincipalFn>,
     ) -> Self {
         Engine {
-            store: StoreCalls::new(store),
+            store: StoreCalls::new(store, config.store_timeout),
             config,
             notifier,
             principal,
@@ -71,7 +73,16 @@ impl Engine {
             idle: Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
+            me: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Puts the engine in its `Arc`, so that it can start background re-reads of
+    /// its own.
+    pub(crate) fn shared(self) -> Arc<Engine> {
+        let engine = Arc::new(self);
+        let _ = engine.me.set(Arc::downgrade(&engine));
+        engine
     }
 
     /// Uses `listen` (the builder's, which its default notifier feeds) as the
@@ -212,7 +223,9 @@ impl Engine {
     }
 
     /// A terminal task needs no runner: a cancelled one has its runner aborted.
-    fn stop_runner(&self, record: &TaskRecord) {
+    /// Called on every record this process writes or reads on a waiter's behalf, so
+    /// a cancel seen by any path stops the local runner.
+    pub(crate) fn stop_runner(&self, record: &TaskRecord) {
         if !record.status.is_terminal() {
             return;
         }
@@ -270,10 +283,19 @@ impl Engine {
         scope: Scope<'_>,
         transition: &Transition,
     ) -> Result<Option<Updated>, StoreError> {
-        let updated = self
+        let updated = match self
             .store
             .update(id, scope, transition, Timestamp::now())
-            .await?;
+            .await
+        {
+            Ok(updated) => updated,
+            Err(e) => {
+                // The write may have landed with its answer lost: find out in the
+                // background, so the local runner, waiters and listen streams learn it.
+                self.reconcile(*id);
+                return Err(e);
+            }
+        };
         if let Some(u) = &updated
             && u.changed()
         {
@@ -283,6 +305,53 @@ impl Engine {
             self.changed(&u.record);
         }
         Ok(updated)
+    }
+
+    /// Re-reads `id` in the background until the store answers (with a bounded
+    /// backoff, for at most [`RECONCILE_FOR`]) and tells everyone of the record
+    /// found: after a write whose outcome is unknown.
+    fn reconcile(&self, id: TaskId) {
+        let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
+            let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+            loop {
+                match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
+                    Ok(Some(record)) => return engine.changed(&record),
+                    Ok(None) => return engine.waits.wake(&id),
+                    Err(_) if tokio::time::Instant::now() + delay < deadline => {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
+                        return engine.waits.wake(&id);
+                    }
+                }
+            }
+        });
+    }
+
+    /// Re-reads `ids` and tells everyone of each record found; the ids whose read
+    /// failed.
+    async fn recheck(&self, ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
+        let mut failed = Vec::new();
+        for id in ids {
+            match self.store.get(&id, Scope::Any, Timestamp::now()).await {
+                Ok(Some(record)) => self.changed(&record),
+                Ok(None) => self.waits.wake(&id),
+                Err(e) => {
+                    tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node; retrying");
+                    failed.push(id);
+                }
+            }
+        }
+        failed
     }
 
     /// Waits until `id` has no outstanding input request and returns every answer
@@ -390,34 +459,65 @@ impl Engine {
     }
 }
 
-/// Re-reads each task another node changed and tells this node's notifier and
-/// waiting workers. Ends when the layer is gone or the feed closes.
+/// How long a background re-read after a failed write keeps trying.
+const RECONCILE_FOR: Duration = Duration::from_secs(120);
+
+/// Re-reads each task another node changed and tells this node's notifier, waiting
+/// workers and `Auto` runners. A read that fails is retried with a bounded backoff,
+/// so a store outage delays a change but never loses it. After missed changes
+/// every waiter re-reads its task, and the tasks of every runner and listen stream
+/// of this node are re-read. Ends when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
+    let mut pending: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
+    let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+    let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
-        let id = match feed.recv().await {
-            Some(FeedEvent::Changed(id)) => id,
-            Some(FeedEvent::Missed(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "mcp-tasks: fell behind on changes from other nodes; waking every waiting worker"
-                );
-                if let Some(engine) = engine.upgrade() {
-                    engine.wake_all();
+        let event = tokio::select! {
+            event = feed.recv() => event,
+            () = sleep_until_some(retry_at) => {
+                retry_at = None;
+                let Some(engine) = engine.upgrade() else { return };
+                let failed = engine.recheck(std::mem::take(&mut pending)).await;
+                if failed.is_empty() {
+                    delay = Duration::from_millis(FIRST_RETRY_MS.into());
+                } else {
+                    pending.extend(failed);
+                    retry_at = Some(tokio::time::Instant::now() + delay);
+                    delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
                 }
                 continue;
             }
-            None => return,
         };
         let Some(engine) = engine.upgrade() else {
             return;
         };
-        match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
-            Ok(Some(record)) => engine.changed(&record),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node")
+        let ids = match event {
+            Some(FeedEvent::Changed(id)) => vec![id],
+            Some(FeedEvent::Missed(skipped)) => {
+                tracing::warn!(
+                    skipped,
+                    "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
+                );
+                engine.wake_all();
+                let mut ids = engine.running();
+                ids.extend(engine.listen.registry().task_ids());
+                ids
             }
+            None => return,
+        };
+        let failed = engine.recheck(ids).await;
+        if !failed.is_empty() {
+            pending.extend(failed);
+            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + delay);
         }
+    }
+}
+
+/// Sleeps until `at`; never returns without one.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -465,6 +565,9 @@ where
                         }
                         Poll::Ready(Ok(task)) => task,
                     };
+                    if let Some(task) = &task {
+                        engine.stop_runner(task);
+                    }
                     if let Some(answer) = (this.ready)(task.as_ref()) {
                         this.finish();
                         return Poll::Ready(Ok(answer));

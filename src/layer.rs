@@ -338,6 +338,7 @@ impl TasksLayerBuilder {
                 max_listen_streams: defaults::MAX_LISTEN_STREAMS,
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
+                store_timeout: defaults::STORE_TIMEOUT,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -887,6 +888,30 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// The longest one store call made by the layer may take (default
+    /// [`defaults::STORE_TIMEOUT`], 5 s). A call still unanswered then is dropped and
+    /// counts as a store failure: a request gets -32603 at once instead of hanging on
+    /// a stalled store or an exhausted pool, and background writers (the `Auto`
+    /// runners) retry. Zero is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_store_timeout(Duration::from_secs(2))
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new())
+    ///     .with_store_timeout(Duration::ZERO)
+    ///     .build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDuration("store_timeout"));
+    /// ```
+    pub fn with_store_timeout(mut self, timeout: Duration) -> Self {
+        self.config.store_timeout = timeout;
+        self
+    }
+
     /// Checks the settings and builds the layer. Starts the janitor on the current
     /// tokio runtime, if one is running and the janitor is on, and, for a store
     /// shared between nodes ([`TaskStore::subscribe`]), the relay of other nodes'
@@ -922,6 +947,9 @@ impl TasksLayerBuilder {
         }
         if c.max_listen_streams == 0 {
             return Err(ConfigError::ZeroLimit("max_listen_streams"));
+        }
+        if c.store_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration("store_timeout"));
         }
         if c.listen_ack_timeout.is_zero() {
             return Err(ConfigError::ZeroDuration("listen_ack_timeout"));
@@ -969,10 +997,9 @@ impl TasksLayerBuilder {
         }
         let janitor = self.config.janitor;
         let enabled = self.config.enabled;
-        let engine = Arc::new(
-            Engine::new(self.store, self.config, self.notifier, self.principal)
-                .with_listen(self.listen),
-        );
+        let engine = Engine::new(self.store, self.config, self.notifier, self.principal)
+            .with_listen(self.listen)
+            .shared();
         let layer = TasksLayer { engine };
         if enabled && let Some(feed) = layer.engine.store.subscribe() {
             match tokio::runtime::Handle::try_current() {

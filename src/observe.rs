@@ -86,17 +86,19 @@ pub(crate) fn outcome(outcome: Outcome) {
     let _ = ROUTE.try_with(|s| s.outcome.set(outcome));
 }
 
-/// The store as the layer calls it: each call timed for the current route's span
-/// and the `mcp_tasks_store_call_seconds` histogram. Inherent methods mirror
-/// [`TaskStore`], so no second boxed future is made per call.
+/// The store as the layer calls it: each call bounded by the layer's store timeout,
+/// and timed for the current route's span and the `mcp_tasks_store_call_seconds`
+/// histogram. Inherent methods mirror [`TaskStore`], so no second boxed future is
+/// made per call.
 #[derive(Debug, Clone)]
 pub(crate) struct StoreCalls {
     store: Arc<dyn TaskStore>,
+    timeout: Duration,
 }
 
 impl StoreCalls {
-    pub(crate) fn new(store: Arc<dyn TaskStore>) -> Self {
-        StoreCalls { store }
+    pub(crate) fn new(store: Arc<dyn TaskStore>, timeout: Duration) -> Self {
+        StoreCalls { store, timeout }
     }
 
     /// The store itself, for those that call it on their own (the janitor).
@@ -109,7 +111,7 @@ impl StoreCalls {
         record: TaskRecord,
         limits: CreateLimits,
     ) -> Result<(), StoreError> {
-        timed("create", self.store.create(record, limits)).await
+        timed("create", self.timeout, self.store.create(record, limits)).await
     }
 
     pub(crate) async fn get(
@@ -118,7 +120,7 @@ impl StoreCalls {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        timed("get", self.store.get(id, scope, now)).await
+        timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
     pub(crate) async fn visible(
@@ -127,7 +129,7 @@ impl StoreCalls {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Vec<TaskId>, StoreError> {
-        timed("visible", self.store.visible(ids, scope, now)).await
+        timed("visible", self.timeout, self.store.visible(ids, scope, now)).await
     }
 
     pub(crate) async fn update(
@@ -137,7 +139,7 @@ impl StoreCalls {
         transition: &Transition,
         now: Timestamp,
     ) -> Result<Option<Updated>, StoreError> {
-        timed("update", self.store.update(id, scope, transition, now)).await
+        timed("update", self.timeout, self.store.update(id, scope, transition, now)).await
     }
 
     pub(crate) fn subscribe(&self) -> Option<ChangeFeed> {
@@ -147,8 +149,10 @@ impl StoreCalls {
 
 async fn timed<T>(
     op: &'static str,
+    limit: Duration,
     call: impl Future<Output = Result<T, StoreError>>,
 ) -> Result<T, StoreError> {
+    let call = bounded(limit, call);
     let in_route = ROUTE.try_with(|_| ()).is_ok();
     if !in_route && !cfg!(feature = "metrics") {
         return call.await;
@@ -162,6 +166,30 @@ async fn timed<T>(
     store_call(op, took, out.is_ok());
     out
 }
+
+/// `call`, or a [`StoreError::Backend`] ([`StoreTimeout`]) once `limit` has passed
+/// without an answer; the call is dropped then.
+async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(out) => out,
+        Err(_) => Err(StoreError::backend(StoreTimeout(limit))),
+    }
+}
+
+/// A store call outlasted the layer's store timeout.
+#[derive(Debug)]
+pub(crate) struct StoreTimeout(Duration);
+
+impl std::fmt::Display for StoreTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the store did not answer within {} ms", self.0.as_millis())
+    }
+}
+
+impl std::error::Error for StoreTimeout {}
 
 #[cfg(feature = "metrics")]
 fn store_call(op: &'static str, took: Duration, ok: bool) {

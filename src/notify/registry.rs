@@ -164,6 +164,11 @@ impl Registry {
         self.lock().streams.len()
     }
 
+    /// The ids some open stream named: what a re-check after missed changes re-reads.
+    pub(crate) fn task_ids(&self) -> Vec<TaskId> {
+        self.lock().by_task.keys().copied().collect()
+    }
+
     pub(crate) fn pending_counts(&self) -> Vec<usize> {
         let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
         slots.iter().map(|s| s.lock().order.len()).collect()

@@ -34,11 +34,16 @@ use crate::engine::{Engine, NewTask};
 use crate::error::BoxError;
 use crate::error::TransitionError;
 use crate::observe::{self, Outcome};
+use crate::store::Updated;
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, RpcError, result_response, sse};
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
 const MAX_INPUT_ROUNDS: u32 = 64;
+/// The first and the longest pause between a runner's attempts at a store call
+/// that failed.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_LAST: Duration = Duration::from_secs(2);
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
 /// declared the extension. `inner` must be ready (polled).
@@ -71,6 +76,7 @@ where
         call,
         id: id.clone(),
         owner,
+        expires_at: None,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -415,6 +421,8 @@ struct Runner<S> {
     /// The client's JSON-RPC id.
     id: Option<Value>,
     owner: Option<Principal>,
+    /// When the task expires: store calls that fail are retried until then.
+    expires_at: Option<Timestamp>,
 }
 
 impl<S> Runner<S> {
@@ -459,6 +467,7 @@ impl<S> Runner<S> {
             }
         };
         let task = record.id;
+        self.expires_at = record.expires_at();
         let _registered = Registered {
             engine: self.engine.clone(),
             task,
@@ -470,10 +479,7 @@ impl<S> Runner<S> {
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
         if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.
-            let _ = self
-                .engine
-                .update(&task, Scope::Any, &Transition::Cancel)
-                .await;
+            let _ = self.write(&task, &Transition::Cancel).await;
             return;
         }
         tracing::debug!("auto call became a task");
@@ -555,21 +561,19 @@ impl<S> Runner<S> {
                     requests,
                     message: None,
                 };
-                match self.engine.update(&task, Scope::Any, &ask).await {
-                    Ok(Some(updated)) => match updated.outcome {
+                match self.write(&task, &ask).await {
+                    Some((updated, retried)) => match updated.outcome {
                         Ok(_) => {}
                         Err(TransitionError::Terminal) => return,
+                        // An earlier attempt whose answer was lost stored them.
+                        Err(TransitionError::DuplicateKeys(_)) if retried => {}
                         Err(_) => {
                             return self
                                 .finish(&task, internal_fail("the tool asked for malformed input"))
                                 .await;
                         }
                     },
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::error!(error = %e, "task store failed while relaying input requests");
-                        return;
-                    }
+                    None => return,
                 }
                 let Some(answers) = self.answers(task).await else {
                     return;
@@ -586,16 +590,59 @@ impl<S> Runner<S> {
     }
 
     /// Waits until no input request is outstanding; the answers collected so far.
-    /// `None` when the task ended or vanished meanwhile.
+    /// `None` when the task ended or vanished meanwhile. A store failure is retried
+    /// with a bounded backoff until the task expires.
     async fn answers(&mut self, task: TaskId) -> Option<Map<String, Value>> {
-        match self.engine.wait_for_answers(&task).await {
-            Ok(answers) => Some(answers),
-            Err(crate::TaskError::Store(e)) => {
-                tracing::error!(error = %e, "task store failed while waiting for input");
-                None
+        let mut delay = RETRY_FIRST;
+        loop {
+            match self.engine.wait_for_answers(&task).await {
+                Ok(answers) => return Some(answers),
+                Err(crate::TaskError::Store(e)) => {
+                    tracing::warn!(error = %e, "task store failed while an auto task waits for input; retrying");
+                    if !self.pause(&mut delay).await {
+                        return None;
+                    }
+                }
+                Err(_) => return None,
             }
-            Err(_) => None,
         }
+    }
+
+    /// Applies `transition`, retrying a store failure with a bounded exponential
+    /// backoff until the store answers or the task expires. `None` when the task is
+    /// gone (or expired before the store came back); otherwise the update and
+    /// whether an earlier attempt failed (and so may have been stored).
+    async fn write(&mut self, task: &TaskId, transition: &Transition) -> Option<(Updated, bool)> {
+        let mut delay = RETRY_FIRST;
+        let mut retried = false;
+        loop {
+            match self.engine.update(task, Scope::Any, transition).await {
+                Ok(updated) => return updated.map(|u| (u, retried)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "task store failed to write an auto task; retrying");
+                    if !self.pause(&mut delay).await {
+                        tracing::error!("an auto task expired before the store came back");
+                        return None;
+                    }
+                    retried = true;
+                }
+            }
+        }
+    }
+
+    /// Sleeps `delay` (doubled for the next time, up to [`RETRY_LAST`]); `false`
+    /// when the task expires first, so there is nothing left to retry for.
+    async fn pause(&mut self, delay: &mut Duration) -> bool {
+        let wait = *delay;
+        *delay = (*delay * 2).min(RETRY_LAST);
+        if let Some(at) = self.expires_at {
+            let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
+            if u128::from(left) <= wait.as_millis() {
+                return false;
+            }
+        }
+        tokio::time::sleep(wait).await;
+        true
     }
 
     async fn finish(&mut self, task: &TaskId, transition: Transition) {
@@ -603,18 +650,15 @@ impl<S> Runner<S> {
             .engine
             .limit_result(transition)
             .unwrap_or_else(|fail| fail);
-        match self.engine.update(task, Scope::Any, &transition).await {
-            Ok(Some(updated)) => match updated.outcome {
-                // The client's cancel won the race: its state stands.
-                Ok(_) | Err(TransitionError::Terminal) => {}
-                Err(e) => {
-                    tracing::warn!(error = ?e, "an auto task's final state was refused");
-                    let fail = internal_fail("the tool's result could not be stored");
-                    let _ = self.engine.update(task, Scope::Any, &fail).await;
-                }
-            },
-            Ok(None) => {}
-            Err(e) => tracing::error!(error = %e, "task store failed to finish an auto task"),
+        if let Some((updated, _)) = self.write(task, &transition).await
+            && let Err(e) = updated.outcome
+            // The client's cancel won the race, or an earlier attempt whose answer
+            // was lost stored the state: it stands.
+            && e != TransitionError::Terminal
+        {
+            tracing::warn!(error = ?e, "an auto task's final state was refused");
+            let fail = internal_fail("the tool's result could not be stored");
+            let _ = self.write(task, &fail).await;
         }
     }
 }

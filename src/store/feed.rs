@@ -45,9 +45,27 @@ pub const FEED_CAPACITY: usize = 4_096;
 pub enum FeedEvent {
     /// Another node changed this task: re-read it.
     Changed(TaskId),
-    /// The receiver fell behind and this many ids were dropped: whatever waits on
-    /// a task must re-read it.
+    /// The receiver fell behind and this many ids were dropped (0: an unknown number,
+    /// when the store could not catch up after a reconnect): whatever waits on a
+    /// task must re-read it.
     Missed(u64),
+}
+
+/// What travels through the broadcast channel: a change, or word that the store
+/// lost track of some.
+#[derive(Debug, Clone, Copy)]
+enum Signal {
+    Changed(TaskId),
+    Gap,
+}
+
+impl Signal {
+    fn event(self) -> FeedEvent {
+        match self {
+            Signal::Changed(id) => FeedEvent::Changed(id),
+            Signal::Gap => FeedEvent::Missed(0),
+        }
+    }
 }
 
 /// The sending side of a change feed, held by a shared store; every
@@ -68,7 +86,7 @@ pub enum FeedEvent {
 /// ```
 #[derive(Clone)]
 pub struct ChangeSender {
-    sender: broadcast::Sender<TaskId>,
+    sender: broadcast::Sender<Signal>,
 }
 
 impl ChangeSender {
@@ -102,7 +120,23 @@ impl ChangeSender {
     /// assert_eq!(feed.try_recv(), Some(FeedEvent::Changed(id)));
     /// ```
     pub fn send(&self, id: TaskId) {
-        let _ = self.sender.send(id);
+        let _ = self.sender.send(Signal::Changed(id));
+    }
+
+    /// Tells every feed that changes may have been lost (the store could not catch
+    /// up after a reconnect): each receives [`FeedEvent::Missed`]`(0)`, and the
+    /// layer has every waiter re-read its task.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{ChangeSender, FeedEvent};
+    ///
+    /// let sender = ChangeSender::default();
+    /// let mut feed = sender.subscribe();
+    /// sender.missed();
+    /// assert_eq!(feed.try_recv(), Some(FeedEvent::Missed(0)));
+    /// ```
+    pub fn missed(&self) {
+        let _ = self.sender.send(Signal::Gap);
     }
 
     /// A new feed, receiving every id sent from now on: what a store's
@@ -166,7 +200,7 @@ impl fmt::Debug for ChangeSender {
 /// assert_eq!(feed.try_recv(), None);
 /// ```
 pub struct ChangeFeed {
-    receiver: broadcast::Receiver<TaskId>,
+    receiver: broadcast::Receiver<Signal>,
 }
 
 impl ChangeFeed {
@@ -185,7 +219,7 @@ impl ChangeFeed {
     /// ```
     pub async fn recv(&mut self) -> Option<FeedEvent> {
         match self.receiver.recv().await {
-            Ok(id) => Some(FeedEvent::Changed(id)),
+            Ok(signal) => Some(signal.event()),
             Err(broadcast::error::RecvError::Lagged(n)) => Some(FeedEvent::Missed(n)),
             Err(broadcast::error::RecvError::Closed) => None,
         }
@@ -222,7 +256,7 @@ impl ChangeFeed {
     /// ```
     pub fn try_recv(&mut self) -> Option<FeedEvent> {
         match self.receiver.try_recv() {
-            Ok(id) => Some(FeedEvent::Changed(id)),
+            Ok(signal) => Some(signal.event()),
             Err(broadcast::error::TryRecvError::Lagged(n)) => Some(FeedEvent::Missed(n)),
             Err(_) => None,
         }

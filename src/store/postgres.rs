@@ -23,6 +23,18 @@ const MAX_TABLE_LEN: usize = 48;
 /// First and last pause between attempts to reconnect the listener.
 const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How often a listener notes how far the change log has come: after a reconnect it
+/// replays the log from the position noted one tick before the last.
+const FEED_CHECKPOINT: Duration = Duration::from_secs(5);
+/// How long the change log keeps an entry; a listener away longer than this
+/// reports [`FeedEvent::Missed`](super::FeedEvent::Missed).
+const FEED_RETENTION: Duration = Duration::from_secs(600);
+/// Entries one catch-up query reads.
+const CATCH_UP_BATCH: i64 = 1_000;
+/// The longest a change-log query on the listener's connection may take; past it
+/// the connection counts as dead (the checkpoint query doubles as its liveness
+/// check).
+const LOG_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A durable store for several nodes: task records live in one PostgreSQL table, and
 /// every write is announced to the other nodes with `NOTIFY`.
@@ -83,8 +95,20 @@ const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// listener (on a dedicated connection, not one of the pool's) that forwards the ids
 /// written by *other* store instances; [`TasksLayer`](crate::TasksLayer) subscribes
 /// when it is built, so a `tasks/update` or `tasks/cancel` handled on one node wakes
-/// the worker waiting on another. The listener reconnects with backoff after a
-/// failure; changes made while it was disconnected are not announced again.
+/// the worker waiting on another.
+///
+/// A trigger also appends every insert and update to the change log
+/// `<table>_feed` (a `bigserial` position and the task id). The listener notes its
+/// position in the log every 5 s; when its connection drops it reconnects with
+/// backoff, listens again, then replays the log from the position it noted, so a
+/// change made while it was away is delivered all the same. [`cleanup`] prunes log
+/// entries older than 10 minutes; a listener away longer than that reports
+/// [`FeedEvent::Missed`](super::FeedEvent::Missed), and the layer re-reads every
+/// task it waits on. The listener's connection carries the `application_name`
+/// [`feed_connection_name`](Self::feed_connection_name), so operators can find it
+/// in `pg_stat_activity`.
+///
+/// [`cleanup`]: TaskStore::cleanup
 ///
 /// Task ids are secrets, and the notification payload carries them: any session of
 /// the same database that runs `LISTEN` on the channel sees the ids of changed tasks.
@@ -110,7 +134,17 @@ struct Inner {
     /// The first half of every advisory lock key this table's creates take.
     lock_key: i32,
     sql: Statements,
+    log: LogStatements,
     feed: Mutex<Option<Feed>>,
+}
+
+/// The SQL of the change log, built once.
+struct LogStatements {
+    head: SqlStr,
+    since: SqlStr,
+    oldest: SqlStr,
+    prune: SqlStr,
+    migrate: Vec<SqlStr>,
 }
 
 /// The SQL for one table, built once.
@@ -168,8 +202,10 @@ impl PostgresStore {
         }
     }
 
-    /// Connects a pool with sqlx's default settings (at most 10 connections) to the
-    /// database at `url`, on the table [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
+    /// Connects a pool with sqlx's default settings (at most 10 connections), but an
+    /// acquire timeout of [`STORE_TIMEOUT`](crate::defaults::STORE_TIMEOUT) (5 s, the
+    /// layer's default store timeout), to the database at `url`, on the table
+    /// [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
     /// Fails with [`StoreError::Backend`] when the database cannot be reached.
     ///
     /// ```no_run
@@ -184,6 +220,7 @@ impl PostgresStore {
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let pool = PgPoolOptions::new()
+            .acquire_timeout(crate::defaults::STORE_TIMEOUT)
             .connect(url)
             .await
             .map_err(StoreError::backend)?;
@@ -253,6 +290,21 @@ impl PostgresStore {
         &self.inner.channel
     }
 
+    /// The `application_name` of this instance's listener connection:
+    /// `mcp-tasks feed <node>`, where `<node>` tells the store instances apart (so
+    /// `pg_stat_activity` shows which connection listens for which node).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// assert!(store.feed_connection_name().starts_with("mcp-tasks feed "));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn feed_connection_name(&self) -> String {
+        format!("mcp-tasks feed {}", self.inner.node)
+    }
+
     /// Creates the table and its indexes unless they exist. Safe to run on every node
     /// at every start, concurrently too (an advisory lock orders the runs).
     ///
@@ -273,7 +325,7 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
-        for statement in &inner.sql.migrate {
+        for statement in inner.sql.migrate.iter().chain(&inner.log.migrate) {
             sqlx::query(statement.clone())
                 .execute(&mut *tx)
                 .await
@@ -341,7 +393,9 @@ impl PostgresStore {
     }
 
     fn listen_options(&self) -> PgConnectOptions {
-        (*self.inner.pool.connect_options()).clone()
+        (*self.inner.pool.connect_options())
+            .clone()
+            .application_name(&self.feed_connection_name())
     }
 
     fn start_feed(&self, runtime: &tokio::runtime::Handle, first: Option<PgListener>) -> Feed {
@@ -354,6 +408,8 @@ impl PostgresStore {
             node: self.inner.node.clone(),
             sender: sender.clone(),
             ready: ready_tx,
+            log: LogStatements::new(&self.inner.table),
+            position: None,
         };
         runtime.spawn(relay.run(first, stopped));
         Feed {
@@ -542,6 +598,7 @@ impl Inner {
             node,
             lock_key: fnv1a(table.as_bytes()),
             sql: Statements::new(table),
+            log: LogStatements::new(table),
             feed: Mutex::new(None),
         }
     }
@@ -637,6 +694,51 @@ impl Statements {
                 sql(format!(
                     "CREATE INDEX IF NOT EXISTS \"{table}_retired_at_idx\" ON {t} (retired_at) \
                      WHERE retired_at IS NOT NULL"
+                )),
+            ],
+        }
+    }
+}
+
+impl LogStatements {
+    fn new(table: &str) -> Self {
+        // As in `Statements::new`: `table` is a validated plain identifier.
+        let t = format!("\"{table}\"");
+        let log = format!("\"{table}_feed\"");
+        let function = format!("\"{table}_feed_fn\"");
+        let trigger = format!("\"{table}_feed_trg\"");
+        LogStatements {
+            head: sql(format!("SELECT coalesce(max(seq), 0) FROM {log}")),
+            since: sql(format!(
+                "SELECT seq, id FROM {log} WHERE seq > $1 ORDER BY seq LIMIT $2"
+            )),
+            oldest: sql(format!("SELECT min(seq) FROM {log}")),
+            prune: sql(format!("DELETE FROM {log} WHERE at <= $1")),
+            migrate: vec![
+                sql(format!(
+                    "CREATE TABLE IF NOT EXISTS {log} (\
+                         seq bigserial PRIMARY KEY, \
+                         id bytea NOT NULL, \
+                         at bigint NOT NULL DEFAULT \
+                             (extract(epoch FROM clock_timestamp()) * 1000)::bigint)"
+                )),
+                sql(format!(
+                    "CREATE INDEX IF NOT EXISTS \"{table}_feed_at_idx\" ON {log} (at)"
+                )),
+                sql(format!(
+                    "CREATE OR REPLACE FUNCTION {function}() RETURNS trigger \
+                     LANGUAGE plpgsql AS $$ \
+                     BEGIN INSERT INTO {log} (id) VALUES (NEW.id); RETURN NULL; END $$"
+                )),
+                // Created only when missing, so a restart takes no table lock.
+                sql(format!(
+                    "DO $do$ BEGIN \
+                       IF NOT EXISTS (SELECT 1 FROM pg_trigger \
+                         WHERE tgname = '{table}_feed_trg' AND tgrelid = '{t}'::regclass) THEN \
+                         CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE ON {t} \
+                         FOR EACH ROW EXECUTE FUNCTION {function}(); \
+                       END IF; \
+                     END $do$"
                 )),
             ],
         }
@@ -752,6 +854,12 @@ impl TaskStore for PostgresStore {
                 .execute(&self.inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
+            let log_before = now.as_millis().saturating_sub(FEED_RETENTION.as_millis() as u64);
+            sqlx::query(self.inner.log.prune.clone())
+                .bind(millis(log_before))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
             Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
         })
     }
@@ -778,17 +886,32 @@ impl TaskStore for PostgresStore {
 }
 
 /// The background task behind a [`Feed`]: receives notifications and forwards the
-/// ids written by other nodes.
+/// ids written by other nodes, and after every reconnect replays the change log
+/// from its last checkpoint, so nothing written meanwhile is lost.
 struct Relay {
     options: PgConnectOptions,
     channel: String,
     node: String,
     sender: ChangeSender,
     ready: watch::Sender<bool>,
+    log: LogStatements,
+    /// Where a replay starts: a log position every change after which may not
+    /// have been delivered yet. `None` until the first connection.
+    position: Option<Checkpoint>,
+}
+
+/// Log positions noted on the checkpoint timer.
+#[derive(Clone, Copy)]
+struct Checkpoint {
+    /// The position a replay starts from: one tick old, so that a write whose
+    /// position was taken before the last tick but committed after it is replayed.
+    replay_from: i64,
+    /// The newest position read, the next tick's `replay_from`.
+    latest: i64,
 }
 
 impl Relay {
-    async fn run(self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
+    async fn run(mut self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
         let mut backoff = LISTEN_BACKOFF_MIN;
         loop {
             let connected = match first.take() {
@@ -799,23 +922,10 @@ impl Relay {
                 },
             };
             let error = match connected {
-                Ok(mut listener) => {
-                    self.ready.send_replace(true);
-                    backoff = LISTEN_BACKOFF_MIN;
-                    let error = loop {
-                        let next = tokio::select! {
-                            _ = &mut stop => return,
-                            next = listener.try_recv() => next,
-                        };
-                        match next {
-                            Ok(Some(notification)) => self.forward(notification.payload()),
-                            // sqlx reconnected and listens again; what was sent in between
-                            // is lost.
-                            Ok(None) => tracing::warn!(
-                                "mcp-tasks: the PostgreSQL change listener lost its connection; changes made on other nodes meanwhile were not announced"
-                            ),
-                            Err(e) => break e,
-                        }
+                Ok(listener) => {
+                    let error = tokio::select! {
+                        _ = &mut stop => return,
+                        error = self.serve(listener, &mut backoff) => error,
                     };
                     self.ready.send_replace(false);
                     error
@@ -835,6 +945,105 @@ impl Relay {
         }
     }
 
+    /// Serves one connection, already listening: catches up, then forwards
+    /// notifications and keeps the checkpoint, until the connection fails.
+    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Duration) -> sqlx::Error {
+        if let Err(e) = self.catch_up(&mut listener).await {
+            return e;
+        }
+        self.ready.send_replace(true);
+        *backoff = LISTEN_BACKOFF_MIN;
+        let mut checkpoint = tokio::time::interval(FEED_CHECKPOINT);
+        checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        checkpoint.tick().await;
+        loop {
+            tokio::select! {
+                next = listener.try_recv() => match next {
+                    Ok(Some(notification)) => self.forward(notification.payload()),
+                    // sqlx reconnected and listens again: replay what was written in
+                    // between.
+                    Ok(None) => {
+                        tracing::warn!("mcp-tasks: the PostgreSQL change listener reconnected; replaying the change log");
+                        if let Err(e) = self.catch_up(&mut listener).await {
+                            return e;
+                        }
+                    }
+                    Err(e) => return e,
+                },
+                _ = checkpoint.tick() => {
+                    let latest = match head(&mut listener, &self.log).await {
+                        Ok(latest) => latest,
+                        Err(e) => return e,
+                    };
+                    if let Some(position) = &mut self.position {
+                        position.replay_from = position.latest;
+                        position.latest = latest;
+                    }
+                }
+            }
+        }
+    }
+
+    /// On the first connection, notes the head of the log; on the next ones,
+    /// delivers every logged change after the checkpoint (this node's own too: a
+    /// re-read of one's own write changes nothing), or reports missed changes when
+    /// the log was pruned past it.
+    async fn catch_up(&mut self, listener: &mut PgListener) -> Result<(), sqlx::Error> {
+        let Some(position) = self.position else {
+            let latest = head(listener, &self.log).await?;
+            self.position = Some(Checkpoint {
+                replay_from: latest,
+                latest,
+            });
+            return Ok(());
+        };
+        let mut from = position.replay_from;
+        let oldest: Option<i64> = bounded(
+            sqlx::query_scalar(self.log.oldest.clone()).fetch_one(&mut *listener),
+        )
+        .await?;
+        let pruned = match oldest {
+            Some(oldest) => oldest > from.saturating_add(1),
+            None => from > 0,
+        };
+        if pruned {
+            // Entries after the checkpoint may have been pruned: say so, then
+            // deliver what is left.
+            tracing::warn!("mcp-tasks: the PostgreSQL change log was pruned past this listener's checkpoint; reporting missed changes");
+            self.sender.missed();
+        }
+        let mut replayed = 0usize;
+        loop {
+            let rows: Vec<(i64, Vec<u8>)> = bounded(
+                sqlx::query_as(self.log.since.clone())
+                    .bind(from)
+                    .bind(CATCH_UP_BATCH)
+                    .fetch_all(&mut *listener),
+            )
+            .await?;
+            let last = rows.last().map(|(seq, _)| *seq);
+            let full = rows.len() as i64 >= CATCH_UP_BATCH;
+            for (_, id) in rows {
+                if let Ok(bytes) = <[u8; 32]>::try_from(id.as_slice()) {
+                    self.sender.send(TaskId::from_bytes(bytes));
+                    replayed += 1;
+                }
+            }
+            if let Some(last) = last {
+                from = last;
+            }
+            if !full {
+                break;
+            }
+        }
+        tracing::debug!(replayed, "mcp-tasks: replayed the PostgreSQL change log");
+        self.position = Some(Checkpoint {
+            replay_from: from,
+            latest: from,
+        });
+        Ok(())
+    }
+
     fn forward(&self, payload: &str) {
         let Some((node, id)) = payload.split_once(':') else {
             tracing::debug!("mcp-tasks: ignored a malformed change notification");
@@ -848,6 +1057,24 @@ impl Relay {
             Ok(id) => self.sender.send(id),
             Err(_) => tracing::debug!("mcp-tasks: ignored a malformed change notification"),
         }
+    }
+}
+
+/// The newest position in the change log (0 when it is empty).
+async fn head(listener: &mut PgListener, log: &LogStatements) -> Result<i64, sqlx::Error> {
+    bounded(sqlx::query_scalar(log.head.clone()).fetch_one(&mut *listener)).await
+}
+
+/// A change-log query, or an I/O error once [`LOG_QUERY_TIMEOUT`] has passed.
+async fn bounded<T>(
+    query: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(LOG_QUERY_TIMEOUT, query).await {
+        Ok(result) => result,
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the change listener's connection stopped answering",
+        ))),
     }
 }
 

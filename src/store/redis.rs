@@ -1,5 +1,5 @@
 //! The Redis store: records shared between nodes, compare-and-swap through
-//! server-side scripts, native key expiry, change announcements over pub/sub.
+//! server-side scripts, native key expiry, change announcements on a stream.
 //!
 //! # Layout
 //!
@@ -13,7 +13,7 @@
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
-//! | `P changes` | pub/sub channel | `<node>:<id>` after every write. |
+//! | `P changes` | stream | an entry `c` = `<node>:<id>` after every write, trimmed to about 100 000 entries (`MAXLEN ~`). |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
@@ -22,11 +22,9 @@
 //! they always agree.
 
 use std::fmt;
-use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_core::Stream;
 use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo, Script};
 use tokio::sync::oneshot;
@@ -50,9 +48,14 @@ const WRITE_STRIPES: usize = 128;
 /// The change feed's reconnection backoff.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
-/// How often the change feed checks its connection.
-const KEEP_ALIVE: Duration = Duration::from_secs(30);
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one blocking read of the change stream waits for new entries; an
+/// answer later than [`READ_TIMEOUT`] means the connection is dead.
+const READ_BLOCK: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// Entries one read of the change stream takes.
+const READ_COUNT: usize = 512;
+/// About how many entries the change stream keeps (the scripts' `MAXLEN ~`).
+const FEED_MAXLEN: u64 = 100_000;
 /// The latest expiry Redis is given (9999-12-31); later ones are left to `cleanup`.
 const NATIVE_EXPIRY_MAX: u64 = 253_402_300_799_999;
 
@@ -141,7 +144,7 @@ elseif ARGV[7] ~= '' then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
-redis.call('PUBLISH', ARGV[13], ARGV[14])
+redis.call('XADD', ARGV[13], 'MAXLEN', '~', '100000', '*', 'c', ARGV[14])
 return 'ok'
 "#;
 
@@ -165,7 +168,7 @@ if ARGV[4] ~= '' then
     redis.call('ZADD', ARGV[8] .. tag, ARGV[4], ARGV[5])
   end
 end
-redis.call('PUBLISH', ARGV[6], ARGV[7])
+redis.call('XADD', ARGV[6], 'MAXLEN', '~', '100000', '*', 'c', ARGV[7])
 return {1, ''}
 "#;
 
@@ -256,11 +259,17 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   owner-scoped `get`, `update` or `visible` compares it in a server-side script
 ///   and gets nothing back for a foreign record, so a foreign id costs what an
 ///   unknown one costs (one round trip, nothing decoded).
-/// - **Other nodes.** Every write publishes `<node>:<task id>` on the channel
-///   `<prefix>changes`. [`TaskStore::subscribe`] starts (once, on the current tokio
-///   runtime) a listener on its own connection that forwards the ids written by
-///   other `RedisStore` instances and reconnects with backoff. Clones of one
-///   `RedisStore` are one node.
+/// - **Other nodes.** Every write appends `<node>:<task id>` to the stream
+///   `<prefix>changes` in the same script (`XADD … MAXLEN ~ 100000`).
+///   [`TaskStore::subscribe`] starts (once, on the current tokio runtime) a listener
+///   on its own connection (named [`feed_connection_name`](Self::feed_connection_name)
+///   with `CLIENT SETNAME`) that reads the stream from the last entry it saw and
+///   forwards the ids written by other `RedisStore` instances. When its connection
+///   drops it reconnects with backoff and goes on from that entry, so a change made
+///   while it was away is delivered all the same; if the stream was trimmed past
+///   it meanwhile, it reports [`FeedEvent::Missed`](super::FeedEvent::Missed) and
+///   the layer re-reads every task it waits on. Clones of one `RedisStore` are one
+///   node.
 ///
 /// Every key starts with the prefix, so several deployments (or tests) can share a
 /// server. The scripts touch several keys, so on a Redis Cluster the prefix must
@@ -464,6 +473,21 @@ impl RedisStore {
     /// ```
     pub fn prefix(&self) -> &str {
         &self.keys.prefix
+    }
+
+    /// The name (`CLIENT SETNAME`) of this instance's change-feed connection:
+    /// `mcp-tasks-feed-<node>`, where `<node>` tells the store instances apart, so
+    /// `CLIENT LIST` shows which connection reads the stream for which node.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert!(store.feed_connection_name().starts_with("mcp-tasks-feed-"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn feed_connection_name(&self) -> String {
+        format!("mcp-tasks-feed-{}", self.node)
     }
 
     fn writer_queue(&self, id: &TaskId) -> &tokio::sync::Mutex<()> {
@@ -681,6 +705,7 @@ impl TaskStore for RedisStore {
 
     fn subscribe(&self) -> Option<ChangeFeed> {
         let feed = self.feed.as_ref()?;
+        let name = self.feed_connection_name();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
                 "mcp-tasks: RedisStore::subscribe needs a tokio runtime; changes made on other nodes are not relayed"
@@ -695,10 +720,14 @@ impl TaskStore for RedisStore {
         if listener.as_ref().is_none_or(|l| l.task.is_finished()) {
             let (stop, stopped) = oneshot::channel();
             let task = runtime.spawn(listen(
-                feed.client.clone(),
-                self.keys.channel.clone(),
-                self.node.clone(),
-                feed.sender.clone(),
+                ChangeStream {
+                    client: feed.client.clone(),
+                    key: self.keys.channel.clone(),
+                    node: self.node.clone(),
+                    name,
+                    sender: feed.sender.clone(),
+                    last: None,
+                },
                 stopped,
             ));
             *listener = Some(Listener { _stop: stop, task });
@@ -770,26 +799,34 @@ impl CompareAndSwap for RedisStore {
     }
 }
 
-/// Relays other nodes' announcements into `sender` until `stop` fires (or its
-/// sender, held by the store, is dropped), reconnecting with backoff.
-async fn listen(
+/// The listener's side of the change stream: where it reads, what it skips, and
+/// the last entry it saw.
+struct ChangeStream {
     client: Client,
-    channel: String,
+    key: String,
     node: Arc<str>,
+    /// The connection's `CLIENT SETNAME`.
+    name: String,
     sender: ChangeSender,
-    mut stop: oneshot::Receiver<()>,
-) {
+    /// The id of the last entry read; `None` until the first connection.
+    last: Option<String>,
+}
+
+/// Relays other nodes' announcements into the stream's sender until `stop` fires
+/// (or its sender, held by the store, is dropped), reconnecting with backoff and
+/// going on from the last entry read.
+async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
     let mut delay = RECONNECT_MIN;
     loop {
-        let mut subscribed = false;
+        let mut connected = false;
         tokio::select! {
             _ = &mut stop => return,
-            result = relay(&client, &channel, &node, &sender, &mut subscribed) => match result {
+            result = stream.relay(&mut connected) => match result {
                 Ok(()) => tracing::debug!("mcp-tasks: the Redis change feed closed; reconnecting"),
                 Err(error) => tracing::warn!(%error, "mcp-tasks: the Redis change feed failed; reconnecting"),
             },
         }
-        if subscribed {
+        if connected {
             delay = RECONNECT_MIN;
         }
         tokio::select! {
@@ -800,44 +837,161 @@ async fn listen(
     }
 }
 
-/// One subscription: forwards announcements until the connection ends.
-async fn relay(
-    client: &Client,
-    channel: &str,
-    node: &str,
-    sender: &ChangeSender,
-    subscribed: &mut bool,
-) -> redis::RedisResult<()> {
-    let (mut sink, stream) = client.get_async_pubsub().await?.split();
-    sink.subscribe(channel).await?;
-    *subscribed = true;
-    let mut messages = pin!(stream);
-    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
-    keep_alive.tick().await;
-    loop {
-        tokio::select! {
-            message = std::future::poll_fn(|cx| messages.as_mut().poll_next(cx)) => {
-                let Some(message) = message else {
-                    return Ok(());
-                };
-                if let Some(id) = parse_payload(message.get_payload_bytes(), node) {
-                    // No receiver right now is fine: nobody is waiting on this node.
-                    sender.send(id);
-                }
+impl ChangeStream {
+    /// One connection: finds where to start, then forwards entries until the
+    /// connection fails.
+    async fn relay(&mut self, connected: &mut bool) -> redis::RedisResult<()> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(READ_TIMEOUT))
+            .set_response_timeout(Some(READ_TIMEOUT));
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(&self.name)
+            .query_async::<()>(&mut conn)
+            .await?;
+        match &self.last {
+            // First connection: start after the newest entry.
+            None => {
+                let newest: redis::Value = redis::cmd("XREVRANGE")
+                    .arg(&self.key)
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query_async(&mut conn)
+                    .await?;
+                let newest = entries(newest).pop().map(|(id, _)| id);
+                self.last = Some(newest.unwrap_or_else(|| "0-0".to_owned()));
             }
-            _ = keep_alive.tick() => {
-                match tokio::time::timeout(KEEP_ALIVE_TIMEOUT, sink.ping::<redis::Value>()).await {
-                    Ok(result) => {
-                        result?;
-                    }
-                    Err(_) => return Err(redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "the change feed connection stopped answering",
-                    ))),
+            Some(last) => {
+                let oldest: redis::Value = redis::cmd("XRANGE")
+                    .arg(&self.key)
+                    .arg("-")
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query_async(&mut conn)
+                    .await?;
+                let length: u64 = redis::cmd("XLEN")
+                    .arg(&self.key)
+                    .query_async(&mut conn)
+                    .await?;
+                let oldest = entries(oldest).pop().map(|(id, _)| id);
+                if trimmed_past(last, oldest.as_deref(), length) {
+                    tracing::warn!("mcp-tasks: the Redis change stream was trimmed past this listener; reporting missed changes");
+                    self.sender.missed();
                 }
             }
         }
+        *connected = true;
+        loop {
+            let last = self.last.clone().unwrap_or_else(|| "0-0".to_owned());
+            let read: redis::Value = redis::cmd("XREAD")
+                .arg("COUNT")
+                .arg(READ_COUNT)
+                .arg("BLOCK")
+                .arg(READ_BLOCK.as_millis() as u64)
+                .arg("STREAMS")
+                .arg(&self.key)
+                .arg(&last)
+                .query_async(&mut conn)
+                .await?;
+            for (id, payload) in read_entries(read) {
+                if let Some(task) = payload.and_then(|p| parse_payload(&p, &self.node)) {
+                    // No receiver right now is fine: nobody is waiting on this node.
+                    self.sender.send(task);
+                }
+                self.last = Some(id);
+            }
+        }
     }
+}
+
+/// Whether entries after `last` may have been trimmed away: the oldest entry left
+/// is newer than `last` (so `last` itself was trimmed) and trimming has happened.
+fn trimmed_past(last: &str, oldest: Option<&str>, length: u64) -> bool {
+    let Some(last) = stream_id(last) else {
+        return true;
+    };
+    match oldest.and_then(stream_id) {
+        // Nothing left: trimming never empties a stream, so nothing was written.
+        None => false,
+        Some(oldest) => oldest > last && (last != (0, 0) || length >= FEED_MAXLEN),
+    }
+}
+
+/// A stream entry id, `<ms>-<seq>`, in its order.
+fn stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
+/// The entries of an `XREAD` reply on one stream (RESP2 arrays or a RESP3 map);
+/// none for a blocking read that timed out.
+fn read_entries(reply: redis::Value) -> Vec<(String, Option<Vec<u8>>)> {
+    use redis::Value;
+    let streams = match reply {
+        Value::Array(streams) => streams
+            .into_iter()
+            .filter_map(|s| match s {
+                Value::Array(mut pair) if pair.len() == 2 => pair.pop(),
+                _ => None,
+            })
+            .collect(),
+        Value::Map(streams) => streams.into_iter().map(|(_, v)| v).collect(),
+        _ => Vec::new(),
+    };
+    streams.into_iter().flat_map(entries).collect()
+}
+
+/// The entries of an `XRANGE`-shaped reply: each id, and its `c` field.
+fn entries(reply: redis::Value) -> Vec<(String, Option<Vec<u8>>)> {
+    use redis::Value;
+    let Value::Array(items) = reply else {
+        return Vec::new();
+    };
+    items
+        .into_iter()
+        .filter_map(|item| {
+            let Value::Array(mut entry) = item else {
+                return None;
+            };
+            if entry.len() != 2 {
+                return None;
+            }
+            let fields = entry.pop()?;
+            let id = text(entry.pop()?)?;
+            let fields: Vec<Value> = match fields {
+                Value::Array(fields) => fields,
+                Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                _ => Vec::new(),
+            };
+            let mut payload = None;
+            let mut fields = fields.into_iter();
+            while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+                if text(name).as_deref() == Some("c") {
+                    payload = bytes(value);
+                }
+            }
+            Some((id, payload))
+        })
+        .collect()
+}
+
+fn bytes(value: redis::Value) -> Option<Vec<u8>> {
+    match value {
+        redis::Value::BulkString(bytes) => Some(bytes),
+        redis::Value::SimpleString(text) => Some(text.into_bytes()),
+        _ => None,
+    }
+}
+
+fn text(value: redis::Value) -> Option<String> {
+    String::from_utf8(bytes(value)?).ok()
 }
 
 /// The task id of an announcement from another node; `None` for this node's own

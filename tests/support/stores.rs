@@ -72,8 +72,9 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{}\"",
-                self.table
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{t}\"; \
+                 DROP TABLE IF EXISTS \"{t}_feed\"; DROP FUNCTION IF EXISTS \"{t}_feed_fn\"()",
+                t = self.table
             );
             let dropped = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
