@@ -81,18 +81,19 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
         return;
     };
     let mut feed_a = a.subscribe().expect("a has a change feed");
-    let channel = a.store().channel().to_owned();
-    // Two listening sessions on the channel: a's and b's. Kill them both.
-    let listening = |pool: mcp_tasks::sqlx::PgPool, channel: String| async move {
+    // Two listening sessions, found by the names the listeners give their
+    // connections: a's and b's. Kill them both.
+    let names = vec![a.store().feed_connection_name(), b.store().feed_connection_name()];
+    let listening = |pool: mcp_tasks::sqlx::PgPool, names: Vec<String>| async move {
         sqlx::query_scalar::<_, i32>(
-            "SELECT pid FROM pg_stat_activity WHERE state = 'idle' AND query LIKE 'LISTEN%' AND position($1 in query) > 0",
+            "SELECT pid FROM pg_stat_activity WHERE application_name = ANY($1)",
         )
-        .bind(channel)
+        .bind(names)
         .fetch_all(&pool)
         .await
         .unwrap()
     };
-    let before = listening(b.store().pool().clone(), channel.clone()).await;
+    let before = listening(b.store().pool().clone(), names.clone()).await;
     assert_eq!(before.len(), 2, "a and b each listen on one session");
     for pid in &before {
         sqlx::query("SELECT pg_terminate_backend($1)")
@@ -104,7 +105,7 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
     // Wait until both listeners listen again, on new sessions (PostgreSQL announces
     // no new session, so this polls).
     let reconnected = wait::poll(async || {
-        let now = listening(b.store().pool().clone(), channel.clone()).await;
+        let now = listening(b.store().pool().clone(), names.clone()).await;
         (now.len() == 2 && now.iter().all(|pid| !before.contains(pid))).then_some(())
     })
     .await;

@@ -10,13 +10,19 @@
 //!   layer settings, and the [`Server`](fixtures::Server) running them;
 //! - [`stores`]: scratch PostgreSQL and Redis stores from `DATABASE_URL` and
 //!   `REDIS_URL`;
-//! - [`wait`]: bounded waiting, on signals where there are any.
+//! - [`wait`]: bounded waiting, on signals where there are any;
+//! - [`proxy`]: a TCP proxy on loopback that refuses, stalls and cuts store
+//!   connections on demand;
+//! - [`faults`]: the nodes of the fault tests, whose tools report what happens to
+//!   them.
 
 // Each test crate uses only part of the harness; the rest is dead code there.
 #![allow(dead_code)]
 
+pub(crate) mod faults;
 pub(crate) mod fixtures;
 pub(crate) mod http;
+pub(crate) mod proxy;
 pub(crate) mod requests;
 pub(crate) mod sse;
 pub(crate) mod stores;

@@ -66,6 +66,16 @@ pub(crate) mod postgres {
         table: String,
     }
 
+    impl DropTable {
+        /// Drops `table` (and its change log) through `url` when dropped.
+        pub(crate) fn new(url: &str, table: &str) -> Self {
+            DropTable {
+                url: url.to_owned(),
+                table: table.to_owned(),
+            }
+        }
+    }
+
     impl StoreHooks for DropTable {}
 
     impl Drop for DropTable {
@@ -119,6 +129,23 @@ pub(crate) mod postgres {
         let table = scratch_table();
         let store = node(&url, &table).await;
         Some(Intercept::new(store, Arc::new(DropTable { url, table })))
+    }
+
+    /// Listening store instances on one fresh scratch table, one per URL in `urls`
+    /// (the same database, perhaps through a proxy); the table is dropped through
+    /// `direct`.
+    pub(crate) async fn nodes_at(direct: &str, urls: &[String]) -> Vec<Scratch> {
+        let table = scratch_table();
+        let drop = Arc::new(DropTable::new(direct, &table));
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in urls {
+            let store = node(url, &table).await;
+            within("the listener to start", store.listen())
+                .await
+                .expect("the listener starts");
+            nodes.push(Intercept::new(store, drop.clone()));
+        }
+        nodes
     }
 
     /// Two listening store instances ("nodes") on one fresh scratch table; `None`
@@ -227,6 +254,20 @@ pub(crate) mod redis {
             nodes.push(node(&url, &keys).await);
         }
         Some(nodes)
+    }
+
+    /// Store instances sharing one fresh prefix, one per URL in `urls` (the same
+    /// server, perhaps through a proxy); the keys are deleted through `direct`.
+    pub(crate) async fn nodes_at(direct: &str, urls: &[String]) -> Vec<Scratch> {
+        let keys = Arc::new(KeyJanitor {
+            url: direct.to_owned(),
+            prefix: unique_prefix(),
+        });
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in urls {
+            nodes.push(node(url, &keys).await);
+        }
+        nodes
     }
 
     /// Two nodes sharing one fresh prefix; `None` without a server.
