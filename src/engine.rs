@@ -356,22 +356,35 @@ impl Engine {
 
     /// Waits until `id` has no outstanding input request and returns every answer
     /// collected so far. Wakes on the change itself (a write in this process, or one
-    /// relayed from another node), never by polling.
+    /// relayed from another node), never by polling. Store errors are retried with a
+    /// bounded backoff, so a store outage delays the answer but never ends the wait.
     pub(crate) async fn wait_for_answers(
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
-        self.wait_until(id, |task| match task {
-            None => Some(Err(TaskError::NotFound)),
-            Some(task) if task.status.is_terminal() => Some(Err(TaskError::Refused(
-                crate::error::TransitionError::Terminal,
-            ))),
-            Some(task) if task.status != TaskStatus::InputRequired => {
-                Some(Ok(task.input_responses.clone()))
+        let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+        loop {
+            let answered = self
+                .wait_until(id, |task| match task {
+                    None => Some(Err(TaskError::NotFound)),
+                    Some(task) if task.status.is_terminal() => Some(Err(TaskError::Refused(
+                        crate::error::TransitionError::Terminal,
+                    ))),
+                    Some(task) if task.status != TaskStatus::InputRequired => {
+                        Some(Ok(task.input_responses.clone()))
+                    }
+                    Some(_) => None,
+                })
+                .await;
+            match answered {
+                Ok(answer) => return answer,
+                Err(e) => {
+                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
+                }
             }
-            Some(_) => None,
-        })
-        .await?
+        }
     }
 
     /// Waits until the task no longer needs its worker: cancelled, ended some other

@@ -370,7 +370,9 @@ impl Tasks {
     /// when the answer arrived on another node sharing the store. Ends with a
     /// [`TaskError`] that [`is_terminal`](TaskError::is_terminal) when the task ended
     /// meanwhile (the client cancelled it, say), and with [`TaskError::NotFound`] once
-    /// the task's TTL runs out unanswered.
+    /// the task's TTL runs out unanswered. A failing store is read again with a
+    /// bounded backoff rather than reported, so an outage delays the answer but
+    /// never ends the wait.
     ///
     /// ```
     /// # use std::sync::Arc;

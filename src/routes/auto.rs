@@ -589,23 +589,11 @@ impl<S> Runner<S> {
         }
     }
 
-    /// Waits until no input request is outstanding; the answers collected so far.
-    /// `None` when the task ended or vanished meanwhile. A store failure is retried
-    /// with a bounded backoff until the task expires.
+    /// Waits until no input request is outstanding (store failures are retried
+    /// meanwhile); the answers collected so far. `None` when the task ended or
+    /// vanished meanwhile.
     async fn answers(&mut self, task: TaskId) -> Option<Map<String, Value>> {
-        let mut delay = RETRY_FIRST;
-        loop {
-            match self.engine.wait_for_answers(&task).await {
-                Ok(answers) => return Some(answers),
-                Err(crate::TaskError::Store(e)) => {
-                    tracing::warn!(error = %e, "task store failed while an auto task waits for input; retrying");
-                    if !self.pause(&mut delay).await {
-                        return None;
-                    }
-                }
-                Err(_) => return None,
-            }
-        }
+        self.engine.wait_for_answers(&task).await.ok()
     }
 
     /// Applies `transition`, retrying a store failure with a bounded exponential
