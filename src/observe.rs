@@ -139,7 +139,12 @@ impl StoreCalls {
         transition: &Transition,
         now: Timestamp,
     ) -> Result<Option<Updated>, StoreError> {
-        timed("update", self.timeout, self.store.update(id, scope, transition, now)).await
+        timed(
+            "update",
+            self.timeout,
+            self.store.update(id, scope, transition, now),
+        )
+        .await
     }
 
     pub(crate) fn subscribe(&self) -> Option<ChangeFeed> {
@@ -185,7 +190,11 @@ pub(crate) struct StoreTimeout(Duration);
 
 impl std::fmt::Display for StoreTimeout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the store did not answer within {} ms", self.0.as_millis())
+        write!(
+            f,
+            "the store did not answer within {} ms",
+            self.0.as_millis()
+        )
     }
 }
 

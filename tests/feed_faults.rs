@@ -29,6 +29,7 @@ async fn changes_made_while_the_feed_is_cut_still_arrive(
     b: Arc<dyn TaskStore>,
     proxy: &Proxy,
     cut: impl AsyncFnOnce(),
+    what: &str,
 ) {
     let mut node_a = Node::start(a, STORE_TIMEOUT).await;
     let node_b = Node::start(b, STORE_TIMEOUT).await;
@@ -42,7 +43,10 @@ async fn changes_made_while_the_feed_is_cut_still_arrive(
     let slow = client_a.create_task_id("slow", json!({}), ALICE).await;
     let mut stream = client_a.listen(ALICE, json!(1), &[&ask, &slow]).await;
     let ack = stream.next_message().await;
-    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged", "{ack}");
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
     let snapshot = stream.snapshot(2).await;
     assert_eq!(snapshot[&ask]["status"], "input_required");
     assert_eq!(snapshot[&slow]["status"], "working");
@@ -52,7 +56,10 @@ async fn changes_made_while_the_feed_is_cut_still_arrive(
     cut().await;
     let answer = json!({"action": "accept", "content": {"ok": true}});
     assert_eq!(
-        client_b.update(&ask, json!({"go": answer}), ALICE).await.ok()["resultType"],
+        client_b
+            .update(&ask, json!({"go": answer}), ALICE)
+            .await
+            .ok()["resultType"],
         "complete"
     );
     assert_eq!(
@@ -60,17 +67,33 @@ async fn changes_made_while_the_feed_is_cut_still_arrive(
         "complete"
     );
     proxy.set(Mode::Pass);
+    let back = std::time::Instant::now();
 
     // The worker on A wakes with B's answer, and the Auto call on A is dropped on
     // B's cancel, in either order.
     let mut events = vec![
-        recv("the worker wakes, the Auto call is dropped", &mut node_a.events).await,
-        recv("the worker wakes, the Auto call is dropped", &mut node_a.events).await,
+        recv(
+            "the worker wakes, the Auto call is dropped",
+            &mut node_a.events,
+        )
+        .await,
+        recv(
+            "the worker wakes, the Auto call is dropped",
+            &mut node_a.events,
+        )
+        .await,
     ];
+    eprintln!(
+        "{what}: the feed came back and delivered both changes {:?} after the store was reachable again",
+        back.elapsed()
+    );
     events.sort_by_key(|event| matches!(event, Event::Dropped));
     assert_eq!(
         events,
-        vec![Event::Answered(ask.clone(), json!({"go": answer})), Event::Dropped]
+        vec![
+            Event::Answered(ask.clone(), json!({"go": answer})),
+            Event::Dropped
+        ]
     );
     // A's listen stream carries both changes.
     let mut seen_ask = false;
@@ -94,10 +117,7 @@ async fn changes_made_while_the_feed_is_cut_still_arrive(
             .is_some_and(|text| text.contains("accept")),
         "{done}"
     );
-    assert_eq!(
-        client_a.get(&slow, ALICE).await.ok()["status"],
-        "cancelled"
-    );
+    assert_eq!(client_a.get(&slow, ALICE).await.ok()["status"], "cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +156,14 @@ async fn postgres_changes_made_while_the_feed_is_cut_still_arrive() {
         .await;
         assert!(gone.is_some(), "A's feed connection never went away");
     };
-    changes_made_while_the_feed_is_cut_still_arrive(Arc::new(a), Arc::new(b), &proxy, cut).await;
+    changes_made_while_the_feed_is_cut_still_arrive(
+        Arc::new(a),
+        Arc::new(b),
+        &proxy,
+        cut,
+        "postgres",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,7 +194,7 @@ async fn redis_changes_made_while_the_feed_is_cut_still_arrive() {
             .unwrap();
         assert_eq!(killed, 1, "A's one feed connection is killed");
     };
-    changes_made_while_the_feed_is_cut_still_arrive(a, Arc::new(b), &proxy, cut).await;
+    changes_made_while_the_feed_is_cut_still_arrive(a, Arc::new(b), &proxy, cut, "redis").await;
 }
 
 /// The id of the client connection named `name`, if one is connected.

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use mcp_tasks::store::{BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::store::{
+    BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated,
+};
 use mcp_tasks::{StoreError, TaskId, TaskRecord, TaskStore};
 use serde_json::json;
 use support::faults::{ALICE, Event, Node};
@@ -58,7 +60,12 @@ async fn every_request_fails_promptly(clients: &[Client], task: &str, rounds: us
 
 /// Runs the outage through `proxy`, which carries all of `a`'s and `b`'s store
 /// traffic.
-async fn an_outage_loses_no_write(a: Arc<dyn TaskStore>, b: Arc<dyn TaskStore>, proxy: &Proxy) {
+async fn an_outage_loses_no_write(
+    a: Arc<dyn TaskStore>,
+    b: Arc<dyn TaskStore>,
+    proxy: &Proxy,
+    what: &str,
+) {
     let mut node_a = Node::start(a, STORE_TIMEOUT).await;
     let node_b = Node::start(b, STORE_TIMEOUT).await;
     let (client_a, client_b) = (node_a.client(), node_b.client());
@@ -98,7 +105,10 @@ async fn an_outage_loses_no_write(a: Arc<dyn TaskStore>, b: Arc<dyn TaskStore>, 
         reply.code().is_none().then_some(())
     })
     .await;
-    assert!(answered.is_some(), "tasks/update never succeeded after the outage");
+    assert!(
+        answered.is_some(),
+        "tasks/update never succeeded after the outage"
+    );
     assert_eq!(
         recv("the worker on A gets the answer", &mut node_a.events).await,
         Event::Answered(ask.clone(), json!({"go": answer}))
@@ -116,7 +126,7 @@ async fn an_outage_loses_no_write(a: Arc<dyn TaskStore>, b: Arc<dyn TaskStore>, 
         "{done}"
     );
     eprintln!(
-        "after the outage: {} tasks terminal, none lost, {:?} after the store came back",
+        "{what}: after the outage {} tasks terminal, none lost, {:?} after the store came back",
         AUTO_TASKS + 1,
         back.elapsed()
     );
@@ -132,7 +142,7 @@ async fn postgres_an_outage_loses_no_write() {
     let mut nodes = support::stores::postgres::nodes_at(&url, &[through.clone(), through]).await;
     let b = nodes.pop().unwrap();
     let a = nodes.pop().unwrap();
-    an_outage_loses_no_write(Arc::new(a), Arc::new(b), &proxy).await;
+    an_outage_loses_no_write(Arc::new(a), Arc::new(b), &proxy, "postgres").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +155,7 @@ async fn redis_an_outage_loses_no_write() {
     let mut nodes = support::stores::redis::nodes_at(&url, &[through.clone(), through]).await;
     let b = nodes.pop().unwrap();
     let a = nodes.pop().unwrap();
-    an_outage_loses_no_write(Arc::new(a), Arc::new(b), &proxy).await;
+    an_outage_loses_no_write(Arc::new(a), Arc::new(b), &proxy, "redis").await;
 }
 
 /// A store whose next update is applied but answered with an error, as when the
@@ -184,7 +194,9 @@ impl TaskStore for LoseReply {
         Box::pin(async move {
             let updated = self.store.update(id, scope, transition, now).await?;
             if self.armed.swap(false, Ordering::SeqCst) {
-                return Err(StoreError::backend("the connection dropped before the reply"));
+                return Err(StoreError::backend(
+                    "the connection dropped before the reply",
+                ));
             }
             Ok(updated)
         })

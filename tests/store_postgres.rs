@@ -83,7 +83,10 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
     let mut feed_a = a.subscribe().expect("a has a change feed");
     // Two listening sessions, found by the names the listeners give their
     // connections: a's and b's. Kill them both.
-    let names = vec![a.store().feed_connection_name(), b.store().feed_connection_name()];
+    let names = vec![
+        a.store().feed_connection_name(),
+        b.store().feed_connection_name(),
+    ];
     let listening = |pool: mcp_tasks::sqlx::PgPool, names: Vec<String>| async move {
         sqlx::query_scalar::<_, i32>(
             "SELECT pid FROM pg_stat_activity WHERE application_name = ANY($1)",

@@ -854,7 +854,9 @@ impl TaskStore for PostgresStore {
                 .execute(&self.inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
-            let log_before = now.as_millis().saturating_sub(FEED_RETENTION.as_millis() as u64);
+            let log_before = now
+                .as_millis()
+                .saturating_sub(FEED_RETENTION.as_millis() as u64);
             sqlx::query(self.inner.log.prune.clone())
                 .bind(millis(log_before))
                 .execute(&self.inner.pool)
@@ -998,10 +1000,8 @@ impl Relay {
             return Ok(());
         };
         let mut from = position.replay_from;
-        let oldest: Option<i64> = bounded(
-            sqlx::query_scalar(self.log.oldest.clone()).fetch_one(&mut *listener),
-        )
-        .await?;
+        let oldest: Option<i64> =
+            bounded(sqlx::query_scalar(self.log.oldest.clone()).fetch_one(&mut *listener)).await?;
         let pruned = match oldest {
             Some(oldest) => oldest > from.saturating_add(1),
             None => from > 0,
@@ -1009,7 +1009,9 @@ impl Relay {
         if pruned {
             // Entries after the checkpoint may have been pruned: say so, then
             // deliver what is left.
-            tracing::warn!("mcp-tasks: the PostgreSQL change log was pruned past this listener's checkpoint; reporting missed changes");
+            tracing::warn!(
+                "mcp-tasks: the PostgreSQL change log was pruned past this listener's checkpoint; reporting missed changes"
+            );
             self.sender.missed();
         }
         let mut replayed = 0usize;
@@ -1211,6 +1213,34 @@ mod tests {
                 "{}",
                 count.as_str()
             );
+        }
+    }
+
+    #[test]
+    fn the_change_log_is_named_after_the_table_and_fed_by_a_trigger() {
+        let log = LogStatements::new("mcp_tasks");
+        assert!(
+            log.since
+                .as_str()
+                .contains("\"mcp_tasks_feed\" WHERE seq > $1 ORDER BY seq")
+        );
+        assert!(log.prune.as_str().contains("WHERE at <= $1"));
+        let migrate: Vec<&str> = log.migrate.iter().map(|s| s.as_str()).collect();
+        assert!(
+            migrate
+                .iter()
+                .any(|s| s.contains("AFTER INSERT OR UPDATE ON \"mcp_tasks\""))
+        );
+        // The longest table name still leaves every derived name within 63 bytes.
+        let longest = "t".repeat(MAX_TABLE_LEN);
+        for suffix in [
+            "_feed_trg",
+            "_feed_fn",
+            "_feed_at_idx",
+            "_feed_seq_seq",
+            "_feed_pkey",
+        ] {
+            assert!(longest.len() + suffix.len() <= 63, "{suffix}");
         }
     }
 

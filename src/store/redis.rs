@@ -882,7 +882,9 @@ impl ChangeStream {
                     .await?;
                 let oldest = entries(oldest).pop().map(|(id, _)| id);
                 if trimmed_past(last, oldest.as_deref(), length) {
-                    tracing::warn!("mcp-tasks: the Redis change stream was trimmed past this listener; reporting missed changes");
+                    tracing::warn!(
+                        "mcp-tasks: the Redis change stream was trimmed past this listener; reporting missed changes"
+                    );
                     self.sender.missed();
                 }
             }
@@ -1092,6 +1094,56 @@ mod tests {
         // A full create prunes retired records past the retention as well.
         assert!(CREATE.contains("prune(KEYS[5], KEYS[5], ARGV[15])"));
         assert!(CREATE.contains("prune(KEYS[7], KEYS[5], ARGV[15])"));
+    }
+
+    #[test]
+    fn every_write_appends_to_the_trimmed_change_stream() {
+        let append = format!("'XADD', ARGV[13], 'MAXLEN', '~', '{FEED_MAXLEN}', '*', 'c'");
+        assert!(CREATE.contains(&append), "{CREATE}");
+        let append = format!("'XADD', ARGV[6], 'MAXLEN', '~', '{FEED_MAXLEN}', '*', 'c'");
+        assert!(CAS.contains(&append), "{CAS}");
+        assert!(!CREATE.contains("PUBLISH") && !CAS.contains("PUBLISH"));
+    }
+
+    #[test]
+    fn stream_entries_are_read_from_resp2_and_resp3_replies() {
+        use redis::Value;
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let entry = |id: &str, payload: &str| {
+            Value::Array(vec![bulk(id), Value::Array(vec![bulk("c"), bulk(payload)])])
+        };
+        let entries = Value::Array(vec![entry("1-0", "n:a"), entry("2-5", "n:b")]);
+        let resp2 = Value::Array(vec![Value::Array(vec![bulk("P changes"), entries.clone()])]);
+        let resp3 = Value::Map(vec![(bulk("P changes"), entries)]);
+        for reply in [resp2, resp3] {
+            let read = read_entries(reply);
+            assert_eq!(
+                read,
+                vec![
+                    ("1-0".to_owned(), Some(b"n:a".to_vec())),
+                    ("2-5".to_owned(), Some(b"n:b".to_vec()))
+                ]
+            );
+        }
+        assert!(
+            read_entries(Value::Nil).is_empty(),
+            "a blocking read that timed out"
+        );
+    }
+
+    #[test]
+    fn a_listener_knows_when_the_stream_was_trimmed_past_it() {
+        assert_eq!(stream_id("1700000000000-3"), Some((1_700_000_000_000, 3)));
+        assert_eq!(stream_id("x-1"), None);
+        // Its last entry is still there: nothing lost.
+        assert!(!trimmed_past("5-0", Some("3-0"), 10));
+        assert!(!trimmed_past("5-0", Some("5-0"), 10));
+        // Its last entry was trimmed: entries after it may be gone too.
+        assert!(trimmed_past("5-0", Some("6-0"), FEED_MAXLEN));
+        // It started on an empty stream: lost only if trimming happened at all.
+        assert!(!trimmed_past("0-0", Some("6-0"), 10));
+        assert!(trimmed_past("0-0", Some("6-0"), FEED_MAXLEN));
+        assert!(!trimmed_past("5-0", None, 0));
     }
 
     #[test]

@@ -66,11 +66,13 @@ impl Node {
             .expect("valid layer settings");
         let (events, received) = mpsc::unbounded_channel();
         let (release, released) = watch::channel(false);
-        let inner = tower::service_fn(move |request: Request<RequestBody<hyper::body::Incoming>>| {
-            let events = events.clone();
-            let released = released.clone();
-            async move { Ok::<_, Infallible>(answer(request, events, released).await) }
-        });
+        let inner = tower::service_fn(
+            move |request: Request<RequestBody<hyper::body::Incoming>>| {
+                let events = events.clone();
+                let released = released.clone();
+                async move { Ok::<_, Infallible>(answer(request, events, released).await) }
+            },
+        );
         let http = serve_layered(&layer, inner).await;
         Node {
             events: received,
@@ -111,7 +113,11 @@ async fn answer(
             let spec = TaskSpec::new().with_work(move |task| async move {
                 let id = task.id().to_string();
                 let question = InputRequest::confirm("Go on?", "ok");
-                if task.require_input(InputRequests::new().with("go", question)).await.is_err() {
+                if task
+                    .require_input(InputRequests::new().with("go", question))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 let _ = events.send(Event::Waiting(id.clone()));
