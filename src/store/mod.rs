@@ -498,9 +498,13 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// shared between nodes (`None`, the default, for a single-process store).
     ///
     /// The layer re-reads each announced task and tells its notifier and any worker
-    /// waiting on it, so listen streams and `wait_for_input` on this node see changes
-    /// made on another. A receiver that lags skips ids; the layer then wakes every
-    /// waiting worker to re-read its task, and listen streams get the next change.
+    /// waiting on it, so listen streams, `wait_for_input` and `Auto` runners on this
+    /// node see changes made on another. A store should deliver, once it is back
+    /// in touch with its backend, every change made while it was not (the built-in
+    /// stores replay a change log). A receiver that lags skips ids, and a store
+    /// that cannot catch up sends [`FeedEvent::Missed`]; the layer then wakes every
+    /// waiting worker to re-read its task and re-reads the tasks of its listen
+    /// streams and `Auto` runners.
     ///
     /// A shared store keeps a [`ChangeSender`], feeds it from its backend's
     /// notifications, and hands out its feeds:

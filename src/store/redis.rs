@@ -418,7 +418,7 @@ impl RedisStore {
     }
 
     /// Listens for other nodes' changes with a dedicated connection from `client`
-    /// (pub/sub needs a connection of its own). The connection opens on the first
+    /// (its blocking stream reads need a connection of their own). The connection opens on the first
     /// [`TaskStore::subscribe`], which the layer calls when it is built.
     ///
     /// ```no_run
