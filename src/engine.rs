@@ -53,6 +53,9 @@ pub(crate) struct Engine {
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// The engine itself, for the re-reads it starts in the background.
     me: std::sync::OnceLock<std::sync::Weak<Engine>>,
+    /// The tasks being re-read in the background after a failed write (one re-read
+    /// per task at a time).
+    reconciling: Mutex<std::collections::HashSet<TaskId>>,
 }
 
 impl Engine {
@@ -74,6 +77,7 @@ impl Engine {
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
+            reconciling: Mutex::default(),
         }
     }
 
@@ -317,22 +321,34 @@ impl Engine {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let reconciling = || self.reconciling.lock().unwrap_or_else(|p| p.into_inner());
+        if !reconciling().insert(id) {
+            return;
+        }
         runtime.spawn(async move {
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
             let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
-            loop {
+            let found = loop {
                 match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
-                    Ok(Some(record)) => return engine.changed(&record),
-                    Ok(None) => return engine.waits.wake(&id),
+                    Ok(found) => break found,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
                         delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
-                        return engine.waits.wake(&id);
+                        break None;
                     }
                 }
+            };
+            engine
+                .reconciling
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            match found {
+                Some(record) => engine.changed(&record),
+                None => engine.waits.wake(&id),
             }
         });
     }
