@@ -5,7 +5,8 @@
 //! through a proxy between A and the store, kept from reconnecting while node B
 //! answers A's worker and cancels A's `Auto` task. Once A's feed is back, the
 //! worker wakes with the answer, A's listen stream carries both changes, and the
-//! `Auto` inner call is dropped.
+//! `Auto` inner call is dropped. And when a store reports changes it could not
+//! replay, the layer re-reads everything it waits on.
 
 mod support;
 
@@ -214,4 +215,58 @@ async fn feed_client_id(
             .any(|field| field.strip_prefix("name=") == Some(name))
             .then_some(id)
     })
+}
+
+/// Hooks giving the layer a feed the test drives.
+#[derive(Debug)]
+struct Feed(mcp_tasks::store::ChangeSender);
+
+impl mcp_tasks::test_suite::StoreHooks for Feed {
+    fn subscribe(&self, _store: &dyn TaskStore) -> Option<mcp_tasks::store::ChangeFeed> {
+        Some(self.0.subscribe())
+    }
+}
+
+/// A store that could not catch up reports missed changes: the layer re-reads the
+/// tasks of its workers, listen streams and `Auto` runners, so a cancel it was never
+/// told of still stops the runner and reaches the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missed_changes_make_the_layer_re_read_everything_it_waits_on() {
+    use mcp_tasks::store::{ChangeSender, Scope, Timestamp, Transition};
+    use mcp_tasks::test_suite::Intercept;
+
+    let sender = ChangeSender::default();
+    let store = Arc::new(Intercept::new(
+        mcp_tasks::MemoryStore::new(),
+        Feed(sender.clone()),
+    ));
+    let mut node = Node::start(store.clone(), STORE_TIMEOUT).await;
+    let client = node.client();
+    let slow = client.create_task_id("slow", json!({}), ALICE).await;
+    let mut stream = client.listen(ALICE, json!(1), &[&slow]).await;
+    let ack = stream.next_message().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(stream.snapshot(1).await[&slow]["status"], "working");
+
+    // Another node's cancel whose announcement never arrived.
+    let id = slow.parse().unwrap();
+    let cancelled = store
+        .store()
+        .update(&id, Scope::Any, &Transition::Cancel, Timestamp::now())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(cancelled.changed());
+    sender.missed();
+
+    assert_eq!(
+        recv("the Auto call is dropped", &mut node.events).await,
+        Event::Dropped
+    );
+    let params = within("the stream carries the cancel", stream.next_task()).await;
+    assert_eq!(params["taskId"], Value::String(slow.clone()));
+    assert_eq!(params["status"], "cancelled");
 }
