@@ -1089,6 +1089,7 @@ async fn connect_listener(
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .min_connections(0)
+        .acquire_timeout(LOG_QUERY_TIMEOUT)
         .max_lifetime(None)
         .idle_timeout(None)
         .connect_lazy_with(options.clone());
