@@ -20,6 +20,8 @@
 //! | [`JANITOR_INTERVAL`] | 60 s | time between janitor sweeps |
 //! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
 //! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
+//! | [`WORKER_LEASE`] | 20 s | how long a node's lease on its tasks lasts without renewal (`with_worker_lease`) |
+//! | [`MIN_WORKER_LEASE`] | 100 ms | the shortest lease accepted |
 //!
 //! ```
 //! use std::time::Duration;
@@ -82,3 +84,9 @@ pub const RETENTION: Duration = Duration::from_secs(3600);
 /// The longest margin before its TTL at which a running
 /// [`TaskMode::Auto`](crate::TaskMode::Auto) task is stopped and marked `failed` (5 s).
 pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
+/// How long a node's lease on the tasks it runs lasts without a renewal (20 s).
+/// The node renews every third of it; a surviving node fails the unfinished tasks
+/// of a node that stopped at most 1.25 times this after the stop (25 s).
+pub const WORKER_LEASE: Duration = Duration::from_secs(20);
+/// The shortest worker lease accepted (100 ms).
+pub const MIN_WORKER_LEASE: Duration = Duration::from_millis(100);

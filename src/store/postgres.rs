@@ -9,6 +9,8 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
 use tokio::sync::{oneshot, watch};
 
+use super::LeaseStore;
+use super::postgres_leases::{LeaseStatements, PgLeases};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
@@ -110,6 +112,7 @@ struct Inner {
     /// The first half of every advisory lock key this table's creates take.
     lock_key: i32,
     sql: Statements,
+    leases: Arc<LeaseStatements>,
     feed: Mutex<Option<Feed>>,
 }
 
@@ -275,6 +278,12 @@ impl PostgresStore {
             .map_err(StoreError::backend)?;
         for statement in &inner.sql.migrate {
             sqlx::query(statement.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+        }
+        for statement in super::postgres_leases::migration(&inner.table) {
+            sqlx::query(sql(statement))
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
@@ -542,6 +551,7 @@ impl Inner {
             node,
             lock_key: fnv1a(table.as_bytes()),
             sql: Statements::new(table),
+            leases: Arc::new(LeaseStatements::new(table)),
             feed: Mutex::new(None),
         }
     }
@@ -644,7 +654,7 @@ impl Statements {
 }
 
 /// An audited statement, shared so that cloning it per query costs a reference count.
-fn sql(text: String) -> SqlStr {
+pub(super) fn sql(text: String) -> SqlStr {
     AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
 }
 
@@ -754,6 +764,16 @@ impl TaskStore for PostgresStore {
                 .map_err(StoreError::backend)?;
             Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
         })
+    }
+
+    /// Leases in the tables `T_nodes` and `T_holds` beside the task table `T`
+    /// (created by [`migrate`](PostgresStore::migrate)), on the same pool, with
+    /// deadlines on the database's clock.
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        Some(Arc::new(PgLeases {
+            pool: self.inner.pool.clone(),
+            sql: self.inner.leases.clone(),
+        }))
     }
 
     /// Starts the background listener on first use (it needs a tokio runtime; without

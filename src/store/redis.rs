@@ -32,6 +32,8 @@ use redis::{Client, IntoConnectionInfo, Script};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::LeaseStore;
+use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
@@ -677,6 +679,15 @@ impl TaskStore for RedisStore {
                 }
             }
         })
+    }
+
+    /// Leases under the same prefix (`P nodes`, `P holds:<node>`), on the same
+    /// connection, with deadlines on Redis's clock.
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        Some(Arc::new(RedisLeases::new(
+            self.conn.clone(),
+            &self.keys.prefix,
+        )))
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {
