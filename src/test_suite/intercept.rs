@@ -293,4 +293,9 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
     fn subscribe(&self) -> Option<ChangeFeed> {
         self.hooks.subscribe(&self.store)
     }
+
+    /// The wrapped store's leases, untouched by the hooks.
+    fn leases(&self) -> Option<Arc<dyn crate::store::LeaseStore>> {
+        self.store.leases()
+    }
 }

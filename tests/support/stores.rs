@@ -72,7 +72,7 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{}\"",
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_nodes\", \"{0}_holds\"",
                 self.table
             );
             let dropped = std::thread::spawn(move || {
