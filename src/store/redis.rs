@@ -14,6 +14,8 @@
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
 //! | `P changes` | pub/sub channel | `<node>:<id>` after every write. |
+//! | `P nodes` | sorted set | worker leases: node id → deadline (ms, Redis's clock). |
+//! | `P holds:<node>` | set | the task ids one node holds a worker lease on. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
