@@ -66,6 +66,13 @@ pub(crate) mod postgres {
         table: String,
     }
 
+    impl DropTable {
+        /// Drops `table` (and its lease tables) under `url` when dropped.
+        pub(crate) fn new(url: String, table: String) -> Self {
+            DropTable { url, table }
+        }
+    }
+
     impl StoreHooks for DropTable {}
 
     impl Drop for DropTable {
@@ -162,6 +169,13 @@ pub(crate) mod redis {
     pub(crate) struct KeyJanitor {
         url: String,
         prefix: String,
+    }
+
+    impl KeyJanitor {
+        /// Deletes the keys under `prefix` on `url` when dropped.
+        pub(crate) fn new(url: String, prefix: String) -> Self {
+            KeyJanitor { url, prefix }
+        }
     }
 
     impl StoreHooks for KeyJanitor {}
