@@ -161,10 +161,8 @@ impl Leasing {
                     Err(()) => complete = false,
                 }
             }
-            if complete {
-                if let Err(e) = self.store.forget(&node.node).await {
-                    tracing::warn!(error = %e, "mcp-tasks: could not remove a lapsed worker lease");
-                }
+            if complete && let Err(e) = self.store.forget(&node.node).await {
+                tracing::warn!(error = %e, "mcp-tasks: could not remove a lapsed worker lease");
             }
             tracing::warn!(
                 node = %node.node,

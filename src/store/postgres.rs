@@ -6,11 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
+use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
 use super::LeaseStore;
-use super::postgres_leases::{LeaseStatements, PgLeases};
+use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
@@ -651,11 +651,6 @@ impl Statements {
             ],
         }
     }
-}
-
-/// An audited statement, shared so that cloning it per query costs a reference count.
-pub(super) fn sql(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
 }
 
 /// The indexed copies of a record's fields, and the record itself as JSON text.

@@ -6,11 +6,17 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use sqlx::{PgPool, SqlStr};
+use sqlx::{AssertSqlSafe, PgPool, SqlSafeStr, SqlStr};
 
 use super::lease::{LapsedNode, LeaseStore, NodeId, Renewal};
 use super::{BoxFuture, StoreError};
 use crate::task::TaskId;
+
+/// An audited statement (every table name in one passed `validate_table`), shared
+/// so that cloning it per query costs a reference count.
+pub(super) fn sql(text: String) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
+}
 
 /// The statements of one table's leases, built once.
 pub(super) struct LeaseStatements {
@@ -44,7 +50,7 @@ impl LeaseStatements {
             // One statement, one round trip. No row is both deleted and inserted
             // (held and released ids are disjoint; on a replace, only rows outside
             // the new set are deleted), so the sub-statements never touch one row.
-            renew: super::postgres::sql(format!(
+            renew: sql(format!(
                 "WITH known AS (SELECT 1 FROM {nodes} WHERE node = $1), \
                  renewed AS (\
                      INSERT INTO {nodes} (node, deadline) \
@@ -62,11 +68,11 @@ impl LeaseStatements {
                      (SELECT count(*) FROM renewed), (SELECT count(*) FROM released), \
                      (SELECT count(*) FROM held)"
             )),
-            lapsed: super::postgres::sql(format!(
+            lapsed: sql(format!(
                 "SELECT n.node, h.task FROM {nodes} n LEFT JOIN {holds} h ON h.node = n.node \
                  WHERE n.deadline <= now() ORDER BY n.node"
             )),
-            forget: super::postgres::sql(format!(
+            forget: sql(format!(
                 "WITH gone AS (\
                      DELETE FROM {nodes} WHERE node = $1 AND deadline <= now() RETURNING node) \
                  DELETE FROM {holds} WHERE node IN (SELECT node FROM gone)"
