@@ -51,7 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let tasks_layer = retrofit_app::layer_builder_on(common::store_from_env().await?).build()?;
+    let tasks_layer = common::with_lease_from_env(retrofit_app::layer_builder_on(
+        common::store_from_env().await?,
+    ))
+    .build()?;
     let mcp = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer.clone())

@@ -61,10 +61,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
 
     // The layer and its store. `deploy` only ever runs as a task.
-    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
-        .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
-        .with_tool_mode("deploy", TaskMode::Required)
-        .build()?;
+    let tasks_layer =
+        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+            .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
+            .with_tool_mode("deploy", TaskMode::Required)
+            .build()?;
 
     // The rmcp server: stateless Streamable HTTP, JSON replies. Each task's work gets
     // its own handle from the layer.

@@ -38,7 +38,10 @@ use tower::ServiceBuilder;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("info,mcp_tasks=debug");
 
-    let tasks_layer = retrofit_app::layer_builder_on(common::store_from_env().await?).build()?;
+    let tasks_layer = common::with_lease_from_env(retrofit_app::layer_builder_on(
+        common::store_from_env().await?,
+    ))
+    .build()?;
     let mcp = retrofit_app::mcp_service(retrofit_app::Retrofit::default(), true);
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()

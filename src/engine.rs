@@ -48,6 +48,10 @@ pub(crate) struct Engine {
     runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
     /// Woken whenever the last work or runner of this process ends.
     idle: Notify,
+    /// Tasks worked on elsewhere that this node holds a lease on (`Tasks::hold`).
+    held: Mutex<std::collections::HashSet<TaskId>>,
+    /// Woken when this node starts work on a task, for the lease keeper.
+    lease_changes: Arc<Notify>,
     /// Set by a drain: no new task is admitted.
     draining: std::sync::atomic::AtomicBool,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
@@ -56,6 +60,8 @@ pub(crate) struct Engine {
     /// The tasks being re-read in the background after a failed write (one re-read
     /// per task at a time).
     reconciling: Mutex<std::collections::HashSet<TaskId>>,
+    /// Dropped with the engine: stops the lease keeper.
+    pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl Engine {
@@ -74,10 +80,13 @@ impl Engine {
             waits: Arc::default(),
             runners: Mutex::new(HashMap::new()),
             idle: Notify::new(),
+            held: Mutex::default(),
+            lease_changes: Arc::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
+            _lease_stop: Mutex::new(None),
         }
     }
 
@@ -114,6 +123,7 @@ impl Engine {
             .is_none()
         {
             Live::Runners.up();
+            self.lease_changes.notify_one();
         }
     }
 
@@ -209,7 +219,43 @@ impl Engine {
     pub(crate) fn register_work(&self, id: TaskId) {
         if self.waits.start_work(&id) {
             Live::Workers.up();
+            self.lease_changes.notify_one();
         }
+    }
+
+    /// The tasks this node holds a worker lease on: those it runs, and those held
+    /// for work elsewhere ([`hold`](Self::hold)).
+    pub(crate) fn leased(&self) -> Vec<TaskId> {
+        let mut leased = self.running();
+        leased.extend(self.held.lock().unwrap_or_else(|p| p.into_inner()).iter());
+        leased.sort_unstable();
+        leased.dedup();
+        leased
+    }
+
+    /// Woken when this node starts work on a task.
+    pub(crate) fn lease_changes(&self) -> Arc<Notify> {
+        self.lease_changes.clone()
+    }
+
+    /// Holds a worker lease on `id` for work this node drives without a handle.
+    pub(crate) fn hold(&self, id: TaskId) {
+        if self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id)
+        {
+            self.lease_changes.notify_one();
+        }
+    }
+
+    /// Gives up the lease [`hold`](Self::hold) took.
+    pub(crate) fn release(&self, id: &TaskId) {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
     }
 
     /// How many tasks have work running in this process under a live handle.
@@ -277,6 +323,9 @@ impl Engine {
         }
         self.waits.wake(&record.id);
         self.stop_runner(record);
+        if record.status.is_terminal() {
+            self.release(&record.id);
+        }
     }
 
     /// A store update that tells the notifier and any waiting worker when it changed

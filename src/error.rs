@@ -53,6 +53,8 @@ pub enum ConfigError {
     ZeroDuration(&'static str),
     /// A value exceeds what the wire can carry or the specification allows.
     TooLarge(&'static str),
+    /// A value is below the least the layer accepts.
+    TooSmall(&'static str),
     /// The server name given for `serverInfo` is empty.
     EmptyServerName,
     /// A name (a table, a key prefix) is not one the backend accepts, with the rule.
@@ -67,6 +69,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "mcp-tasks: {what} must be longer than zero")
             }
             ConfigError::TooLarge(what) => write!(f, "mcp-tasks: {what} is too large"),
+            ConfigError::TooSmall(what) => write!(f, "mcp-tasks: {what} is too small"),
             ConfigError::EmptyServerName => f.write_str("mcp-tasks: the server name is empty"),
             ConfigError::InvalidName(rule) => write!(f, "mcp-tasks: invalid name: {rule}"),
         }

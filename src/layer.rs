@@ -12,9 +12,10 @@ use crate::config::{TaskMode, TaskPolicy};
 use crate::defaults;
 use crate::engine::{Engine, relay_remote_changes};
 use crate::error::ConfigError;
+use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::store::{Janitor, TaskStore};
+use crate::store::{Janitor, LeaseStore, NodeId, TaskStore};
 use crate::task::{ErrorObject, Principal, Scope, Transition};
 use crate::wire::RpcError;
 use crate::worker::Tasks;
@@ -310,6 +311,10 @@ pub struct TasksLayerBuilder {
     listen: ListenNotifier,
     principal: Option<PrincipalFn>,
     server_name: Option<(String, String)>,
+    /// The worker lease's bound, `None` without leases.
+    lease_bound: Option<Duration>,
+    lease_store: Option<Arc<dyn LeaseStore>>,
+    node_id: Option<NodeId>,
 }
 
 impl TasksLayerBuilder {
@@ -344,6 +349,9 @@ impl TasksLayerBuilder {
             listen,
             principal: None,
             server_name: None,
+            lease_bound: Some(defaults::WORKER_LEASE),
+            lease_store: None,
+            node_id: None,
         }
     }
 
@@ -912,6 +920,57 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// How long this node's lease on the tasks it runs lasts without a renewal
+    /// (default [`defaults::WORKER_LEASE`], 20 s; at least
+    /// [`defaults::MIN_WORKER_LEASE`]).
+    ///
+    /// On a store shared between nodes ([`TaskStore::leases`]), each node holds the
+    /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
+    /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
+    /// its lease every third of `bound`. When a node stops (killed, out of memory,
+    /// cut off from the store for longer than `bound`), a surviving node fails its
+    /// unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead of
+    /// leaving them to their TTL.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_worker_lease(Duration::from_secs(8)) // lost work failed within 10 s
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_worker_lease(mut self, bound: Duration) -> Self {
+        self.lease_bound = Some(bound);
+        self
+    }
+
+    /// No worker leases: the tasks of a node that dies end only at their TTL. For
+    /// deployments where every task's work lives in an external durable queue.
+    pub fn without_worker_leases(mut self) -> Self {
+        self.lease_bound = None;
+        self
+    }
+
+    /// Keeps worker leases in `leases` instead of the store's own
+    /// ([`TaskStore::leases`]): for a custom store, or several layers over one
+    /// [`MemoryStore`](crate::MemoryStore) in one process ([`MemoryLeases`](crate::store::MemoryLeases)).
+    pub fn with_lease_store(mut self, leases: impl LeaseStore) -> Self {
+        self.lease_store = Some(Arc::new(leases));
+        self
+    }
+
+    /// Names this node in its worker lease (default: a random id per layer).
+    /// Nodes sharing a store must have different ids.
+    pub fn with_node_id(mut self, node: NodeId) -> Self {
+        self.node_id = Some(node);
+        self
+    }
+
     /// Checks the settings and builds the layer. Starts the janitor on the current
     /// tokio runtime, if one is running and the janitor is on, and, for a store
     /// shared between nodes ([`TaskStore::subscribe`]), the relay of other nodes'
@@ -989,6 +1048,18 @@ impl TasksLayerBuilder {
         {
             return Err(ConfigError::ZeroDuration("janitor interval"));
         }
+        if self
+            .lease_bound
+            .is_some_and(|bound| bound < defaults::MIN_WORKER_LEASE)
+        {
+            return Err(ConfigError::TooSmall("worker lease"));
+        }
+        if self
+            .lease_bound
+            .is_some_and(|bound| bound > defaults::MAX_TTL)
+        {
+            return Err(ConfigError::TooLarge("worker lease"));
+        }
         if let Some((name, version)) = self.server_name.take() {
             if name.trim().is_empty() {
                 return Err(ConfigError::EmptyServerName);
@@ -997,6 +1068,18 @@ impl TasksLayerBuilder {
         }
         let janitor = self.config.janitor;
         let enabled = self.config.enabled;
+        let leasing = match self.lease_bound {
+            Some(bound) => self
+                .lease_store
+                .take()
+                .or_else(|| self.store.leases())
+                .map(|store| Leasing {
+                    store,
+                    node: self.node_id.take().unwrap_or_else(NodeId::random),
+                    bound,
+                }),
+            None => None,
+        };
         let engine = Engine::new(self.store, self.config, self.notifier, self.principal)
             .with_listen(self.listen)
             .shared();
@@ -1027,6 +1110,24 @@ impl TasksLayerBuilder {
                 }
                 Err(_) => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; the janitor is not running (spawn TasksLayer::janitor yourself)"
+                ),
+            }
+        }
+        if let (Some(leasing), true) = (leasing, enabled) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                    runtime.spawn(leasing.run(Arc::downgrade(&layer.engine), async {
+                        let _ = stopped.await;
+                    }));
+                    *layer
+                        .engine
+                        ._lease_stop
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(stop);
+                }
+                Err(_) => tracing::warn!(
+                    "mcp-tasks: no tokio runtime while building the layer; no worker lease is kept, so tasks of a node that dies end only at their TTL"
                 ),
             }
         }

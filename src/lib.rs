@@ -22,6 +22,7 @@ pub mod error;
 pub mod future;
 pub mod input;
 mod layer;
+mod lease;
 pub mod notify;
 mod observe;
 mod routes;

@@ -459,6 +459,33 @@ impl Tasks {
         }
         Ok(updated.record)
     }
+
+    /// Takes over the worker lease of `id`, for work this node drives by id (a
+    /// [`TaskSpec::with_start`](crate::TaskSpec::with_start) function, or a worker
+    /// that picks the task up from a queue): if this node dies before the task
+    /// ends, a surviving node fails it within the lease bound
+    /// ([`with_worker_lease`](crate::TasksLayerBuilder::with_worker_lease)). The lease
+    /// ends by itself when the task ends, or with [`release`](Self::release). Work
+    /// under a [`TaskHandle`] and `Auto` runners hold their tasks without this call.
+    ///
+    /// ```
+    /// # async fn run(tasks: mcp_tasks::Tasks, id: mcp_tasks::TaskId) -> Result<(), mcp_tasks::TaskError> {
+    /// tasks.hold(id);
+    /// tasks.progress(&id, "Picked up from the queue").await?;
+    /// tasks.complete(&id, serde_json::json!({"content": []})).await?; // the lease ends here
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn hold(&self, id: TaskId) {
+        self.engine.hold(id);
+    }
+
+    /// Gives up the lease [`hold`](Self::hold) took, without ending the task: for
+    /// work handed on to something that outlives this node (the task's TTL then
+    /// bounds it).
+    pub fn release(&self, id: &TaskId) {
+        self.engine.release(id);
+    }
 }
 
 impl fmt::Debug for Tasks {

@@ -7,7 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::store::{ChangeFeed, ChangeSender, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::store::{
+    ChangeFeed, ChangeSender, LeaseStore, MemoryLeases, Scope, Timestamp, Transition, Updated,
+};
 use mcp_tasks::test_suite::{Intercept, StoreHooks};
 use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
 
@@ -18,6 +20,8 @@ use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
 struct Announce {
     feeds: Arc<[ChangeSender]>,
     me: usize,
+    /// The leases every node shares, as they would share a database's.
+    leases: MemoryLeases,
 }
 
 impl Announce {
@@ -49,6 +53,10 @@ impl StoreHooks for Announce {
     fn subscribe(&self, _store: &dyn TaskStore) -> Option<ChangeFeed> {
         Some(self.feeds[self.me].subscribe())
     }
+
+    fn leases(&self, _store: &dyn TaskStore) -> Option<Arc<dyn LeaseStore>> {
+        Some(Arc::new(self.leases.clone()))
+    }
 }
 
 /// One node over the shared memory store.
@@ -58,10 +66,12 @@ type Node = Intercept<Arc<MemoryStore>, Announce>;
 fn nodes(n: usize) -> Vec<Node> {
     let shared = Arc::new(MemoryStore::new());
     let feeds: Arc<[ChangeSender]> = (0..n).map(|_| ChangeSender::new(256)).collect();
+    let leases = MemoryLeases::new();
     (0..n)
         .map(|me| {
             let feeds = feeds.clone();
-            Intercept::new(shared.clone(), Announce { feeds, me })
+            let leases = leases.clone();
+            Intercept::new(shared.clone(), Announce { feeds, me, leases })
         })
         .collect()
 }

@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use mcp_tasks::error::BoxError;
-use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskStore};
+use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskStore, TasksLayerBuilder};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use rmcp::service::{RequestContext, RoleServer};
 use serde_json::Value;
@@ -78,9 +78,10 @@ pub(crate) fn task_context(context: &RequestContext<RoleServer>) -> Option<&Task
 }
 
 /// The store `MCP_STORE` names: unset or `memory`, a [`MemoryStore`]; a
-/// `postgres://` URL, a migrated and listening `PostgresStore` (feature `postgres`);
-/// a `redis://` URL, a `RedisStore` with its change feed (feature `redis`). Two
-/// processes on one PostgreSQL or Redis serve the same tasks.
+/// `postgres://` URL, a migrated and listening `PostgresStore` (feature `postgres`)
+/// on the table `MCP_STORE_TABLE` if set; a `redis://` URL, a `RedisStore` with its
+/// change feed (feature `redis`) under the key prefix `MCP_STORE_PREFIX` if set.
+/// Two processes on one PostgreSQL or Redis serve the same tasks.
 pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::error::Error>> {
     let url = std::env::var("MCP_STORE").unwrap_or_default();
     if url.is_empty() || url == "memory" {
@@ -89,7 +90,10 @@ pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         #[cfg(feature = "postgres")]
         {
-            let store = mcp_tasks::PostgresStore::connect(&url).await?;
+            let mut store = mcp_tasks::PostgresStore::connect(&url).await?;
+            if let Ok(table) = std::env::var("MCP_STORE_TABLE") {
+                store = store.with_table(&table)?;
+            }
             store.migrate().await?;
             store.listen().await?;
             return Ok(Arc::new(store));
@@ -101,9 +105,13 @@ pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::
     }
     if url.starts_with("redis://") || url.starts_with("rediss://") {
         #[cfg(feature = "redis")]
-        return Ok(Arc::new(
-            mcp_tasks::RedisStore::connect(url.as_str()).await?,
-        ));
+        {
+            let mut store = mcp_tasks::RedisStore::connect(url.as_str()).await?;
+            if let Ok(prefix) = std::env::var("MCP_STORE_PREFIX") {
+                store = store.with_prefix(prefix);
+            }
+            return Ok(Arc::new(store));
+        }
         #[cfg(not(feature = "redis"))]
         return Err("MCP_STORE names Redis: build the example with --features redis".into());
     }
@@ -111,6 +119,21 @@ pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::
         format!("MCP_STORE must be memory, a postgres:// URL or a redis:// URL, not {url:?}")
             .into(),
     )
+}
+
+/// The worker lease `MCP_LEASE_MS` sets (milliseconds), or the builder's default:
+/// on a shared store, how long after a node stops its unfinished tasks are failed
+/// by another (at most 1.25 × the lease).
+pub(crate) fn with_lease_from_env(builder: TasksLayerBuilder) -> TasksLayerBuilder {
+    match std::env::var("MCP_LEASE_MS") {
+        Ok(ms) => {
+            let ms: u64 = ms
+                .parse()
+                .expect("MCP_LEASE_MS must be a number of milliseconds");
+            builder.with_worker_lease(std::time::Duration::from_millis(ms))
+        }
+        Err(_) => builder,
+    }
 }
 
 /// The address to listen on: `MCP_ADDR`, or `default`.

@@ -67,12 +67,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("warn,mcp_tasks=info");
     let sse = std::env::var("MCP_SSE").is_ok_and(|v| v == "1");
 
-    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
-        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-        .with_tool_mode("greet", TaskMode::Never)
-        .with_tool_mode("failing_job", TaskMode::Required)
-        .with_tool_mode("test_tool_with_task", TaskMode::Required)
-        .build()?;
+    let tasks_layer =
+        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+            .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+            .with_tool_mode("greet", TaskMode::Never)
+            .with_tool_mode("failing_job", TaskMode::Required)
+            .with_tool_mode("test_tool_with_task", TaskMode::Required)
+            .build()?;
     let fixtures = Fixtures {
         listeners: Arc::default(),
     };

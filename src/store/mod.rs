@@ -55,15 +55,21 @@ use crate::task::{TaskId, TaskRecord};
 mod compact;
 mod feed;
 mod janitor;
+mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_leases;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "redis")]
+mod redis_leases;
 pub(crate) mod rules;
 
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
+pub use lease::{LapsedNode, LeaseStore, MemoryLeases, NodeId, Renewal};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -530,6 +536,24 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     fn subscribe(&self) -> Option<ChangeFeed> {
         None
     }
+
+    /// Where the layer keeps its worker leases on this store, for stores shared
+    /// between nodes (`None`, the default, for a single-process store: a worker that
+    /// stops there is seen at once, without a lease).
+    ///
+    /// With leases, a surviving node fails the unfinished tasks of a node that
+    /// stopped renewing (killed, out of memory, cut off) within a bound, instead of
+    /// leaving them to their TTL. `PostgresStore` and `RedisStore` keep them next to
+    /// their tasks.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TaskStore};
+    ///
+    /// assert!(MemoryStore::new().leases().is_none()); // one process: no other node
+    /// ```
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        None
+    }
 }
 
 impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
@@ -579,5 +603,9 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
 
     fn subscribe(&self) -> Option<ChangeFeed> {
         (**self).subscribe()
+    }
+
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        (**self).leases()
     }
 }

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row, SqlSafeStr, SqlStr};
+use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
+use super::LeaseStore;
+use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
@@ -135,6 +137,7 @@ struct Inner {
     lock_key: i32,
     sql: Statements,
     log: LogStatements,
+    leases: Arc<LeaseStatements>,
     feed: Mutex<Option<Feed>>,
 }
 
@@ -327,6 +330,12 @@ impl PostgresStore {
             .map_err(StoreError::backend)?;
         for statement in inner.sql.migrate.iter().chain(&inner.log.migrate) {
             sqlx::query(statement.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+        }
+        for statement in super::postgres_leases::migration(&inner.table) {
+            sqlx::query(sql(statement))
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
@@ -599,6 +608,7 @@ impl Inner {
             lock_key: fnv1a(table.as_bytes()),
             sql: Statements::new(table),
             log: LogStatements::new(table),
+            leases: Arc::new(LeaseStatements::new(table)),
             feed: Mutex::new(None),
         }
     }
@@ -745,11 +755,6 @@ impl LogStatements {
     }
 }
 
-/// An audited statement, shared so that cloning it per query costs a reference count.
-fn sql(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
-}
-
 /// The indexed copies of a record's fields, and the record itself as JSON text.
 struct Columns {
     owner: Option<String>,
@@ -864,6 +869,16 @@ impl TaskStore for PostgresStore {
                 .map_err(StoreError::backend)?;
             Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
         })
+    }
+
+    /// Leases in the tables `T_nodes` and `T_holds` beside the task table `T`
+    /// (created by [`migrate`](PostgresStore::migrate)), on the same pool, with
+    /// deadlines on the database's clock.
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        Some(Arc::new(PgLeases {
+            pool: self.inner.pool.clone(),
+            sql: self.inner.leases.clone(),
+        }))
     }
 
     /// Starts the background listener on first use (it needs a tokio runtime; without

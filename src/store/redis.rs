@@ -14,6 +14,8 @@
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
 //! | `P changes` | stream | an entry `c` = `<node>:<id>` after every write, trimmed to about 100 000 entries (`MAXLEN ~`). |
+//! | `P nodes` | sorted set | worker leases: node id → deadline (ms, Redis's clock). |
+//! | `P holds:<node>` | set | the task ids one node holds a worker lease on. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
@@ -30,6 +32,8 @@ use redis::{Client, IntoConnectionInfo, Script};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use super::LeaseStore;
+use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
@@ -701,6 +705,15 @@ impl TaskStore for RedisStore {
                 }
             }
         })
+    }
+
+    /// Leases under the same prefix (`P nodes`, `P holds:<node>`), on the same
+    /// connection, with deadlines on Redis's clock.
+    fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
+        Some(Arc::new(RedisLeases::new(
+            self.conn.clone(),
+            &self.keys.prefix,
+        )))
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {

@@ -101,6 +101,11 @@ pub trait StoreHooks: Debug + Send + Sync + 'static {
     fn subscribe(&self, store: &dyn TaskStore) -> Option<ChangeFeed> {
         store.subscribe()
     }
+
+    /// The worker leases of the intercepted store; by default the wrapped store's.
+    fn leases(&self, store: &dyn TaskStore) -> Option<Arc<dyn crate::store::LeaseStore>> {
+        store.leases()
+    }
 }
 
 impl StoreHooks for () {}
@@ -132,6 +137,10 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 
     fn subscribe(&self, store: &dyn TaskStore) -> Option<ChangeFeed> {
         (**self).subscribe(store)
+    }
+
+    fn leases(&self, store: &dyn TaskStore) -> Option<Arc<dyn crate::store::LeaseStore>> {
+        (**self).leases(store)
     }
 }
 
@@ -292,5 +301,9 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
 
     fn subscribe(&self) -> Option<ChangeFeed> {
         self.hooks.subscribe(&self.store)
+    }
+
+    fn leases(&self) -> Option<Arc<dyn crate::store::LeaseStore>> {
+        self.hooks.leases(&self.store)
     }
 }

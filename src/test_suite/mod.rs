@@ -101,6 +101,9 @@
 //! announced to the other node only, a layer on one node sees answers and cancels
 //! given through the other, and concurrent writers spread over the nodes still see
 //! exactly one terminal write win and no update lost.
+//! Such a store also keeps worker leases ([`TaskStore::leases`]): a lease lapses
+//! only without renewals, and a layer on one node fails the unfinished tasks of a
+//! node that stopped.
 //! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
 //! Every wait in them is bounded, and a store may start listening in the
 //! background: the rules first write until each node has heard the other.
@@ -114,6 +117,7 @@
 //!
 //! [`TaskStore`]: crate::TaskStore
 //! [`TaskStore::subscribe`]: crate::TaskStore::subscribe
+//! [`TaskStore::leases`]: crate::TaskStore::leases
 //! [`StoreError::Contention`]: crate::StoreError::Contention
 
 mod contention;
@@ -122,6 +126,7 @@ mod expiry;
 mod helpers;
 mod input;
 mod intercept;
+mod leases;
 mod nodes;
 mod ownership;
 mod transitions;
@@ -140,6 +145,9 @@ pub use input::{
     partial_answers_keep_input_required,
 };
 pub use intercept::{Intercept, StoreCall, StoreHooks};
+pub use leases::{
+    nodes_leases_lapse_only_without_renewals, nodes_lost_workers_fail_on_the_survivor,
+};
 pub use nodes::{
     nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
     nodes_concurrent_updates_never_lost, nodes_remote_writes_reach_the_layer,
@@ -253,6 +261,8 @@ macro_rules! task_store_node_tests {
             nodes_announce_to_the_other_node_only,
             nodes_remote_writes_reach_the_layer,
             nodes_foreign_and_unknown_ids_read_alike,
+            nodes_leases_lapse_only_without_renewals,
+            nodes_lost_workers_fail_on_the_survivor,
         );
         $crate::task_store_node_tests!(@all $factory;
             nodes_concurrent_terminal_writes_one_wins,

@@ -15,6 +15,7 @@
 //!   connections on demand;
 //! - [`faults`]: the nodes of the fault tests, whose tools report what happens to
 //!   them.
+//! - [`procs`]: examples built once and run as separate processes, killed on drop.
 
 // Each test crate uses only part of the harness; the rest is dead code there.
 #![allow(dead_code)]
@@ -22,6 +23,7 @@
 pub(crate) mod faults;
 pub(crate) mod fixtures;
 pub(crate) mod http;
+pub(crate) mod procs;
 pub(crate) mod proxy;
 pub(crate) mod requests;
 pub(crate) mod sse;

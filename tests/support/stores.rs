@@ -67,12 +67,9 @@ pub(crate) mod postgres {
     }
 
     impl DropTable {
-        /// Drops `table` (and its change log) through `url` when dropped.
-        pub(crate) fn new(url: &str, table: &str) -> Self {
-            DropTable {
-                url: url.to_owned(),
-                table: table.to_owned(),
-            }
+        /// Drops `table` (and its lease tables) under `url` when dropped.
+        pub(crate) fn new(url: String, table: String) -> Self {
+            DropTable { url, table }
         }
     }
 
@@ -82,9 +79,9 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{t}\"; \
-                 DROP TABLE IF EXISTS \"{t}_feed\"; DROP FUNCTION IF EXISTS \"{t}_feed_fn\"()",
-                t = self.table
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_nodes\", \"{0}_holds\", \"{0}_feed\"; \
+                 DROP FUNCTION IF EXISTS \"{0}_feed_fn\"()",
+                self.table
             );
             let dropped = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
@@ -136,7 +133,7 @@ pub(crate) mod postgres {
     /// `direct`.
     pub(crate) async fn nodes_at(direct: &str, urls: &[String]) -> Vec<Scratch> {
         let table = scratch_table();
-        let drop = Arc::new(DropTable::new(direct, &table));
+        let drop = Arc::new(DropTable::new(direct.to_owned(), table.clone()));
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
             let store = node(url, &table).await;
@@ -190,6 +187,13 @@ pub(crate) mod redis {
     pub(crate) struct KeyJanitor {
         url: String,
         prefix: String,
+    }
+
+    impl KeyJanitor {
+        /// Deletes the keys under `prefix` on `url` when dropped.
+        pub(crate) fn new(url: String, prefix: String) -> Self {
+            KeyJanitor { url, prefix }
+        }
     }
 
     impl StoreHooks for KeyJanitor {}
