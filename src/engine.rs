@@ -402,11 +402,16 @@ impl Engine {
         });
     }
 
-    /// Re-reads `ids` and tells everyone of each record found; the ids whose read
-    /// failed.
+    /// Re-reads `ids` and tells everyone of each record found; the ids not read.
+    /// After the first failed read the rest are left for the retry: the store is
+    /// down, and each read would only wait out the store timeout.
     async fn recheck(&self, ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
         let mut failed = Vec::new();
         for id in ids {
+            if !failed.is_empty() {
+                failed.push(id);
+                continue;
+            }
             match self.store.get(&id, Scope::Any, Timestamp::now()).await {
                 Ok(Some(record)) => self.changed(&record),
                 Ok(None) => self.waits.wake(&id),
