@@ -10,13 +10,15 @@
 //!   layer settings, and the [`Server`](fixtures::Server) running them;
 //! - [`stores`]: scratch PostgreSQL and Redis stores from `DATABASE_URL` and
 //!   `REDIS_URL`;
-//! - [`wait`]: bounded waiting, on signals where there are any.
+//! - [`wait`]: bounded waiting, on signals where there are any;
+//! - [`procs`]: examples built once and run as separate processes, killed on drop.
 
 // Each test crate uses only part of the harness; the rest is dead code there.
 #![allow(dead_code)]
 
 pub(crate) mod fixtures;
 pub(crate) mod http;
+pub(crate) mod procs;
 pub(crate) mod requests;
 pub(crate) mod sse;
 pub(crate) mod stores;
