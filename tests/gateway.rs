@@ -1,0 +1,226 @@
+//! The `gateway` example in front of the `retrofit` example, each a separate
+//! process: the retrofit behaviours hold through a reverse proxy, so tasks reach a
+//! server whatever it is written in. The upstream's `stats` tool, called on the
+//! upstream directly, shows how its calls ended.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::http::Client;
+use support::procs::{self, Proc};
+use support::wait;
+
+/// Every call of these tests is made as alice.
+const ALICE: Option<&str> = Some("alice");
+
+/// The retrofit server as the upstream, and the gateway in front of it.
+#[derive(Debug)]
+struct Stack {
+    upstream: Proc,
+    gateway: Proc,
+}
+
+impl Stack {
+    fn start() -> Stack {
+        let upstream = procs::spawn("retrofit", &[], &[("RUST_LOG", "warn")]);
+        let gateway = procs::spawn(
+            "gateway",
+            &[],
+            &[
+                ("MCP_UPSTREAM", upstream.url.as_str()),
+                ("RUST_LOG", "warn"),
+            ],
+        );
+        Stack { upstream, gateway }
+    }
+
+    /// A client of the gateway.
+    fn client(&self) -> Client {
+        Client::new(self.gateway.addr)
+    }
+
+    /// The upstream's own count of `sleep` calls: `{"finished": n, "dropped": m}`.
+    async fn upstream_stats(&self) -> Value {
+        let reply = Client::new(self.upstream.addr)
+            .call_tool("stats", json!({}), false, ALICE)
+            .await;
+        serde_json::from_str(first_text(reply.ok())).expect("stats are JSON")
+    }
+
+    /// Polls the upstream's stats until they are `expected` (nothing announces them).
+    async fn until_stats(&self, expected: Value) {
+        let mut last = Value::Null;
+        let reached = wait::poll(async || {
+            last = self.upstream_stats().await;
+            (last == expected).then_some(())
+        })
+        .await;
+        assert!(
+            reached.is_some(),
+            "upstream stats {last}, expected {expected}"
+        );
+    }
+}
+
+/// The text of a tool result's first content block.
+fn first_text(result: &Value) -> &str {
+    result["content"][0]["text"].as_str().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_within_the_budget_comes_back_as_a_plain_result() {
+    let stack = Stack::start();
+    let reply = stack
+        .client()
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await;
+    let result = reply.ok();
+    assert_eq!(result["resultType"], "complete", "{}", reply.text());
+    assert_eq!(first_text(result), "slept 5ms");
+    assert_eq!(reply.json["id"], 1);
+    assert!(reply.content_type().starts_with("application/json"));
+    assert_eq!(
+        stack.upstream_stats().await,
+        json!({"finished": 1, "dropped": 0})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_methods_pass_through_and_discovery_gains_the_extension() {
+    let stack = Stack::start();
+    let list = |client: Client| async move {
+        client
+            .request("tools/list")
+            .params(json!({}))
+            .principal_opt(ALICE)
+            .send()
+            .await
+    };
+    let proxied = list(stack.client()).await;
+    let direct = list(Client::new(stack.upstream.addr)).await;
+    assert_eq!(proxied.status, 200);
+    assert_eq!(proxied.body, direct.body);
+    let names: Vec<&str> = proxied.ok()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["sleep", "boom", "slow_ask", "stats"]);
+
+    let discover = stack
+        .client()
+        .request("server/discover")
+        .params(json!({}))
+        .send()
+        .await;
+    let capabilities = &discover.ok()["capabilities"];
+    assert!(
+        capabilities["extensions"]["io.modelcontextprotocol/tasks"].is_object(),
+        "{}",
+        discover.text()
+    );
+    assert!(capabilities["tools"].is_object(), "{}", discover.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_budget_becomes_a_task_that_completes() {
+    let stack = Stack::start();
+    let client = stack.client();
+    let reply = client
+        .call_tool("sleep", json!({"ms": 700}), true, ALICE)
+        .await;
+    let created = reply.ok();
+    assert_eq!(created["resultType"], "task", "{}", reply.text());
+    assert_eq!(created["status"], "working");
+    let id = created["taskId"].as_str().unwrap();
+
+    // The gateway owns the task: another principal sees nothing.
+    let foreign = client.get(id, Some("bob")).await;
+    assert_eq!(foreign.json["error"]["code"], -32602, "{}", foreign.text());
+
+    let done = client.wait_for_status(id, ALICE, "completed").await;
+    assert_eq!(first_text(&done["result"]), "slept 700ms");
+    assert_eq!(
+        stack.upstream_stats().await,
+        json!({"finished": 1, "dropped": 0})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_json_rpc_error_fails_the_task() {
+    let stack = Stack::start();
+    let client = stack.client();
+    let id = client
+        .create_task_id("boom", json!({"ms": 600}), ALICE)
+        .await;
+    let failed = client.wait_for_status(&id, ALICE, "failed").await;
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+    assert_eq!(failed["error"]["message"], "boom");
+    assert!(failed.get("result").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_drops_the_upstream_call() {
+    let stack = Stack::start();
+    let client = stack.client();
+    let id = client
+        .create_task_id("sleep", json!({"ms": 60_000}), ALICE)
+        .await;
+    assert_eq!(
+        stack.upstream_stats().await,
+        json!({"finished": 0, "dropped": 0})
+    );
+
+    let ack = client.cancel(&id, ALICE).await;
+    assert_eq!(ack.ok()["resultType"], "complete", "{}", ack.text());
+    assert_eq!(client.get(&id, ALICE).await.ok()["status"], "cancelled");
+
+    // The proxied request's connection closed, and the upstream dropped its handler.
+    stack
+        .until_stats(json!({"finished": 0, "dropped": 1}))
+        .await;
+    assert_eq!(client.get(&id, ALICE).await.ok()["status"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_questions_are_relayed_as_task_input() {
+    let stack = Stack::start();
+    let client = stack.client();
+    for confirm in [true, false] {
+        let id = client
+            .create_task_id("slow_ask", json!({"ms": 600}), ALICE)
+            .await;
+        let asking = client.wait_for_status(&id, ALICE, "input_required").await;
+        let requests = asking["inputRequests"].as_object().unwrap();
+        assert_eq!(requests.keys().collect::<Vec<_>>(), ["r1.confirm"]);
+        assert_eq!(requests["r1.confirm"]["method"], "elicitation/create");
+        assert!(asking.get("requestState").is_none(), "{asking}");
+
+        let answer = json!({"action": "accept", "content": {"confirm": confirm}});
+        let ack = client
+            .update(&id, json!({"r1.confirm": answer}), ALICE)
+            .await;
+        assert_eq!(ack.ok()["resultType"], "complete", "{}", ack.text());
+        let done = client.wait_for_end(&id, ALICE).await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(first_text(&done["result"]), format!("confirmed: {confirm}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_upstream_is_a_json_rpc_error() {
+    let mut stack = Stack::start();
+    stack.upstream.kill();
+    let client = stack.client();
+    let reply = client
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(reply.json["error"]["code"], -32603, "{}", reply.text());
+
+    // The gateway itself keeps answering what it owns.
+    let unknown = mcp_tasks::TaskId::random().to_string();
+    let get = client.get(&unknown, ALICE).await;
+    assert_eq!(get.json["error"]["code"], -32602, "{}", get.text());
+}
