@@ -3,6 +3,8 @@
 # package.json) against `cargo run --example conformance_server` (the test fixture in
 # examples/conformance_server/): the ten Tasks-extension
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
+# `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
+# fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`).
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and
@@ -19,6 +21,9 @@
 #   --core-only              run only the core 2026-07-28 scenarios
 #   --url URL                test a server that is already running at URL (nothing is built
 #                            or started)
+#   --server EXAMPLE         the example to build and start: conformance_server (default) or
+#                            conformance_retrofit (implies --tasks-only, and the baseline
+#                            scripts/conformance-retrofit-expected-failures.txt)
 #   --expected-failures FILE baseline file (default: scripts/conformance-expected-failures.txt)
 #   --results DIR            where results go (default: conformance-results)
 #   --timeout SECONDS        per-scenario limit (default: 120)
@@ -53,11 +58,12 @@ scenarios=()
 run_tasks=1
 run_core=1
 url=""
-baseline="scripts/conformance-expected-failures.txt"
+server="conformance_server"
+baseline=""
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -67,6 +73,8 @@ while [[ $# -gt 0 ]]; do
     --core-only) run_tasks=0; shift ;;
     --url) url="${2:?--url needs a URL}"; shift 2 ;;
     --url=*) url="${1#*=}"; shift ;;
+    --server) server="${2:?--server needs an example name}"; shift 2 ;;
+    --server=*) server="${1#*=}"; shift ;;
     --expected-failures) baseline="${2:?--expected-failures needs a file}"; shift 2 ;;
     --results) results="${2:?--results needs a directory}"; shift 2 ;;
     --timeout) scenario_timeout="${2:?--timeout needs seconds}"; shift 2 ;;
@@ -74,6 +82,16 @@ while [[ $# -gt 0 ]]; do
     *) echo "conformance.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+
+case "$server" in
+  conformance_server)
+    baseline="${baseline:-scripts/conformance-expected-failures.txt}" ;;
+  conformance_retrofit)
+    # A retrofit fixture has only the tasks fixtures.
+    run_core=0
+    baseline="${baseline:-scripts/conformance-retrofit-expected-failures.txt}" ;;
+  *) echo "conformance.sh: --server must be conformance_server or conformance_retrofit" >&2; exit 2 ;;
+esac
 
 log() { printf '[conformance] %s\n' "$*" >&2; }
 
@@ -130,15 +148,15 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 if [[ -z "$url" ]]; then
-  log "building the conformance_server example (examples/conformance_server/)"
-  cargo build --quiet --example conformance_server >&2
+  log "building the $server example"
+  cargo build --quiet --example "$server" >&2
   port="$("$NODE" -e '
     const s = require("net").createServer();
     s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
   url="http://127.0.0.1:${port}/mcp"
   log "starting the server on 127.0.0.1:${port} (log: $results/server.log)"
   # `cargo run` replaces itself with the example on Unix, so $! is the server.
-  MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example conformance_server \
+  MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example "$server" \
     >"$results/server.log" 2>&1 &
   server_pid=$!
   ready=0
