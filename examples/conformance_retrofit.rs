@@ -6,6 +6,7 @@
 //!
 //! ```sh
 //! bash scripts/conformance.sh --server conformance_retrofit   # the ten tasks scenarios
+//! bash scripts/conformance.sh --server gateway                # the same, through the gateway
 //! cargo run --example conformance_retrofit                    # http://127.0.0.1:3004/mcp
 //! ```
 //!
@@ -17,7 +18,9 @@
 //! by construction is listed in `scripts/conformance-retrofit-expected-failures.txt`.
 //!
 //! Environment: `MCP_ADDR` (default `127.0.0.1:3004`), `MCP_STORE`, `RUST_LOG`
-//! (default `warn,mcp_tasks=info`).
+//! (default `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the
+//! layer, a server with no tasks support at all: `scripts/conformance.sh --server
+//! gateway` puts `examples/gateway.rs` in front of it.
 
 mod common;
 
@@ -244,13 +247,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3004")).await?;
+    if std::env::var("MCP_PLAIN").is_ok_and(|v| v == "1") {
+        // No layer at all: an MCP server without tasks, for the gateway to front.
+        println!(
+            "{NAME} (plain) listening on http://{}/mcp",
+            listener.local_addr()?
+        );
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        common::serve(listener, rmcp_service, shutdown).await;
+        return Ok(());
+    }
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer)
         .service(rmcp_service);
 
-    let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3004")).await?;
     println!("{NAME} listening on http://{}/mcp", listener.local_addr()?);
     common::serve(listener, app, async move {
         let _ = tokio::signal::ctrl_c().await;

@@ -4,7 +4,8 @@
 # examples/conformance_server/): the ten Tasks-extension
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
 # `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
-# fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`).
+# fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`), and
+# `--server gateway` against that fixture without any layer, behind examples/gateway.rs.
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and
@@ -21,9 +22,11 @@
 #   --core-only              run only the core 2026-07-28 scenarios
 #   --url URL                test a server that is already running at URL (nothing is built
 #                            or started)
-#   --server EXAMPLE         the example to build and start: conformance_server (default) or
-#                            conformance_retrofit (implies --tasks-only, and the baseline
-#                            scripts/conformance-retrofit-expected-failures.txt)
+#   --server EXAMPLE         what to build and start: conformance_server (default);
+#                            conformance_retrofit; or gateway, the gateway example in front
+#                            of conformance_retrofit served without its layer (MCP_PLAIN=1).
+#                            The last two imply --tasks-only and the baseline
+#                            scripts/conformance-retrofit-expected-failures.txt
 #   --expected-failures FILE baseline file (default: scripts/conformance-expected-failures.txt)
 #   --results DIR            where results go (default: conformance-results)
 #   --timeout SECONDS        per-scenario limit (default: 120)
@@ -63,7 +66,7 @@ baseline=""
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -86,11 +89,11 @@ done
 case "$server" in
   conformance_server)
     baseline="${baseline:-scripts/conformance-expected-failures.txt}" ;;
-  conformance_retrofit)
-    # A retrofit fixture has only the tasks fixtures.
+  conformance_retrofit|gateway)
+    # The retrofit fixture has only the tasks fixtures.
     run_core=0
     baseline="${baseline:-scripts/conformance-retrofit-expected-failures.txt}" ;;
-  *) echo "conformance.sh: --server must be conformance_server or conformance_retrofit" >&2; exit 2 ;;
+  *) echo "conformance.sh: --server must be conformance_server, conformance_retrofit or gateway" >&2; exit 2 ;;
 esac
 
 log() { printf '[conformance] %s\n' "$*" >&2; }
@@ -129,53 +132,77 @@ fi
 # --- the server ---------------------------------------------------------------------------
 mkdir -p "$results"
 results="$(cd "$results" && pwd)"
-server_pid=""
+server_pids=()
 
 stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
+  local pid
+  for pid in "${server_pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      kill -9 "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  server_pids=()
 }
 trap stop_server EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ -z "$url" ]]; then
-  log "building the $server example"
-  cargo build --quiet --example "$server" >&2
-  port="$("$NODE" -e '
+free_port() {
+  "$NODE" -e '
     const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
-  url="http://127.0.0.1:${port}/mcp"
-  log "starting the server on 127.0.0.1:${port} (log: $results/server.log)"
+    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+# start_example NAME PORT LOG [VAR=VALUE...]: starts the example on 127.0.0.1:PORT and
+# waits until it accepts connections.
+start_example() {
+  local name="$1" port="$2" logfile="$3"
+  shift 3
+  log "starting $name on 127.0.0.1:${port} (log: $logfile)"
   # `cargo run` replaces itself with the example on Unix, so $! is the server.
-  MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example "$server" \
-    >"$results/server.log" 2>&1 &
-  server_pid=$!
-  ready=0
+  env "$@" MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example "$name" \
+    >"$logfile" 2>&1 &
+  local pid=$!
+  server_pids+=("$pid")
   for _ in $(seq 1 300); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "conformance.sh: the server exited during startup; its log:" >&2
-      tail -n 50 "$results/server.log" >&2 || true
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "conformance.sh: $name exited during startup; its log:" >&2
+      tail -n 50 "$logfile" >&2 || true
       exit 1
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then
-      ready=1
-      break
+      return 0
     fi
     sleep 0.2
   done
-  if [[ $ready -ne 1 ]]; then
-    echo "conformance.sh: the server did not accept connections on port ${port} within 60 s" >&2
-    exit 1
+  echo "conformance.sh: $name did not accept connections on port ${port} within 60 s" >&2
+  exit 1
+}
+
+if [[ -z "$url" ]]; then
+  if [[ "$server" == "gateway" ]]; then
+    # The retrofit fixture without its layer (a server with no tasks support at all)
+    # as the upstream, and the gateway in front of it.
+    log "building the conformance_retrofit and gateway examples"
+    cargo build --quiet --example conformance_retrofit --example gateway >&2
+    upstream_port="$(free_port)"
+    start_example conformance_retrofit "$upstream_port" "$results/upstream.log" MCP_PLAIN=1
+    port="$(free_port)"
+    start_example gateway "$port" "$results/server.log" \
+      MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp"
+  else
+    log "building the $server example"
+    cargo build --quiet --example "$server" >&2
+    port="$(free_port)"
+    start_example "$server" "$port" "$results/server.log"
   fi
+  url="http://127.0.0.1:${port}/mcp"
 fi
 
 # --- the expected-failures baseline ----------------------------------------------------------
