@@ -5,7 +5,7 @@
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
 # `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
 # fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`), and
-# `--server gateway` against that fixture without any layer, behind examples/gateway.rs.
+# `--server gateway` against that fixture without any layer, behind examples/gateway/.
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and

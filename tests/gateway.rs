@@ -1,14 +1,27 @@
 //! The `gateway` example in front of the `retrofit` example, each a separate
 //! process: the retrofit behaviours hold through a reverse proxy, so tasks reach a
 //! server whatever it is written in. The upstream's `stats` tool, called on the
-//! upstream directly, shows how its calls ended.
+//! upstream directly, shows how its calls ended. Then the gateway's proxy alone, in
+//! process, between a test client and a test upstream: bodies stream both ways,
+//! hop-by-hop headers stop at the proxy, and a client leaving ends the upstream
+//! request.
 
+#[path = "../examples/gateway/proxy.rs"]
+mod proxy;
 mod support;
 
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
 use serde_json::{Value, json};
-use support::http::Client;
+use support::http::{Client, Frames, TestServer, connect, serve};
 use support::procs::{self, Proc};
-use support::wait;
+use support::wait::{self, recv, within};
+use tokio::sync::mpsc;
 
 /// Every call of these tests is made as alice.
 const ALICE: Option<&str> = Some("alice");
@@ -223,4 +236,143 @@ async fn an_unreachable_upstream_is_a_json_rpc_error() {
     let unknown = mcp_tasks::TaskId::random().to_string();
     let get = client.get(&unknown, ALICE).await;
     assert_eq!(get.json["error"]["code"], -32602, "{}", get.text());
+}
+
+// ---------------------------------------------------------------------------
+// The proxy alone
+
+/// The gateway's proxy, without the layer, in front of `upstream`.
+async fn proxy_to(upstream: &TestServer) -> TestServer {
+    serve(proxy::Proxy::new(upstream.url.parse().unwrap())).await
+}
+
+/// A POST to the proxy at `addr` with `body`.
+fn post<B>(addr: std::net::SocketAddr, body: B) -> Request<B> {
+    Request::post("/mcp")
+        .header(header::HOST, addr.to_string())
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_streams_the_response_and_a_leaving_client_ends_the_upstream_request() {
+    // The upstream answers with a body the test writes chunk by chunk.
+    let (chunks, fed) = mpsc::unbounded_channel::<Bytes>();
+    let (taken, _taken) = mpsc::unbounded_channel();
+    let body = Arc::new(Mutex::new(Some(Frames::fed(fed, taken))));
+    let upstream = serve(tower::service_fn(move |_: Request<Incoming>| {
+        let body = body.lock().unwrap().take().expect("one request");
+        async move { Ok::<_, Infallible>(Response::new(body)) }
+    }))
+    .await;
+    let gateway = proxy_to(&upstream).await;
+
+    let (mut sender, connection) = connect(gateway.addr).await;
+    let request = post(gateway.addr, Full::new(Bytes::from_static(b"{}")));
+    let response = within("the response head", sender.send_request(request))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    for chunk in ["first", "second"] {
+        chunks.send(Bytes::from(chunk)).unwrap();
+        // Each chunk arrives while the upstream's body is still open.
+        let frame = within("a chunk", body.frame()).await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), chunk);
+    }
+
+    // The client goes away mid-body: the upstream sees its request end.
+    connection.abort();
+    within("the upstream's body is dropped", chunks.closed()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_streams_the_request() {
+    // The upstream reports each chunk as it reads it, and echoes the whole body.
+    let (seen, mut read) = mpsc::unbounded_channel::<Bytes>();
+    let upstream = serve(tower::service_fn(move |request: Request<Incoming>| {
+        let seen = seen.clone();
+        async move {
+            let mut body = request.into_body();
+            let mut all = Vec::new();
+            while let Some(frame) = body.frame().await {
+                if let Ok(data) = frame.expect("a request frame").into_data() {
+                    all.extend_from_slice(&data);
+                    let _ = seen.send(data);
+                }
+            }
+            Ok::<_, Infallible>(Response::new(Full::from(all)))
+        }
+    }))
+    .await;
+    let gateway = proxy_to(&upstream).await;
+
+    let (chunks, fed) = mpsc::unbounded_channel::<Bytes>();
+    let (taken, _taken) = mpsc::unbounded_channel();
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let reply = tokio::spawn(sender.send_request(post(gateway.addr, Frames::fed(fed, taken))));
+    for chunk in ["{\"a\":", "1}"] {
+        chunks.send(Bytes::from(chunk)).unwrap();
+        // The upstream reads each chunk before the client has written the next.
+        assert_eq!(recv("the chunk upstream", &mut read).await, chunk);
+    }
+    drop(chunks);
+    let response = within("the reply", reply).await.unwrap().unwrap();
+    let echoed = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(echoed, "{\"a\":1}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_forwards_end_to_end_headers_only() {
+    let (seen, mut requests) = mpsc::unbounded_channel::<HeaderMap>();
+    let upstream = serve(tower::service_fn(move |request: Request<Incoming>| {
+        let _ = seen.send(request.headers().clone());
+        async move {
+            let response = Response::builder()
+                .header("x-answer", "42")
+                .header("keep-alive", "timeout=5")
+                .header(header::CONNECTION, "x-hop")
+                .header("x-hop", "1")
+                .body(Full::from("ok"))
+                .unwrap();
+            Ok::<_, Infallible>(response)
+        }
+    }))
+    .await;
+    let gateway = proxy_to(&upstream).await;
+
+    let mut request = post(gateway.addr, Full::new(Bytes::from_static(b"{}")));
+    let headers = request.headers_mut();
+    headers.insert(header::CONNECTION, "x-private".parse().unwrap());
+    headers.insert("x-private", "secret".parse().unwrap());
+    headers.insert(header::TE, "trailers".parse().unwrap());
+    headers.insert(header::PROXY_AUTHORIZATION, "Basic YTpi".parse().unwrap());
+    headers.insert(header::AUTHORIZATION, "Bearer alice".parse().unwrap());
+    headers.insert("mcp-method", "tools/list".parse().unwrap());
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let response = within("the reply", sender.send_request(request))
+        .await
+        .unwrap();
+
+    let upstream_saw = recv("the upstream request", &mut requests).await;
+    assert_eq!(upstream_saw["authorization"], "Bearer alice");
+    assert_eq!(upstream_saw["mcp-method"], "tools/list");
+    assert_eq!(upstream_saw["content-type"], "application/json");
+    assert_eq!(upstream_saw["content-length"], "2");
+    assert_eq!(upstream_saw["host"], upstream.addr.to_string());
+    for hop in ["x-private", "te", "proxy-authorization"] {
+        assert!(
+            !upstream_saw.contains_key(hop),
+            "{hop} reached the upstream"
+        );
+    }
+    assert_eq!(response.headers()["x-answer"], "42");
+    for hop in ["keep-alive", "x-hop"] {
+        assert!(
+            !response.headers().contains_key(hop),
+            "{hop} reached the client"
+        );
+    }
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "ok");
 }
