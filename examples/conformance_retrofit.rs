@@ -20,7 +20,8 @@
 //! Environment: `MCP_ADDR` (default `127.0.0.1:3004`), `MCP_STORE`, `RUST_LOG`
 //! (default `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the
 //! layer, a server with no tasks support at all: `scripts/conformance.sh --server
-//! gateway` puts `examples/gateway/` in front of it.
+//! gateway` puts `examples/gateway/` in front of it. `MCP_SSE=1` makes rmcp answer
+//! every request with an event stream.
 
 mod common;
 
@@ -229,6 +230,7 @@ impl ServerHandler for Fixtures {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("warn,mcp_tasks=info");
+    let sse = std::env::var("MCP_SSE").is_ok_and(|v| v == "1");
 
     // The whole retrofit: layer configuration, no handler change.
     let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
@@ -238,7 +240,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build()?;
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
-        .with_json_response(true)
+        .with_json_response(!sse)
         .with_stateless_protocol_metadata_required(true)
         .with_sse_retry(None)
         .disable_allowed_hosts();

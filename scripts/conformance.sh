@@ -33,7 +33,8 @@
 #   -h, --help               this text
 #
 # Environment: MCP_SSE=1 is passed on to the server, which then answers every request
-# with an SSE stream instead of one JSON message (examples/conformance_server/main.rs).
+# with an SSE stream instead of one JSON message (conformance_server and
+# conformance_retrofit both read it).
 #
 # The closing line is `N passed, M failed`: N counts SUCCESS checks, M counts every
 # FAILURE, baseline ones included. The line before it, `expected failures: K (see FILE)`,
@@ -66,7 +67,7 @@ baseline=""
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
