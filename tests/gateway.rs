@@ -26,6 +26,13 @@ use tokio::sync::mpsc;
 /// Every call of these tests is made as alice.
 const ALICE: Option<&str> = Some("alice");
 
+/// The gateway's `Auto` budget here (`MCP_AUTO_AFTER_MS`): four times the default,
+/// so that a loaded machine does not turn a quick answer into a task.
+const BUDGET_MS: &str = "1000";
+
+/// How long the calls that must become tasks take: past [`BUDGET_MS`].
+const SLOW_MS: u64 = 1500;
+
 /// The retrofit server as the upstream, and the gateway in front of it.
 #[derive(Debug)]
 struct Stack {
@@ -41,6 +48,7 @@ impl Stack {
             &[],
             &[
                 ("MCP_UPSTREAM", upstream.url.as_str()),
+                ("MCP_AUTO_AFTER_MS", BUDGET_MS),
                 ("RUST_LOG", "warn"),
             ],
         );
@@ -83,13 +91,14 @@ fn first_text(result: &Value) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_within_the_budget_comes_back_as_a_plain_result() {
     let stack = Stack::start();
+    // Past the default budget of 250 ms, within the configured one.
     let reply = stack
         .client()
-        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .call_tool("sleep", json!({"ms": 400}), true, ALICE)
         .await;
     let result = reply.ok();
     assert_eq!(result["resultType"], "complete", "{}", reply.text());
-    assert_eq!(first_text(result), "slept 5ms");
+    assert_eq!(first_text(result), "slept 400ms");
     assert_eq!(reply.json["id"], 1);
     assert!(reply.content_type().starts_with("application/json"));
     assert_eq!(
@@ -141,7 +150,7 @@ async fn a_call_past_the_budget_becomes_a_task_that_completes() {
     let stack = Stack::start();
     let client = stack.client();
     let reply = client
-        .call_tool("sleep", json!({"ms": 700}), true, ALICE)
+        .call_tool("sleep", json!({"ms": SLOW_MS}), true, ALICE)
         .await;
     let created = reply.ok();
     assert_eq!(created["resultType"], "task", "{}", reply.text());
@@ -153,7 +162,7 @@ async fn a_call_past_the_budget_becomes_a_task_that_completes() {
     assert_eq!(foreign.json["error"]["code"], -32602, "{}", foreign.text());
 
     let done = client.wait_for_status(id, ALICE, "completed").await;
-    assert_eq!(first_text(&done["result"]), "slept 700ms");
+    assert_eq!(first_text(&done["result"]), format!("slept {SLOW_MS}ms"));
     assert_eq!(
         stack.upstream_stats().await,
         json!({"finished": 1, "dropped": 0})
@@ -165,7 +174,7 @@ async fn an_upstream_json_rpc_error_fails_the_task() {
     let stack = Stack::start();
     let client = stack.client();
     let id = client
-        .create_task_id("boom", json!({"ms": 600}), ALICE)
+        .create_task_id("boom", json!({"ms": SLOW_MS}), ALICE)
         .await;
     let failed = client.wait_for_status(&id, ALICE, "failed").await;
     assert_eq!(failed["error"]["code"], -32603, "{failed}");
@@ -202,7 +211,7 @@ async fn upstream_questions_are_relayed_as_task_input() {
     let client = stack.client();
     for confirm in [true, false] {
         let id = client
-            .create_task_id("slow_ask", json!({"ms": 600}), ALICE)
+            .create_task_id("slow_ask", json!({"ms": SLOW_MS}), ALICE)
             .await;
         let asking = client.wait_for_status(&id, ALICE, "input_required").await;
         let requests = asking["inputRequests"].as_object().unwrap();
