@@ -233,11 +233,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sse = std::env::var("MCP_SSE").is_ok_and(|v| v == "1");
 
     // The whole retrofit: layer configuration, no handler change.
-    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
-        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-        .with_default_mode(TaskMode::Auto { after: AFTER })
-        .with_tool_mode("greet", TaskMode::Never)
-        .build()?;
+    let tasks_layer =
+        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+            .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+            .with_default_mode(TaskMode::Auto { after: AFTER })
+            .with_tool_mode("greet", TaskMode::Never)
+            .build()?;
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(!sse)

@@ -69,10 +69,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let upstream = upstream_from_env()?;
     let after = budget_from_env()?;
 
-    let tasks_layer = TasksLayer::builder(common::store_from_env().await?)
-        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-        .with_default_mode(TaskMode::Auto { after })
-        .build()?;
+    let tasks_layer =
+        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+            .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+            .with_default_mode(TaskMode::Auto { after })
+            .build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
