@@ -743,3 +743,148 @@ async fn an_rmcp_native_task_resumes_and_cancels_explicitly() {
         .unwrap();
     assert_eq!(state.status, TaskStatus::Cancelled);
 }
+
+// ---------------------------------------------------------------------------
+// examples/client.rs against examples/quickstart.rs, both as child processes
+
+/// The built example binaries `client` and `quickstart`, built once (with this
+/// test's features, so the build is the one `cargo test` already made).
+fn examples() -> &'static (std::path::PathBuf, std::path::PathBuf) {
+    static BUILT: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let features: Vec<&str> = [
+            ("client", cfg!(feature = "client")),
+            ("metrics", cfg!(feature = "metrics")),
+            ("postgres", cfg!(feature = "postgres")),
+            ("redis", cfg!(feature = "redis")),
+            ("test-util", cfg!(feature = "test-util")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        let status = std::process::Command::new(env!("CARGO"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "-j",
+                "1",
+                "--example",
+                "client",
+                "--example",
+                "quickstart",
+            ])
+            .args(["--features", &features.join(",")])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building the examples failed");
+        // This test runs from <target>/debug/deps; the examples sit beside it.
+        let exe = std::env::current_exe().expect("the test's path");
+        let dir = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("the profile dir");
+        let dir = dir.join("examples");
+        (dir.join("client"), dir.join("quickstart"))
+    })
+}
+
+/// The quickstart on 127.0.0.1, port 0 (in-memory store); killed when dropped.
+struct Quickstart {
+    child: tokio::process::Child,
+    url: String,
+}
+
+async fn quickstart() -> Quickstart {
+    use tokio::io::AsyncBufReadExt as _;
+    let (_, quickstart) = examples();
+    let mut child = tokio::process::Command::new(quickstart)
+        .env("MCP_ADDR", "127.0.0.1:0")
+        .env("RUST_LOG", "off")
+        .env_remove("MCP_STORE")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the quickstart starts");
+    let stdout = child.stdout.take().expect("its stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let first = wait::within("the quickstart listens", lines.next_line())
+        .await
+        .unwrap()
+        .expect("a first line");
+    let url = first
+        .strip_prefix("listening on ")
+        .expect("the listening line")
+        .to_owned();
+    Quickstart { child, url }
+}
+
+/// The example client calling `tool` with `args` on `server`, stdin and stdout piped.
+fn example_client(server: &Quickstart, tool: &str, args: &str) -> tokio::process::Child {
+    let (client, _) = examples();
+    tokio::process::Command::new(client)
+        .args([tool, args])
+        .env("MCP_URL", &server.url)
+        .env("MCP_TOKEN", "alice")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the example client starts")
+}
+
+#[tokio::test]
+async fn the_example_answers_a_question_and_prints_the_result_last() {
+    use tokio::io::AsyncWriteExt as _;
+    let server = quickstart().await;
+    let mut client = example_client(&server, "deploy", r#"{"target": "prod"}"#);
+    let mut stdin = client.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    drop(stdin);
+    let output = wait::within("the example ends", client.wait_with_output())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stderr.contains("Deploy to prod? [y/n]"), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.contains(&"input_required: Waiting for confirmation"),
+        "{stdout}"
+    );
+    let result: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(result["content"][0]["text"], "Deployed to prod");
+    assert_eq!(lines[lines.len() - 2], "completed");
+    drop(server);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_example_cancels_the_task_on_ctrl_c_and_exits_130() {
+    use tokio::io::AsyncBufReadExt as _;
+    let server = quickstart().await;
+    let mut client = example_client(&server, "build", r#"{"seconds": 60}"#);
+    let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
+    let first = wait::within("the first status", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first, "working: Queued");
+    let pid = client.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let mut rest = Vec::new();
+    while let Some(line) = wait::within("the rest", lines.next_line()).await.unwrap() {
+        rest.push(line);
+    }
+    let status = wait::within("the exit", client.wait()).await.unwrap();
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    let last = rest.last().expect("the final status");
+    assert!(last.starts_with("cancelled"), "{rest:?}");
+    drop(server.child);
+}
