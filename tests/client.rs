@@ -262,10 +262,13 @@ fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed_unsync()
 }
 
+/// A status and its message, as the status callback saw them.
+type Reported = (TaskStatus, Option<String>);
+
 /// A status callback sending each state it sees to the test.
 fn statuses() -> (
     impl FnMut(&TaskSnapshot) + Send + 'static,
-    mpsc::UnboundedReceiver<(TaskStatus, Option<String>)>,
+    mpsc::UnboundedReceiver<Reported>,
 ) {
     let (tx, rx) = mpsc::unbounded_channel();
     let callback = move |state: &TaskSnapshot| {
@@ -276,7 +279,7 @@ fn statuses() -> (
 
 fn task_of<S: std::fmt::Debug>(call: ToolCall<S>) -> mcp_tasks::client::TaskFollower<S> {
     match call {
-        ToolCall::Task(task) => task,
+        ToolCall::Task(task) => *task,
         other => panic!("expected a task, got {other:?}"),
     }
 }

@@ -81,8 +81,8 @@ impl<S> fmt::Debug for Client<S> {
 pub enum ToolCall<S = HttpClient> {
     /// The tool's result (a `CallToolResult`).
     Complete(Value),
-    /// The call became a task.
-    Task(TaskFollower<S>),
+    /// The call became a task (boxed: a follower is large, a result small).
+    Task(Box<TaskFollower<S>>),
 }
 
 impl Client<HttpClient> {
@@ -192,7 +192,7 @@ where
                     let first = TaskSnapshot::from_json(&result)?;
                     let mut task = TaskRef::new(first.task_id());
                     task.set_poll_interval_ms(first.poll_interval_ms);
-                    return Ok(ToolCall::Task(self.follower(task, Some(first))));
+                    return Ok(ToolCall::Task(Box::new(self.follower(task, Some(first)))));
                 }
                 Some("input_required") => {
                     let requests = result

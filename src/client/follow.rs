@@ -324,13 +324,11 @@ where
         listen: &mut Option<Listen<B>>,
     ) -> Result<TaskSnapshot, ClientError> {
         if let Some(stream) = listen {
-            loop {
-                match stream.next_task(self.task.task_id()).await {
-                    Ok(Some(params)) => match TaskSnapshot::from_json(&params) {
-                        Ok(state) => return Ok(state),
-                        Err(_) => continue, // a notification we cannot read: wait for the next
-                    },
-                    Ok(None) | Err(_) => break,
+            // A notification that cannot be read is skipped; the stream's end (or
+            // failure) hands over to polling.
+            while let Ok(Some(params)) = stream.next_task(self.task.task_id()).await {
+                if let Ok(state) = TaskSnapshot::from_json(&params) {
+                    return Ok(state);
                 }
             }
             *listen = None;
