@@ -5,7 +5,6 @@
 mod support;
 
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,9 +25,9 @@ use mcp_tasks::{
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
-    UpdateTaskParams,
+    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InputRequiredResult,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
+    ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
@@ -111,6 +110,26 @@ impl ServerHandler for Fixture {
                     .map_err(|refused| ErrorData::internal_error(refused.to_string(), None))?;
                 Ok(text("replaced by the task").into())
             }
+            "confirm_first" => {
+                // One input_required round (MRTR) before the result.
+                let yes = request
+                    .input_responses
+                    .as_ref()
+                    .and_then(|answers| answers.get("go"))
+                    .map(|answer| answer["content"]["confirm"] == json!(true));
+                match (request.request_state.as_deref(), yes) {
+                    (Some("round-1"), Some(yes)) => Ok(text(format!("confirmed: {yes}")).into()),
+                    _ => {
+                        let ask: InputRequiredResult = serde_json::from_value(json!({
+                            "resultType": "input_required",
+                            "inputRequests": {"go": AskRequest::confirm("Go?", "confirm").as_json()},
+                            "requestState": "round-1",
+                        }))
+                        .unwrap();
+                        Ok(ask.into())
+                    }
+                }
+            }
             other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         }
     }
@@ -118,6 +137,7 @@ impl ServerHandler for Fixture {
 
 fn stateless<H: ServerHandler + Clone + Send + Sync + 'static>(
     handler: H,
+    json_response: bool,
 ) -> StreamableHttpService<H, NeverSessionManager> {
     StreamableHttpService::new(
         move || Ok(handler.clone()),
@@ -125,7 +145,7 @@ fn stateless<H: ServerHandler + Clone + Send + Sync + 'static>(
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_stateless_protocol_metadata_required(true)
-            .with_json_response(true)
+            .with_json_response(json_response)
             .with_sse_keep_alive(None)
             .disable_allowed_hosts(),
     )
@@ -205,20 +225,54 @@ impl Layered {
 type Body = UnsyncBoxBody<Bytes, BoxError>;
 
 async fn layered(mode: ListenMode) -> Layered {
+    layered_with(mode, true).await
+}
+
+/// The layered server; the rmcp server answers with JSON, or with SSE when
+/// `json_response` is false.
+async fn layered_with(mode: ListenMode, json_response: bool) -> Layered {
     let layer = TasksLayer::builder(MemoryStore::new())
         .with_server_info("client-fixture", "1.0.0")
         .without_janitor()
         .build()
         .unwrap();
     let (tx, started) = mpsc::unbounded_channel();
-    let inner = layer.layer(stateless(Fixture { started: tx }));
+    let inner = layer.layer(stateless(Fixture { started: tx }, json_response));
     let log = Log::default();
-    let seen = log.clone();
-    let app = tower::service_fn(move |request: Request<Incoming>| {
-        let (inner, seen) = (inner.clone(), seen.clone());
+    Layered {
+        server: serve(front(inner, mode, log.clone())).await,
+        tasks: layer.handle(),
+        started,
+        log,
+    }
+}
+
+/// `inner` behind the demo authentication, recording each request into `log` and
+/// treating `subscriptions/listen` as `mode` says.
+fn front<S, B>(
+    inner: S,
+    mode: ListenMode,
+    log: Log,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = Response<Body>,
+    Error = BoxError,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ 'static
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    tower::service_fn(move |request: Request<Incoming>| {
+        let (inner, log) = (inner.clone(), log.clone());
         async move {
             let request = authenticate(request);
-            seen.record(&request);
+            log.record(&request);
             let listen = request
                 .headers()
                 .get("mcp-method")
@@ -230,10 +284,11 @@ async fn layered(mode: ListenMode) -> Layered {
                     .header("content-type", "application/json")
                     .body(full(body))
                     .unwrap();
-                return Ok::<_, Infallible>(response);
+                return Ok::<_, BoxError>(response);
             }
-            let response = inner.oneshot(request).await?;
-            let (parts, mut body) = response.into_parts();
+            let response = inner.oneshot(request).await.map_err(Into::into)?;
+            let (parts, body) = response.into_parts();
+            let mut body = Box::pin(body);
             if listen && mode == ListenMode::DropAfterAck {
                 let first = body
                     .frame()
@@ -247,13 +302,7 @@ async fn layered(mode: ListenMode) -> Layered {
                 body.map_err(Into::into).boxed_unsync(),
             ))
         }
-    });
-    Layered {
-        server: serve(app).await,
-        tasks: layer.handle(),
-        started,
-        log,
-    }
+    })
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -471,6 +520,40 @@ async fn a_question_is_answered_once_by_the_handler() {
 }
 
 #[tokio::test]
+async fn input_required_rounds_before_a_task_are_answered_and_retried() {
+    let server = layered(ListenMode::Serve).await;
+    let handler = Yes::default();
+    let client = server.client().with_input_handler(handler.clone());
+    let result = client
+        .call_tool_to_end("confirm_first", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(result["content"][0]["text"], "confirmed: true");
+    assert_eq!(server.log.count("tools/call"), 2);
+    assert_eq!(handler.0.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn replies_over_sse_are_read() {
+    let mut server = layered_with(ListenMode::Serve, false).await;
+    let call = server
+        .client()
+        .call_tool("echo", json!({"text": "streamed"}))
+        .await
+        .unwrap();
+    let ToolCall::Complete(result) = call else {
+        panic!("expected the result at once");
+    };
+    assert_eq!(result["content"][0]["text"], "streamed");
+    let call = server.client().call_tool("job", json!({})).await.unwrap();
+    let follow = tokio::spawn(task_of(call).wait());
+    let id = server.next_task().await;
+    server.tasks.complete(&id, text("over SSE")).await.unwrap();
+    let result = wait::within("the result", follow).await.unwrap().unwrap();
+    assert_eq!(result["content"][0]["text"], "over SSE");
+}
+
+#[tokio::test]
 async fn a_failed_task_is_a_typed_error() {
     let mut server = layered(ListenMode::Serve).await;
     let call = server.client().call_tool("job", json!({})).await.unwrap();
@@ -672,29 +755,43 @@ impl ServerHandler for Native {
     }
 }
 
-async fn native() -> (TestServer, TaskManager, mpsc::UnboundedReceiver<String>) {
+async fn native() -> (
+    TestServer,
+    TaskManager,
+    mpsc::UnboundedReceiver<String>,
+    Log,
+) {
     let tasks = TaskManager::new();
     let (tx, rx) = mpsc::unbounded_channel();
-    let server = serve(stateless(Native {
+    let native = Native {
         tasks: tasks.clone(),
         started: tx,
-    }))
+    };
+    let log = Log::default();
+    let server = serve(front(
+        stateless(native, true),
+        ListenMode::Serve,
+        log.clone(),
+    ))
     .await;
-    (server, tasks, rx)
+    (server, tasks, rx, log)
 }
 
 #[tokio::test]
 async fn rmcp_native_tasks_complete_answer_fail_and_cancel() {
-    let (server, manager, mut started) = native().await;
+    let (server, manager, mut started, log) = native().await;
     let client = Client::new(&server.url)
         .unwrap()
         .with_input_handler(Yes::default());
 
-    // Completed: rmcp has no listen for tasks, so the client polls.
+    // Completed. rmcp's listen knows no `taskIds` (its default handler refuses
+    // listen with -32601), so the client polls.
     let result = wait::within("sum", client.call_tool_to_end("sum", json!({})))
         .await
         .unwrap();
     assert_eq!(result["content"][0]["text"], "5");
+    assert_eq!(log.count("subscriptions/listen"), 1);
+    assert!(log.count("tasks/get") >= 1);
 
     // A question, answered through tasks/update.
     let result = wait::within("ask", client.call_tool_to_end("ask", json!({})))
@@ -736,7 +833,7 @@ async fn rmcp_native_tasks_complete_answer_fail_and_cancel() {
 
 #[tokio::test]
 async fn an_rmcp_native_task_resumes_and_cancels_explicitly() {
-    let (server, _manager, _started) = native().await;
+    let (server, _manager, _started, _log) = native().await;
     let client = Client::new(&server.url).unwrap();
     let call = client.call_tool("slow", json!({})).await.unwrap();
     let task: TaskRef =
