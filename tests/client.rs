@@ -554,6 +554,25 @@ async fn replies_over_sse_are_read() {
 }
 
 #[tokio::test]
+async fn a_question_the_handler_cannot_answer_cancels_the_task() {
+    let mut server = layered(ListenMode::Serve).await;
+    let client = server.client().with_input_handler(Yes::default());
+    let call = client.call_tool("job", json!({})).await.unwrap();
+    let follow = tokio::spawn(task_of(call).wait());
+    let id = server.next_task().await;
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
+    let ask = AskRequests::new().with("name", AskRequest::form("Your name?", schema));
+    server.tasks.require_input(&id, ask).await.unwrap();
+    let error = wait::within("the follow ends", follow)
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(error, ClientError::Input(_)), "{error:?}");
+    let end = wait::within("the cancel", server.tasks.cancelled(&id)).await;
+    assert_eq!(end, TaskEnd::Cancelled);
+}
+
+#[tokio::test]
 async fn a_failed_task_is_a_typed_error() {
     let mut server = layered(ListenMode::Serve).await;
     let call = server.client().call_tool("job", json!({})).await.unwrap();

@@ -75,9 +75,9 @@ impl<S> fmt::Debug for Client<S> {
     }
 }
 
-/// What a `tools/call` gave: the result at once, or a task to follow.
+/// What a `tools/call` gave: the result at once, or a task to follow (the wire
+/// has no third outcome; `input_required` rounds are answered before this).
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum ToolCall<S = HttpClient> {
     /// The tool's result (a `CallToolResult`).
     Complete(Value),
