@@ -882,7 +882,16 @@ fn examples() -> &'static (std::path::PathBuf, std::path::PathBuf) {
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))
         .collect();
-        let status = std::process::Command::new(env!("CARGO"))
+        // This test runs from <target dir>/<profile>/deps; the examples go to
+        // <target dir>/<profile>/examples, built into that same target dir.
+        let exe = std::env::current_exe().expect("the test's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("the profile dir");
+        let target_dir = profile_dir.parent().expect("the target dir");
+        let mut build = std::process::Command::new(env!("CARGO"));
+        build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .args([
                 "build",
@@ -894,17 +903,16 @@ fn examples() -> &'static (std::path::PathBuf, std::path::PathBuf) {
                 "quickstart",
             ])
             .args(["--features", &features.join(",")])
-            .status()
-            .expect("cargo runs");
+            .arg("--target-dir")
+            .arg(target_dir);
+        if profile_dir.ends_with("release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("cargo runs");
         assert!(status.success(), "building the examples failed");
-        // This test runs from <target>/debug/deps; the examples sit beside it.
-        let exe = std::env::current_exe().expect("the test's path");
-        let dir = exe
-            .parent()
-            .and_then(|d| d.parent())
-            .expect("the profile dir");
-        let dir = dir.join("examples");
-        (dir.join("client"), dir.join("quickstart"))
+        let dir = profile_dir.join("examples");
+        let exe = |name: &str| dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+        (exe("client"), exe("quickstart"))
     })
 }
 
