@@ -17,11 +17,15 @@ use crate::task::TaskStatus;
 
 use super::error::ClientError;
 use super::input::{InputHandler, Question};
-use super::task::{TaskRef, TaskSnapshot};
+use super::task::{MAX_POLL_INTERVAL, TaskRef, TaskSnapshot};
 use super::transport::{Listen, Rpc};
 
 /// How long [`TaskFollower::cancel`] waits for the task to reach a final status.
 pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a listen stream may stay silent before the task is read once with
+/// `tasks/get` anyway.
+const LISTEN_SILENCE: Duration = MAX_POLL_INTERVAL;
 
 /// How many failed `tasks/get` in a row (connection or timeout) end a follow.
 const POLL_ATTEMPTS: u32 = 3;
@@ -33,7 +37,8 @@ type StatusCallback = Box<dyn FnMut(&TaskSnapshot) + Send>;
 ///
 /// It listens (`subscriptions/listen` with the task's id) and falls back to polling
 /// `tasks/get` at the server's `pollIntervalMs` (clamped to 50 ms..30 s) when the
-/// server refuses the listen or the stream ends. Questions (`input_required`) go to
+/// server refuses the listen or the stream ends; a stream silent for 30 s is
+/// checked with one `tasks/get`. Questions (`input_required`) go to
 /// the client's [`InputHandler`], each key once.
 ///
 /// **Dropping it, or the future of `wait`, before the task ended cancels the task**
@@ -324,11 +329,19 @@ where
         listen: &mut Option<Listen<B>>,
     ) -> Result<TaskSnapshot, ClientError> {
         if let Some(stream) = listen {
-            // A notification that cannot be read is skipped; the stream's end (or
-            // failure) hands over to polling.
-            while let Ok(Some(params)) = stream.next_task(self.task.task_id()).await {
-                if let Ok(state) = TaskSnapshot::from_json(&params) {
-                    return Ok(state);
+            loop {
+                let next = stream.next_task(self.task.task_id());
+                match tokio::time::timeout(LISTEN_SILENCE, next).await {
+                    Ok(Ok(Some(params))) => {
+                        // A notification that cannot be read is skipped.
+                        if let Ok(state) = TaskSnapshot::from_json(&params) {
+                            return Ok(state);
+                        }
+                    }
+                    // The stream ended or broke: polling takes over.
+                    Ok(Ok(None) | Err(_)) => break,
+                    // A lost notification costs at most this wait; the stream stays.
+                    Err(_) => return self.get_retrying().await,
                 }
             }
             *listen = None;
