@@ -3,6 +3,9 @@
 # package.json) against `cargo run --example conformance_server` (the test fixture in
 # examples/conformance_server/): the ten Tasks-extension
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
+# `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
+# fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`), and
+# `--server gateway` against that fixture without any layer, behind examples/gateway/.
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and
@@ -19,13 +22,19 @@
 #   --core-only              run only the core 2026-07-28 scenarios
 #   --url URL                test a server that is already running at URL (nothing is built
 #                            or started)
+#   --server EXAMPLE         what to build and start: conformance_server (default);
+#                            conformance_retrofit; or gateway, the gateway example in front
+#                            of conformance_retrofit served without its layer (MCP_PLAIN=1).
+#                            The last two imply --tasks-only and the baseline
+#                            scripts/conformance-retrofit-expected-failures.txt
 #   --expected-failures FILE baseline file (default: scripts/conformance-expected-failures.txt)
 #   --results DIR            where results go (default: conformance-results)
 #   --timeout SECONDS        per-scenario limit (default: 120)
 #   -h, --help               this text
 #
 # Environment: MCP_SSE=1 is passed on to the server, which then answers every request
-# with an SSE stream instead of one JSON message (examples/conformance_server/main.rs).
+# with an SSE stream instead of one JSON message (conformance_server and
+# conformance_retrofit both read it).
 #
 # The closing line is `N passed, M failed`: N counts SUCCESS checks, M counts every
 # FAILURE, baseline ones included. The line before it, `expected failures: K (see FILE)`,
@@ -53,11 +62,12 @@ scenarios=()
 run_tasks=1
 run_core=1
 url=""
-baseline="scripts/conformance-expected-failures.txt"
+server="conformance_server"
+baseline=""
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,32p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -67,6 +77,8 @@ while [[ $# -gt 0 ]]; do
     --core-only) run_tasks=0; shift ;;
     --url) url="${2:?--url needs a URL}"; shift 2 ;;
     --url=*) url="${1#*=}"; shift ;;
+    --server) server="${2:?--server needs an example name}"; shift 2 ;;
+    --server=*) server="${1#*=}"; shift ;;
     --expected-failures) baseline="${2:?--expected-failures needs a file}"; shift 2 ;;
     --results) results="${2:?--results needs a directory}"; shift 2 ;;
     --timeout) scenario_timeout="${2:?--timeout needs seconds}"; shift 2 ;;
@@ -74,6 +86,16 @@ while [[ $# -gt 0 ]]; do
     *) echo "conformance.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+
+case "$server" in
+  conformance_server)
+    baseline="${baseline:-scripts/conformance-expected-failures.txt}" ;;
+  conformance_retrofit|gateway)
+    # The retrofit fixture has only the tasks fixtures.
+    run_core=0
+    baseline="${baseline:-scripts/conformance-retrofit-expected-failures.txt}" ;;
+  *) echo "conformance.sh: --server must be conformance_server, conformance_retrofit or gateway" >&2; exit 2 ;;
+esac
 
 log() { printf '[conformance] %s\n' "$*" >&2; }
 
@@ -111,53 +133,77 @@ fi
 # --- the server ---------------------------------------------------------------------------
 mkdir -p "$results"
 results="$(cd "$results" && pwd)"
-server_pid=""
+server_pids=()
 
 stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-      kill -0 "$server_pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
+  local pid
+  for pid in "${server_pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      kill -9 "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
+  server_pids=()
 }
 trap stop_server EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ -z "$url" ]]; then
-  log "building the conformance_server example (examples/conformance_server/)"
-  cargo build --quiet --example conformance_server >&2
-  port="$("$NODE" -e '
+free_port() {
+  "$NODE" -e '
     const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });')"
-  url="http://127.0.0.1:${port}/mcp"
-  log "starting the server on 127.0.0.1:${port} (log: $results/server.log)"
+    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+# start_example NAME PORT LOG [VAR=VALUE...]: starts the example on 127.0.0.1:PORT and
+# waits until it accepts connections.
+start_example() {
+  local name="$1" port="$2" logfile="$3"
+  shift 3
+  log "starting $name on 127.0.0.1:${port} (log: $logfile)"
   # `cargo run` replaces itself with the example on Unix, so $! is the server.
-  MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example conformance_server \
-    >"$results/server.log" 2>&1 &
-  server_pid=$!
-  ready=0
+  env "$@" MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example "$name" \
+    >"$logfile" 2>&1 &
+  local pid=$!
+  server_pids+=("$pid")
   for _ in $(seq 1 300); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "conformance.sh: the server exited during startup; its log:" >&2
-      tail -n 50 "$results/server.log" >&2 || true
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "conformance.sh: $name exited during startup; its log:" >&2
+      tail -n 50 "$logfile" >&2 || true
       exit 1
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/${port}") 2>/dev/null; then
-      ready=1
-      break
+      return 0
     fi
     sleep 0.2
   done
-  if [[ $ready -ne 1 ]]; then
-    echo "conformance.sh: the server did not accept connections on port ${port} within 60 s" >&2
-    exit 1
+  echo "conformance.sh: $name did not accept connections on port ${port} within 60 s" >&2
+  exit 1
+}
+
+if [[ -z "$url" ]]; then
+  if [[ "$server" == "gateway" ]]; then
+    # The retrofit fixture without its layer (a server with no tasks support at all)
+    # as the upstream, and the gateway in front of it.
+    log "building the conformance_retrofit and gateway examples"
+    cargo build --quiet --example conformance_retrofit --example gateway >&2
+    upstream_port="$(free_port)"
+    start_example conformance_retrofit "$upstream_port" "$results/upstream.log" MCP_PLAIN=1
+    port="$(free_port)"
+    start_example gateway "$port" "$results/server.log" \
+      MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp"
+  else
+    log "building the $server example"
+    cargo build --quiet --example "$server" >&2
+    port="$(free_port)"
+    start_example "$server" "$port" "$results/server.log"
   fi
+  url="http://127.0.0.1:${port}/mcp"
 fi
 
 # --- the expected-failures baseline ----------------------------------------------------------

@@ -14,6 +14,9 @@
 #![forbid(unsafe_code)]
 
 pub mod body;
+#[cfg(feature = "client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "client")))]
+pub mod client;
 mod config;
 mod context;
 pub mod defaults;

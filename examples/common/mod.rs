@@ -1,6 +1,7 @@
-//! Pieces `retrofit`, `metrics`, `conformance_server` and `tests/retrofit.rs` share: a
-//! demo bearer-token auth function, the store `MCP_STORE` names, rmcp helpers, and a
-//! small hyper server that mounts one service at `/mcp`. (`quickstart` takes only the store.)
+//! Pieces `retrofit`, `metrics`, `gateway`, `conformance_server`, `conformance_retrofit`
+//! and `tests/retrofit.rs` share: a demo bearer-token auth function, the store
+//! `MCP_STORE` names, rmcp helpers, and a small hyper server that mounts one service at
+//! `/mcp`. (`quickstart` takes only the store.)
 //!
 //! Not part of the library: a real deployment puts its own authentication in front
 //! of `TasksLayer` and serves with its framework of choice.

@@ -1,0 +1,268 @@
+//! [`Client`]: calls a tool with the tasks extension declared, and hands back its
+//! result or a [`TaskFollower`].
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, Uri};
+use http_body::Body;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Map, Value, json};
+use tower_service::Service;
+
+use crate::error::BoxError;
+
+use super::error::ClientError;
+use super::follow::{TaskFollower, answer_all, send_cancel};
+use super::input::{InputHandler, NoInput};
+use super::task::{TaskRef, TaskSnapshot};
+use super::transport::Rpc;
+
+/// The default HTTP service: hyper-util's pooled HTTP/1.1 client, plain `http://`
+/// only. For TLS, build a hyper-util client with a TLS connector and pass it to
+/// [`Client::with_service`].
+pub type HttpClient = hyper_util::client::legacy::Client<HttpConnector, String>;
+
+/// How many `input_required` rounds a `tools/call` may take before the task or the
+/// result (the rounds before a task exists, answered by the input handler).
+pub const MAX_INPUT_ROUNDS: usize = 16;
+
+/// A client of one MCP endpoint (2026-07-28, Streamable HTTP) that calls tools with
+/// the tasks extension declared and follows the tasks they become.
+///
+/// Generic over the HTTP service `S` (any tower `Service<http::Request<String>>`);
+/// [`Client::new`] uses [`HttpClient`]. Every request carries the envelope's `_meta`
+/// (protocol version, client capabilities with the extension, client info) and the
+/// standard headers (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`). Cheap to
+/// clone.
+///
+/// ```no_run
+/// use mcp_tasks::client::{Client, ToolCall};
+/// use serde_json::json;
+///
+/// # async fn run() -> Result<(), mcp_tasks::client::ClientError> {
+/// let client = Client::new("http://127.0.0.1:3000/mcp")?.with_bearer_token("alice")?;
+/// match client.call_tool("build", json!({"seconds": 2})).await? {
+///     ToolCall::Complete(result) => println!("{result}"),
+///     ToolCall::Task(task) => {
+///         let task = task.on_status(|state| println!("{}", state.status));
+///         println!("{}", task.wait().await?);
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Client<S = HttpClient> {
+    rpc: Rpc<S>,
+    handler: Arc<dyn InputHandler>,
+    info: (String, String),
+    listen: bool,
+}
+
+impl<S> fmt::Debug for Client<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.rpc.endpoint)
+            .field("bearer", &self.rpc.bearer.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.rpc.timeout)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a `tools/call` gave: the result at once, or a task to follow (the wire
+/// has no third outcome; `input_required` rounds are answered before this).
+#[derive(Debug)]
+pub enum ToolCall<S = HttpClient> {
+    /// The tool's result (a `CallToolResult`).
+    Complete(Value),
+    /// The call became a task (boxed: a follower is large, a result small).
+    Task(Box<TaskFollower<S>>),
+}
+
+impl Client<HttpClient> {
+    /// A client of the MCP endpoint at `url` (`http://host:port/path`) over
+    /// [`HttpClient`]. Needs a tokio runtime when used.
+    pub fn new(url: &str) -> Result<Self, ClientError> {
+        let service = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .build_http::<String>();
+        Client::with_service(service, url)
+    }
+}
+
+impl<S> Client<S> {
+    /// A client of the MCP endpoint at `url` over `service`.
+    pub fn with_service(service: S, url: &str) -> Result<Self, ClientError> {
+        let endpoint: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| ClientError::Config(e.to_string()))?;
+        if endpoint.scheme().is_none() || endpoint.authority().is_none() {
+            return Err(ClientError::Config(
+                "the URL needs a scheme and a host".into(),
+            ));
+        }
+        let mut client = Client {
+            rpc: Rpc::new(service, endpoint),
+            handler: Arc::new(NoInput),
+            info: ("mcp-tasks".into(), env!("CARGO_PKG_VERSION").into()),
+            listen: true,
+        };
+        client.refresh_meta();
+        Ok(client)
+    }
+
+    /// Sends `Authorization: Bearer <token>` on every request.
+    pub fn with_bearer_token(mut self, token: impl AsRef<str>) -> Result<Self, ClientError> {
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.as_ref()))
+            .map_err(|_| ClientError::Config("the token cannot be a header value".into()))?;
+        value.set_sensitive(true);
+        self.rpc.bearer = Some(value);
+        Ok(self)
+    }
+
+    /// Answers the questions of tasks (and of `input_required` rounds before a
+    /// task) with `handler`, and declares the capabilities it names.
+    pub fn with_input_handler(mut self, handler: impl InputHandler) -> Self {
+        self.handler = Arc::new(handler);
+        self.refresh_meta();
+        self
+    }
+
+    /// The `clientInfo` of every request (default: this crate's name and version).
+    pub fn with_client_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.info = (name.into(), version.into());
+        self.refresh_meta();
+        self
+    }
+
+    /// How long one request may take, reply included (default 30 s). A listen
+    /// stream is bound by it only until its acknowledgment.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.rpc.timeout = timeout;
+        self
+    }
+
+    /// Follows tasks by polling `tasks/get` only, never opening
+    /// `subscriptions/listen`.
+    pub fn poll_only(mut self) -> Self {
+        self.listen = false;
+        self
+    }
+
+    fn refresh_meta(&mut self) {
+        let capabilities = self.handler.capabilities();
+        self.rpc
+            .set_meta(&capabilities, (self.info.0.as_str(), self.info.1.as_str()));
+    }
+}
+
+impl<S, B> Client<S>
+where
+    S: Service<Request<String>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// Calls the tool `name` with `arguments` (a JSON object). `input_required`
+    /// rounds before a task exists are answered by the input handler and retried
+    /// with their `requestState`.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<ToolCall<S>, ClientError> {
+        let mut params = Map::new();
+        params.insert("name".to_owned(), json!(name));
+        params.insert("arguments".to_owned(), arguments);
+        let mut answered = HashSet::new();
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let result = self
+                .rpc
+                .call("tools/call", Some(name), params.clone())
+                .await?;
+            match result.get("resultType").and_then(Value::as_str) {
+                None | Some("complete") => return Ok(ToolCall::Complete(result)),
+                Some("task") => {
+                    let first = TaskSnapshot::from_json(&result)?;
+                    let mut task = TaskRef::new(first.task_id());
+                    task.set_poll_interval_ms(first.poll_interval_ms);
+                    return Ok(ToolCall::Task(Box::new(self.follower(task, Some(first)))));
+                }
+                Some("input_required") => {
+                    let requests = result
+                        .get("inputRequests")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    // Keys are unique only per round.
+                    answered.clear();
+                    let responses = answer_all(&*self.handler, &requests, &mut answered)
+                        .await
+                        .map_err(ClientError::Input)?;
+                    params.insert("inputResponses".to_owned(), Value::Object(responses));
+                    match result.get("requestState") {
+                        Some(state) => params.insert("requestState".to_owned(), state.clone()),
+                        None => params.remove("requestState"),
+                    };
+                }
+                Some(other) => {
+                    return Err(ClientError::http(
+                        StatusCode::OK,
+                        format!("an unknown resultType {other:?}"),
+                    ));
+                }
+            }
+        }
+        Err(ClientError::http(
+            StatusCode::OK,
+            "more input_required rounds than MAX_INPUT_ROUNDS",
+        ))
+    }
+
+    /// Calls the tool and, when it becomes a task, follows the task to its end: the
+    /// tool's result either way.
+    pub async fn call_tool_to_end(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Value, ClientError> {
+        match self.call_tool(name, arguments).await? {
+            ToolCall::Complete(result) => Ok(result),
+            ToolCall::Task(task) => task.wait().await,
+        }
+    }
+
+    /// Follows a task again from its reference (after a restart, say).
+    pub fn resume(&self, task: TaskRef) -> TaskFollower<S> {
+        self.follower(task, None)
+    }
+
+    /// The task's current state (`tasks/get`).
+    pub async fn get_task(&self, task_id: &str) -> Result<TaskSnapshot, ClientError> {
+        let mut params = Map::new();
+        params.insert("taskId".to_owned(), json!(task_id));
+        let result = self.rpc.call("tasks/get", Some(task_id), params).await?;
+        TaskSnapshot::from_json(&result)
+    }
+
+    /// Asks the server to cancel the task (`tasks/cancel`).
+    pub async fn cancel_task(&self, task_id: &str) -> Result<(), ClientError> {
+        send_cancel(&self.rpc, task_id).await
+    }
+
+    fn follower(&self, task: TaskRef, first: Option<TaskSnapshot>) -> TaskFollower<S> {
+        TaskFollower::new(
+            self.rpc.clone(),
+            task,
+            first,
+            self.handler.clone(),
+            self.listen,
+        )
+    }
+}

@@ -1,0 +1,103 @@
+//! What can go wrong while calling a tool or following its task.
+
+use std::fmt;
+
+use http::StatusCode;
+
+use crate::error::BoxError;
+use crate::wire::RpcError;
+
+/// An error of [`Client`](super::Client) or [`TaskFollower`](super::TaskFollower).
+///
+/// A task that ends `failed` is [`ClientError::TaskFailed`], with the task's own
+/// JSON-RPC error; a server that refused a request is [`ClientError::Rpc`]; anything
+/// below JSON-RPC (connection, HTTP status without a JSON-RPC body, timeout) has its
+/// own variant.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The task ended `failed`: its `error`, and its `statusMessage` when it had one.
+    TaskFailed {
+        /// The error the task carried (`code`, `message`, `data`).
+        error: RpcError,
+        /// The task's `statusMessage`, when it had one.
+        status_message: Option<String>,
+    },
+    /// The task ended `cancelled` (by this client or another).
+    TaskCancelled,
+    /// The server answered a request with a JSON-RPC error. [`RpcError::http_status`]
+    /// holds the HTTP status it came with.
+    Rpc(RpcError),
+    /// The HTTP service failed: no connection, a reset, a broken body.
+    Transport(BoxError),
+    /// A reply that is not JSON-RPC: another HTTP status, or a body that is not a
+    /// JSON-RPC response to the request.
+    Http {
+        /// The HTTP status of the reply.
+        status: StatusCode,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// No reply within the client's request timeout.
+    Timeout,
+    /// The input handler could not answer a question of the task (the task was
+    /// cancelled, since nothing else would answer it).
+    Input(BoxError),
+    /// A setting of the client is invalid (a URL or a token that cannot be a header).
+    Config(String),
+}
+
+impl ClientError {
+    /// The JSON-RPC error of a [`ClientError::Rpc`] or [`ClientError::TaskFailed`].
+    pub fn rpc_error(&self) -> Option<&RpcError> {
+        match self {
+            ClientError::Rpc(error) | ClientError::TaskFailed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn http(status: StatusCode, reason: impl Into<String>) -> Self {
+        ClientError::Http {
+            status,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn transport(error: impl Into<BoxError>) -> Self {
+        ClientError::Transport(error.into())
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::TaskFailed { error, .. } => {
+                write!(f, "the task failed: {} ({})", error.message(), error.code())
+            }
+            ClientError::TaskCancelled => f.write_str("the task was cancelled"),
+            ClientError::Rpc(error) => write!(
+                f,
+                "the server answered with an error: {} ({})",
+                error.message(),
+                error.code()
+            ),
+            ClientError::Transport(_) => f.write_str("the HTTP request failed"),
+            ClientError::Http { status, reason } => {
+                write!(f, "unexpected reply (HTTP {status}): {reason}")
+            }
+            ClientError::Timeout => f.write_str("no reply within the request timeout"),
+            ClientError::Input(_) => f.write_str("a question of the task could not be answered"),
+            ClientError::Config(reason) => write!(f, "invalid client setting: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClientError::Transport(error) | ClientError::Input(error) => Some(error.as_ref()),
+            ClientError::Rpc(error) | ClientError::TaskFailed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}

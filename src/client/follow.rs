@@ -1,0 +1,391 @@
+//! Following one task to its end: over `subscriptions/listen` when the server agrees,
+//! by polling `tasks/get` otherwise; questions answered, cancel on drop.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+use serde_json::{Map, Value, json};
+use tower_service::Service;
+
+use crate::error::BoxError;
+use crate::task::TaskStatus;
+
+use super::error::ClientError;
+use super::input::{InputHandler, Question};
+use super::task::{MAX_POLL_INTERVAL, TaskRef, TaskSnapshot};
+use super::transport::{Listen, Rpc};
+
+/// How long [`TaskFollower::cancel`] waits for the task to reach a final status.
+pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a listen stream may stay silent before the task is read once with
+/// `tasks/get` anyway.
+const LISTEN_SILENCE: Duration = MAX_POLL_INTERVAL;
+
+/// How many failed `tasks/get` in a row (connection or timeout) end a follow.
+const POLL_ATTEMPTS: u32 = 3;
+
+/// A callback seeing each new status or status message.
+type StatusCallback = Box<dyn FnMut(&TaskSnapshot) + Send>;
+
+/// Follows one task to its end: [`wait`](TaskFollower::wait) for its result.
+///
+/// It listens (`subscriptions/listen` with the task's id) and falls back to polling
+/// `tasks/get` at the server's `pollIntervalMs` (clamped to 50 ms..30 s) when the
+/// server refuses the listen or the stream ends; a stream silent for 30 s is
+/// checked with one `tasks/get`. Questions (`input_required`) go to
+/// the client's [`InputHandler`], each key once.
+///
+/// **Dropping it, or the future of `wait`, before the task ended cancels the task**
+/// (`tasks/cancel`, sent from a spawned tokio task). [`detach`](TaskFollower::detach)
+/// gives the task up without cancelling it, and hands back a [`TaskRef`] to
+/// [`resume`](super::Client::resume) with later.
+pub struct TaskFollower<S> {
+    rpc: Rpc<S>,
+    task: TaskRef,
+    first: Option<TaskSnapshot>,
+    handler: Arc<dyn InputHandler>,
+    on_status: Option<StatusCallback>,
+    listen: bool,
+    guard: CancelGuard,
+}
+
+impl<S> fmt::Debug for TaskFollower<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskFollower")
+            .field("task", &self.task)
+            .field("listen", &self.listen)
+            .field("armed", &self.guard.0.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sends `tasks/cancel` when dropped armed.
+struct CancelGuard(Option<Box<dyn FnOnce() + Send>>);
+
+impl CancelGuard {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel();
+        }
+    }
+}
+
+/// Cancels one task (`tasks/cancel`); cheap to clone, usable while a
+/// [`TaskFollower`] waits on the same task.
+#[derive(Clone)]
+pub struct Canceller<S> {
+    rpc: Rpc<S>,
+    task_id: String,
+}
+
+impl<S> fmt::Debug for Canceller<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Canceller")
+            .field("task_id", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B> Canceller<S>
+where
+    S: Service<Request<String>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    /// Asks the server to cancel the task. The acknowledgment does not mean the task
+    /// is `cancelled` yet: cancellation is cooperative.
+    pub async fn cancel(&self) -> Result<(), ClientError> {
+        send_cancel(&self.rpc, &self.task_id).await
+    }
+}
+
+pub(crate) async fn send_cancel<S, B>(rpc: &Rpc<S>, task_id: &str) -> Result<(), ClientError>
+where
+    S: Service<Request<String>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    rpc.call("tasks/cancel", Some(task_id), task_params(task_id))
+        .await
+        .map(drop)
+}
+
+fn task_params(task_id: &str) -> Map<String, Value> {
+    let mut params = Map::new();
+    params.insert("taskId".to_owned(), json!(task_id));
+    params
+}
+
+/// Asks `handler` every question of `requests` whose key is not in `answered`,
+/// adding each key to it; the answers by key.
+pub(crate) async fn answer_all(
+    handler: &dyn InputHandler,
+    requests: &Map<String, Value>,
+    answered: &mut HashSet<String>,
+) -> Result<Map<String, Value>, BoxError> {
+    let mut responses = Map::new();
+    for (key, request) in requests {
+        if answered.contains(key) {
+            continue;
+        }
+        let answer = handler.answer(key, &Question::from_json(request)).await?;
+        responses.insert(key.clone(), answer.to_json());
+        answered.insert(key.clone());
+    }
+    Ok(responses)
+}
+
+impl<S, B> TaskFollower<S>
+where
+    S: Service<Request<String>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    pub(crate) fn new(
+        rpc: Rpc<S>,
+        task: TaskRef,
+        first: Option<TaskSnapshot>,
+        handler: Arc<dyn InputHandler>,
+        listen: bool,
+    ) -> Self {
+        let guard = {
+            let rpc = rpc.clone();
+            let task_id = task.task_id().to_owned();
+            CancelGuard(Some(Box::new(move || {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        if let Err(error) = send_cancel(&rpc, &task_id).await {
+                            tracing::debug!(%error, "tasks/cancel of a dropped follow failed");
+                        }
+                    });
+                }
+            })))
+        };
+        TaskFollower {
+            rpc,
+            task,
+            first,
+            handler,
+            on_status: None,
+            listen,
+            guard,
+        }
+    }
+
+    /// The reference to serialize, to resume following after a restart.
+    pub fn task_ref(&self) -> &TaskRef {
+        &self.task
+    }
+
+    /// Calls `callback` with the task's state each time its status or status
+    /// message changes, the first state included.
+    pub fn on_status(mut self, callback: impl FnMut(&TaskSnapshot) + Send + 'static) -> Self {
+        self.on_status = Some(Box::new(callback));
+        self
+    }
+
+    /// Polls `tasks/get` only, without trying `subscriptions/listen` first.
+    pub fn poll_only(mut self) -> Self {
+        self.listen = false;
+        self
+    }
+
+    /// A handle that cancels this task, for use while [`wait`](Self::wait) runs
+    /// (e.g. from a Ctrl-C handler that must know the cancel went out).
+    pub fn canceller(&self) -> Canceller<S> {
+        Canceller {
+            rpc: self.rpc.clone(),
+            task_id: self.task.task_id().to_owned(),
+        }
+    }
+
+    /// Stops following without cancelling: the task runs on, and the returned
+    /// reference resumes it.
+    pub fn detach(mut self) -> TaskRef {
+        self.guard.disarm();
+        self.task.clone()
+    }
+
+    /// Cancels the task, then polls it until it reaches a final status (at most
+    /// [`CANCEL_WAIT`]); the last state seen. A task whose work won the race ends
+    /// `completed` or `failed` instead.
+    pub async fn cancel(mut self) -> Result<TaskSnapshot, ClientError> {
+        self.guard.disarm();
+        let id = self.task.task_id().to_owned();
+        send_cancel(&self.rpc, &id).await?;
+        let deadline = tokio::time::Instant::now() + CANCEL_WAIT;
+        let mut last = None;
+        loop {
+            let state = self.get().await?;
+            self.report(&state, &mut last);
+            if state.status.is_terminal() || tokio::time::Instant::now() >= deadline {
+                return Ok(state);
+            }
+            tokio::time::sleep(self.task.poll_interval()).await;
+        }
+    }
+
+    /// Follows the task to its end: the tool's result when it completes,
+    /// [`ClientError::TaskFailed`] or [`ClientError::TaskCancelled`] otherwise.
+    ///
+    /// Returning, with a result or an error, leaves the task as it is; dropping the
+    /// future before it returns cancels the task.
+    pub async fn wait(mut self) -> Result<Value, ClientError> {
+        let outcome = self.run().await;
+        self.guard.disarm();
+        outcome
+    }
+
+    async fn run(&mut self) -> Result<Value, ClientError> {
+        let id = self.task.task_id().to_owned();
+        let mut state = match self.first.take() {
+            Some(state) => state,
+            None => self.get_retrying().await?,
+        };
+        let mut listen = None;
+        if self.listen && !state.status.is_terminal() {
+            // A refused or broken listen is no error: polling takes over.
+            listen = self.rpc.listen(&id).await.ok().flatten();
+            if listen.is_some() {
+                // What changed before the stream opened is not on it.
+                state = self.get_retrying().await?;
+            }
+        }
+        let mut answered = HashSet::new();
+        let mut last = None;
+        loop {
+            self.task.set_poll_interval_ms(state.poll_interval_ms);
+            self.report(&state, &mut last);
+            match state.status {
+                TaskStatus::Completed => {
+                    return match state.result {
+                        Some(result) => Ok(result),
+                        None => self.get().await?.result.ok_or_else(|| {
+                            ClientError::http(StatusCode::OK, "a completed task without a result")
+                        }),
+                    };
+                }
+                TaskStatus::Failed => {
+                    return Err(ClientError::TaskFailed {
+                        error: state
+                            .error
+                            .unwrap_or_else(|| crate::wire::RpcError::internal("the task failed")),
+                        status_message: state.status_message,
+                    });
+                }
+                TaskStatus::Cancelled => return Err(ClientError::TaskCancelled),
+                TaskStatus::InputRequired => {
+                    let responses = match answer_all(
+                        &*self.handler,
+                        &state.input_requests,
+                        &mut answered,
+                    )
+                    .await
+                    {
+                        Ok(responses) => responses,
+                        Err(error) => {
+                            let _ = send_cancel(&self.rpc, &id).await;
+                            return Err(ClientError::Input(error));
+                        }
+                    };
+                    if !responses.is_empty() {
+                        let mut params = task_params(&id);
+                        params.insert("inputResponses".to_owned(), Value::Object(responses));
+                        self.rpc.call("tasks/update", Some(&id), params).await?;
+                        if listen.is_none() {
+                            state = self.get_retrying().await?;
+                            continue;
+                        }
+                    }
+                }
+                TaskStatus::Working => {}
+            }
+            state = self.next_state(&mut listen).await?;
+        }
+    }
+
+    /// The next state: the next notification while the stream lasts, else a poll
+    /// after the interval (at once when the stream just ended).
+    async fn next_state(
+        &mut self,
+        listen: &mut Option<Listen<B>>,
+    ) -> Result<TaskSnapshot, ClientError> {
+        if let Some(stream) = listen {
+            loop {
+                let next = stream.next_task(self.task.task_id());
+                match tokio::time::timeout(LISTEN_SILENCE, next).await {
+                    Ok(Ok(Some(params))) => {
+                        // A notification that cannot be read is skipped.
+                        if let Ok(state) = TaskSnapshot::from_json(&params) {
+                            return Ok(state);
+                        }
+                    }
+                    // The stream ended or broke: polling takes over.
+                    Ok(Ok(None) | Err(_)) => break,
+                    // A lost notification costs at most this wait; the stream stays.
+                    Err(_) => return self.get_retrying().await,
+                }
+            }
+            *listen = None;
+            return self.get_retrying().await;
+        }
+        tokio::time::sleep(self.task.poll_interval()).await;
+        self.get_retrying().await
+    }
+
+    async fn get(&mut self) -> Result<TaskSnapshot, ClientError> {
+        let id = self.task.task_id();
+        let result = self
+            .rpc
+            .call("tasks/get", Some(id), task_params(id))
+            .await?;
+        TaskSnapshot::from_json(&result)
+    }
+
+    /// `tasks/get`, tried again after the polling interval when the connection
+    /// failed or timed out, up to [`POLL_ATTEMPTS`] times.
+    async fn get_retrying(&mut self) -> Result<TaskSnapshot, ClientError> {
+        let mut attempt = 1;
+        loop {
+            match self.get().await {
+                Err(ClientError::Transport(_) | ClientError::Timeout)
+                    if attempt < POLL_ATTEMPTS =>
+                {
+                    attempt += 1;
+                    tokio::time::sleep(self.task.poll_interval()).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Calls the status callback when status or message differ from `last`.
+    fn report(&mut self, state: &TaskSnapshot, last: &mut Option<(TaskStatus, Option<String>)>) {
+        let now = (state.status, state.status_message.clone());
+        if last.as_ref() == Some(&now) {
+            return;
+        }
+        *last = Some(now);
+        if let Some(callback) = self.on_status.as_mut() {
+            callback(state);
+        }
+    }
+}
