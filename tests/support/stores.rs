@@ -39,6 +39,7 @@ pub(crate) mod postgres {
     use mcp_tasks::PostgresStore;
     use mcp_tasks::sqlx::postgres::PgPoolOptions;
     use mcp_tasks::sqlx::{self, AssertSqlSafe, Connection, Executor};
+    use mcp_tasks::store::Clock;
     use mcp_tasks::test_suite::{Intercept, StoreHooks};
 
     use super::super::wait::{DEADLINE, within};
@@ -107,16 +108,27 @@ pub(crate) mod postgres {
             .expect("connect to DATABASE_URL");
         let store = PostgresStore::new(pool)
             .with_table(table)
-            .expect("a valid table name");
+            .expect("a valid table name")
+            .with_clock(Clock::Caller);
         store.migrate().await.expect("migrate");
         store
     }
 
-    /// A store on a fresh scratch table; `None` without a database.
+    /// A store on a fresh scratch table, taking the time each call passes (the
+    /// contract suite drives time); `None` without a database.
     pub(crate) async fn scratch() -> Option<Scratch> {
         let url = database_url()?;
         let table = scratch_table();
         let store = node(&url, &table).await;
+        Some(Intercept::new(store, Arc::new(DropTable { url, table })))
+    }
+
+    /// A store on a fresh scratch table deciding expiry by the database's clock,
+    /// as in production; `None` without a database.
+    pub(crate) async fn scratch_on_store_clock() -> Option<Scratch> {
+        let url = database_url()?;
+        let table = scratch_table();
+        let store = node(&url, &table).await.with_clock(Clock::Store);
         Some(Intercept::new(store, Arc::new(DropTable { url, table })))
     }
 
@@ -144,6 +156,7 @@ pub(crate) mod redis {
     use std::sync::Arc;
 
     use mcp_tasks::RedisStore;
+    use mcp_tasks::store::Clock;
     use mcp_tasks::test_suite::{Intercept, StoreHooks};
 
     /// The server from `REDIS_URL`, or `None` (after saying so) when the tests
@@ -205,11 +218,13 @@ pub(crate) mod redis {
     /// last store under it is dropped.
     pub(crate) type Scratch = Intercept<RedisStore, Arc<KeyJanitor>>;
 
+    /// A node taking the time each call passes (the contract suite drives time).
     async fn node(url: &str, keys: &Arc<KeyJanitor>) -> Scratch {
         let store = RedisStore::connect(url)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
-            .with_prefix(&keys.prefix);
+            .with_prefix(&keys.prefix)
+            .with_clock(Clock::Caller);
         Intercept::new(store, keys.clone())
     }
 
@@ -239,5 +254,17 @@ pub(crate) mod redis {
     /// A store under a fresh prefix; `None` without a server.
     pub(crate) async fn scratch() -> Option<Scratch> {
         nodes(1).await?.pop()
+    }
+
+    /// A store under a fresh prefix deciding expiry by the server's clock, as in
+    /// production; `None` without a server.
+    pub(crate) async fn scratch_on_store_clock() -> Option<Scratch> {
+        let url = redis_url()?;
+        let prefix = unique_prefix();
+        let store = RedisStore::connect(url.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
+            .with_prefix(&prefix);
+        Some(Intercept::new(store, Arc::new(KeyJanitor { url, prefix })))
     }
 }
