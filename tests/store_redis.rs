@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use mcp_tasks::store::{CreateLimits, Limit, Scope, Timestamp};
 use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
-use support::stores::redis::{nodes, redis_url, scratch, two_nodes, unique_prefix};
+use support::stores::redis::{
+    nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
+};
 
 /// A fresh, empty store for one rule of the suite. Without `REDIS_URL` (outside CI)
 /// the rule runs on a `MemoryStore` instead, so the suite still compiles and runs.
@@ -27,6 +29,18 @@ async fn fresh_store() -> Arc<dyn TaskStore> {
 
 mod redis_store_contract {
     mcp_tasks::task_store_tests!(super::fresh_store());
+}
+
+/// A fresh store deciding expiry by the server's `TIME`, as in production.
+async fn fresh_store_on_store_clock() -> Arc<dyn TaskStore> {
+    match scratch_on_store_clock().await {
+        Some(store) => Arc::new(store),
+        None => Arc::new(MemoryStore::new().with_clock(mcp_tasks::store::Clock::Store)),
+    }
+}
+
+mod redis_store_clock {
+    mcp_tasks::task_store_clock_tests!(super::fresh_store_on_store_clock());
 }
 
 mod redis_store_nodes {

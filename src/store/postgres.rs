@@ -521,8 +521,8 @@ impl PostgresStore {
                 limits.max_per_owner,
             );
             let caps = (
-                limits.max_rows.map(|max| shard_cap(max, rows_shard)),
-                limits.max_per_owner.map(|max| shard_cap(max, owner_shard)),
+                limits.max_rows.map(shares),
+                limits.max_per_owner.map(shares),
             );
             let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
             let outcome = self
@@ -600,15 +600,15 @@ impl PostgresStore {
         owner_scope: &[u8],
         now: Option<i64>,
         (rows_shard, owner_shard): (i16, i16),
-        (rows_cap, owner_cap): (Option<i64>, Option<i64>),
+        (rows_cap, owner_cap): (Option<(i64, i16)>, Option<(i64, i16)>),
     ) -> Result<Inserted, StoreError> {
         let inner = &self.inner;
         let row = sqlx::query(inner.sql.insert.clone())
             .bind(rows_shard)
-            .bind(rows_cap)
+            .bind(rows_cap.map(|(base, _)| base))
             .bind(owner_scope)
             .bind(owner_shard)
-            .bind(owner_cap)
+            .bind(owner_cap.map(|(base, _)| base))
             .bind(record.id.as_bytes().as_slice())
             .bind(columns.owner.as_deref())
             .bind(columns.revision)
@@ -619,6 +619,8 @@ impl PostgresStore {
             .bind(columns.record.as_str())
             .bind(inner.channel.as_str())
             .bind(self.payload(&record.id))
+            .bind(rows_cap.map_or(0, |(_, rem)| rem))
+            .bind(owner_cap.map_or(0, |(_, rem)| rem))
             .fetch_one(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
@@ -649,10 +651,17 @@ impl PostgresStore {
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
-        rows.into_iter()
-            .find(|&(shard, n)| n < shard_cap(max, shard))
-            .map(|(shard, _)| shard)
-            .ok_or(StoreError::LimitReached(limit))
+        // Exact on the sum: shards may hold more than their share (rows created
+        // without this cap), and then some other shard has room.
+        let held: i64 = rows.iter().map(|&(_, n)| n).sum();
+        if held >= i64::try_from(max).unwrap_or(i64::MAX) {
+            return Err(StoreError::LimitReached(limit));
+        }
+        Ok(rows
+            .iter()
+            .find(|&&(shard, n)| n < shard_cap(max, shard))
+            .or_else(|| rows.iter().min_by_key(|&&(_, n)| n))
+            .map_or(0, |&(shard, _)| shard))
     }
 
     /// Deletes up to `batch` records of `group` that expired at `now` or retired
@@ -856,19 +865,27 @@ impl Statements {
             ))
         };
         Statements {
-            // The row cap's share ($1, $2), then the owner's ($3..$5), then the row:
-            // each step runs only on the one before's row, so a full counter writes
-            // nothing after it (the caller rolls back what came before).
+            // The row cap's share ($1, $2 and $16: the shard, and the cap's base share
+            // and remainder), then the owner's ($3..$5, $17), then the row: each step
+            // runs only on the one before's row, so a full counter writes nothing
+            // after it (the caller rolls back what came before). A shard over its
+            // share (rows created without the cap, or under a larger one) sends the
+            // create to the exact path.
             insert: sql(format!(
                 "WITH {clock}, \
                  rows_counted AS (\
                      UPDATE {c} SET n = n + 1 \
-                     WHERE scope = '\\x00'::bytea AND shard = $1 AND ($2::bigint IS NULL OR n < $2) \
+                     WHERE scope = '\\x00'::bytea AND shard = $1 AND ($2::bigint IS NULL OR (\
+                         n < $2::bigint + (shard < $16::smallint)::int \
+                         AND NOT EXISTS (SELECT 1 FROM {c} other WHERE other.scope = '\\x00'::bytea \
+                             AND other.n > $2::bigint + (other.shard < $16::smallint)::int))) \
                      RETURNING 1), \
                  owner_counted AS (\
                      INSERT INTO {c} (scope, shard, n) SELECT $3, $4, 1 FROM rows_counted \
+                     WHERE $5::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM {c} other \
+                         WHERE other.scope = $3 AND other.n > $5::bigint + (other.shard < $17::smallint)::int) \
                      ON CONFLICT (scope, shard) DO UPDATE SET n = {c}.n + 1 \
-                     WHERE $5::bigint IS NULL OR {c}.n < $5 \
+                     WHERE $5::bigint IS NULL OR {c}.n < $5::bigint + ({c}.shard < $17::smallint)::int \
                      RETURNING 1), \
                  inserted AS (\
                      INSERT INTO {t} (id, owner, revision, status, expires_at, retired_at, record, shard, owner_shard) \
@@ -1278,6 +1295,16 @@ fn shard_cap(max: usize, shard: i16) -> i64 {
     let shard = usize::try_from(shard).unwrap_or(0);
     let share = max / shards + usize::from(shard < max % shards);
     i64::try_from(share).unwrap_or(i64::MAX)
+}
+
+/// A cap's base share per shard and the remainder: shard `s` may hold
+/// `base + (s < remainder)`.
+fn shares(max: usize) -> (i64, i16) {
+    let shards = COUNT_SHARDS as usize;
+    (
+        i64::try_from(max / shards).unwrap_or(i64::MAX),
+        i16::try_from(max % shards).unwrap_or(0),
+    )
 }
 
 /// A shard from a random byte, among those with a share of `max` (all without a

@@ -59,12 +59,12 @@ pub(crate) mod postgres {
         super::unique_name("mcp_tasks_t_")
     }
 
-    /// Drops its table when dropped, on a connection of its own (the test's runtime
+    /// Drops its table (and the table's counters) when dropped, on a connection of its own (the test's runtime
     /// may be shutting down).
     #[derive(Debug)]
     pub(crate) struct DropTable {
-        url: String,
-        table: String,
+        pub(crate) url: String,
+        pub(crate) table: String,
     }
 
     impl StoreHooks for DropTable {}
@@ -73,7 +73,7 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{}\"",
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_counts\"",
                 self.table
             );
             let dropped = std::thread::spawn(move || {
