@@ -57,30 +57,55 @@ const ROWS_SCOPE: &[u8] = &[0];
 /// ```
 ///
 /// [`migrate`](Self::migrate) creates the table and its indexes if they do not exist
-/// yet; the store never creates them on its own. The table (default `mcp_tasks`) has
-/// the columns `id bytea` (primary key, the id's 32 bytes), `owner text`, `revision
-/// bigint`, `status text`, `expires_at bigint` (milliseconds since the epoch, for
+/// yet, and upgrades a table of the previous layout in place. The table (default
+/// `mcp_tasks`) has the columns `id bytea` (primary key, the id's 32 bytes), `owner
+/// bytea` (the principal's UTF-8 bytes), `revision bigint`, `status text`,
+/// `expires_at bigint` (milliseconds since the epoch by the store's clock, for
 /// records with a TTL), `retired_at bigint` (when a record without a TTL became
-/// terminal) and `record jsonb` (the whole [`TaskRecord`]). The other columns are
-/// copies of fields of `record`, kept for indexes and for operators reading the table.
+/// terminal, by the same clock), `record json` (the whole [`TaskRecord`], as
+/// written) and `shard`, `owner_shard` (the counter shards the row counts in). The
+/// other columns are copies of fields of `record`, kept for indexes and for operators
+/// reading the table. `record` is `json`, not `jsonb`, and `owner` is `bytea`, not
+/// `text`: PostgreSQL refuses U+0000 in both of those, and `jsonb` rewrites numbers
+/// (`-0.0`, `1e300`); any value the memory store keeps comes back unchanged.
+///
+/// A second table, `<table>_counts` (`scope bytea`, `shard smallint`, `n bigint`),
+/// counts the rows: 32 shards for the whole table and up to 32 per owner, updated in
+/// the same transaction as every insert and delete.
+///
+/// Upgrading from the previous layout (`owner text`, `record jsonb`, no counters)
+/// rewrites the table once, under `migrate`'s lock: stop nodes of the older version
+/// first, since their writes do not fit the new columns.
+///
+/// # One clock
+///
+/// Every decision on time is made by the database server's `clock_timestamp()`
+/// (the default [`Clock::Store`]): a record with a TTL expires `ttl` after the row
+/// was inserted, a terminal record retires when the row was written, and reads,
+/// writes, sweeps and full creates compare against the server's time. Nodes whose
+/// clocks disagree agree on all of it; the `now` they pass only stamps the record
+/// (`updatedAt`). With [`Clock::Caller`] the statements bind the caller's `now` (a
+/// new record's `created_at`) instead.
 ///
 /// # How the contract is kept
 ///
 /// - `update` reads the row, runs [`TaskRecord::apply`] in Rust, and writes back with
-///   `UPDATE … WHERE id = $1 AND revision = $old`. A writer that lost the race reads
-///   again, up to 32 times with a short jittered pause, then answers
+///   `UPDATE … WHERE id = $1 AND revision = $old` and not expired. A writer that lost
+///   the race reads again, up to 32 times with a short jittered pause, then answers
 ///   [`StoreError::Contention`] (nothing was written).
-/// - A record expired at the `now` passed in reads as absent, swept or not; a record
-///   of another owner reads exactly like a missing one, at the same cost: an
-///   owner-scoped `get` or `update` puts the owner and the expiry in its `SELECT`,
-///   so a foreign row is never sent nor decoded.
-/// - Records retired past [`CreateLimits::retention`] are left out of the cap
-///   counts, swept or not.
-/// - `create` with limits takes a transaction-scoped advisory lock (one for the table
-///   when `max_rows` is set, one per owner when `max_per_owner` is), counts, then
-///   inserts, so the caps hold across nodes. The lock serializes capped creates on the
-///   table, and each count stops at the cap; rows expired at the new record's
-///   creation never count, swept or not.
+/// - An expired record reads as absent, swept or not; a record of another owner
+///   reads exactly like a missing one, at the same cost: an owner-scoped `get` or
+///   `update` puts the owner and the expiry in its `SELECT`, so a foreign row is
+///   never sent nor decoded.
+/// - `create` checks the caps in counter rows, not by counting the table: the cap is
+///   split in 32 shares, one per shard, and a create increments one shard of the
+///   row cap and one of its owner's cap (`… SET n = n + 1 WHERE n < share`), then
+///   inserts, in one statement of one transaction. Creates on different shards never
+///   wait for each other, and the cost does not grow with the table. A create whose
+///   shard is full tries two more, then removes up to 256 records that expired or
+///   retired past [`CreateLimits::retention`] (of its owner, for the owner's cap)
+///   and decides on the exact sum with every shard's row locked. The shares add up
+///   to the cap, so the caps are exact across nodes.
 /// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
@@ -146,6 +171,16 @@ struct Statements {
     upgrade_shards: Vec<SqlStr>,
     create_counts: SqlStr,
     fill_counts: Vec<SqlStr>,
+}
+
+/// Where one try of the create counts the new row: a shard of the row cap and one
+/// of its owner's cap, each with the cap's [`shares`] to check (`None`: no cap).
+#[derive(Clone, Copy)]
+struct Placement {
+    rows_shard: i16,
+    owner_shard: i16,
+    rows_share: Option<(i64, i16)>,
+    owner_share: Option<(i64, i16)>,
 }
 
 /// What one try of the create statement did.
@@ -520,21 +555,15 @@ impl PostgresStore {
                 bytes[3].wrapping_add(attempt.wrapping_mul(11)),
                 limits.max_per_owner,
             );
-            let caps = (
-                limits.max_rows.map(shares),
-                limits.max_per_owner.map(shares),
-            );
+            let placement = Placement {
+                rows_shard,
+                owner_shard,
+                rows_share: limits.max_rows.map(shares),
+                owner_share: limits.max_per_owner.map(shares),
+            };
             let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
             let outcome = self
-                .insert_row(
-                    &mut tx,
-                    record,
-                    &columns,
-                    &owner_scope,
-                    now,
-                    (rows_shard, owner_shard),
-                    caps,
-                )
+                .insert_row(&mut tx, record, &columns, &owner_scope, now, placement)
                 .await?;
             match outcome {
                 Inserted::Done => return tx.commit().await.map_err(StoreError::backend),
@@ -579,8 +608,12 @@ impl PostgresStore {
                 &columns,
                 &owner_scope,
                 now,
-                (rows_shard, owner_shard),
-                (None, None),
+                Placement {
+                    rows_shard,
+                    owner_shard,
+                    rows_share: None,
+                    owner_share: None,
+                },
             )
             .await?
         {
@@ -591,7 +624,6 @@ impl PostgresStore {
     }
 
     /// One try of the create statement: the two counter rows, then the row.
-    #[allow(clippy::too_many_arguments)]
     async fn insert_row(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -599,10 +631,15 @@ impl PostgresStore {
         columns: &Columns,
         owner_scope: &[u8],
         now: Option<i64>,
-        (rows_shard, owner_shard): (i16, i16),
-        (rows_cap, owner_cap): (Option<(i64, i16)>, Option<(i64, i16)>),
+        placement: Placement,
     ) -> Result<Inserted, StoreError> {
         let inner = &self.inner;
+        let Placement {
+            rows_shard,
+            owner_shard,
+            rows_share: rows_cap,
+            owner_share: owner_cap,
+        } = placement;
         let row = sqlx::query(inner.sql.insert.clone())
             .bind(rows_shard)
             .bind(rows_cap.map(|(base, _)| base))

@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively (`PEXPIREAT`) at `created_at + ttl`. |
+//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively `ttl` after the create (`PEXPIRE`). |
 //! | `P owners` | hash | one field per stored record: id → owner tag. Its length is the row count. |
 //! | `P counts` | hash | owner tag → how many records that owner holds. |
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
@@ -264,9 +264,12 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   nothing was written). Updates to one task from one node queue locally, so
 ///   the compare-and-swap only ever races other nodes. `create` checks the id, the row cap and the per-owner cap
 ///   and inserts in one script.
-/// - **Expiry.** A record with a TTL expires natively at `created_at + ttl`
-///   (`PEXPIREAT`); reads also compare against the `now` they are given, so an
-///   expired record reads as absent whatever the server's clock says. `cleanup`
+/// - **Expiry, on one clock.** A record with a TTL expires natively `ttl` after the
+///   create (`PEXPIRE`, a duration, so no node's clock sets it), and the scripts
+///   score expiry and retirement by the server's `TIME` (the default
+///   [`Clock::Store`]): nodes whose clocks disagree agree on when a task expires and
+///   when a finished one may go. With [`Clock::Caller`] the scripts take the
+///   caller's `now` instead and reads compare against it too. `cleanup`
 ///   removes expired records and terminal records without a TTL older than the
 ///   retention, and counts index entries, so records Redis already dropped count too.
 ///   Until then an expired record still takes its row under the caps, as in
