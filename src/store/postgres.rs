@@ -104,8 +104,9 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///   wait for each other, and the cost does not grow with the table. A create whose
 ///   shard is full tries two more, then removes up to 256 records that expired or
 ///   retired past [`CreateLimits::retention`] (of its owner, for the owner's cap)
-///   and decides on the exact sum with every shard's row locked. The shares add up
-///   to the cap, so the caps are exact across nodes.
+///   and decides on the exact sums with every shard row of both caps locked: near a
+///   cap (and only there) creates wait for each other. The shares add up to the cap,
+///   so the caps are exact across nodes.
 /// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
@@ -543,7 +544,7 @@ impl PostgresStore {
         let owner_scope = owner_scope(columns.owner.as_deref());
         let now = self.clock_arg(record.created_at);
         let bytes = record.id.as_bytes();
-        let mut short = None;
+        let (mut rows_short, mut owner_short) = (false, false);
         // A few tries on shards picked from the id's random bytes; a full shard
         // only means that this shard's share of the cap is taken.
         for attempt in 0..FAST_TRIES {
@@ -568,18 +569,21 @@ impl PostgresStore {
             match outcome {
                 Inserted::Done => return tx.commit().await.map_err(StoreError::backend),
                 Inserted::Duplicate => return Err(StoreError::Duplicate),
-                Inserted::Full(limit) => short = Some(limit),
+                Inserted::Full(Limit::Rows) => rows_short = true,
+                Inserted::Full(_) => owner_short = true,
             }
         }
         // Near a cap: free what no longer counts, then decide on the exact counts
-        // with every shard of the group locked.
-        let limit = short.unwrap_or(Limit::Rows);
-        let group = match limit {
-            Limit::Rows => PruneGroup::All,
-            _ => PruneGroup::Owner(columns.owner.as_deref()),
-        };
-        self.prune(group, now, limits.retention, PRUNE_BATCH)
-            .await?;
+        // with every shard of the caps locked.
+        if rows_short {
+            self.prune(PruneGroup::All, now, limits.retention, PRUNE_BATCH)
+                .await?;
+        }
+        if owner_short {
+            let group = PruneGroup::Owner(columns.owner.as_deref());
+            self.prune(group, now, limits.retention, PRUNE_BATCH)
+                .await?;
+        }
         let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
         let rows_shard = match limits.max_rows {
             Some(max) => {

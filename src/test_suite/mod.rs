@@ -84,7 +84,8 @@
 //! Each function takes a fresh, empty store **by value** (any `S: TaskStore`, which
 //! includes `Arc<dyn TaskStore>`) and panics with a message naming the broken rule.
 //! They read the wall clock only to pick a starting time, and pass explicit `now`
-//! values afterwards, as the [`TaskStore`] contract requires. The contention rules
+//! values afterwards, as the [`TaskStore`] contract requires (all but the clock rule,
+//! below, which plays nodes whose clocks are off and waits for a TTL in real time). The contention rules
 //! spawn tasks and need a multi-thread runtime.
 //!
 //! A store may answer [`StoreError::Contention`] when a compare-and-swap keeps
