@@ -6,7 +6,9 @@
 //! default 1 000, 10 000 and 100 000):
 //!
 //! 1. fills the store to N parked working tasks (no TTL) of 256 owners (after a
-//!    warm-up of 200 creates that is not counted);
+//!    warm-up of 200 creates that is not counted), with the limits below, or none
+//!    with `CREATE_FILL_UNCAPPED=1` (quicker for a store that counts its rows on
+//!    every capped create; a store with counter shards must be filled capped);
 //! 2. creates `CREATE_COUNT` tasks (default 3 000) on one node with
 //!    `CREATE_CONNS` creates in flight (default 16), then the same count spread
 //!    over two nodes (two store instances, each with its own connection pool of 8,
@@ -50,6 +52,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 
 fn limits() -> CreateLimits {
     CreateLimits::new(Some(1_000_000), Some(10_000)).with_retention(defaults::RETENTION)
+}
+
+fn fill_limits() -> CreateLimits {
+    if std::env::var_os("CREATE_FILL_UNCAPPED").is_some() {
+        CreateLimits::default()
+    } else {
+        limits()
+    }
 }
 
 fn random_suffix() -> String {
@@ -202,7 +212,10 @@ async fn fill(nodes: &[Arc<dyn TaskStore>], n: usize) {
                     if i >= n {
                         return;
                     }
-                    store.create(task(i, None), limits()).await.expect("fill");
+                    store
+                        .create(task(i, None), fill_limits())
+                        .await
+                        .expect("fill");
                 }
             })
         })
