@@ -5,6 +5,14 @@ mod memory_store {
     mcp_tasks::task_store_tests!(async { mcp_tasks::MemoryStore::new() });
 }
 
+mod memory_store_on_its_clock {
+    use mcp_tasks::store::Clock;
+
+    mcp_tasks::task_store_clock_tests!(async {
+        mcp_tasks::MemoryStore::new().with_clock(Clock::Store)
+    });
+}
+
 mod shared_dyn_store {
     use std::sync::Arc;
 
@@ -69,4 +77,13 @@ mod default_visible {
     async fn visible_lists_only_visible_ids() {
         mcp_tasks::test_suite::visible_lists_only_visible_ids(Plain::default()).await;
     }
+}
+
+/// The clock rule fails a store that decides by each caller's clock: a node ahead
+/// would sweep away live tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[should_panic(expected = "node_clocks_minutes_apart_agree_on_expiry")]
+async fn a_store_on_its_callers_clocks_fails_the_clock_rule() {
+    mcp_tasks::test_suite::node_clocks_minutes_apart_agree_on_expiry(mcp_tasks::MemoryStore::new())
+        .await;
 }

@@ -14,7 +14,7 @@ use mcp_tasks::sqlx;
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
 use mcp_tasks::store::{ChangeFeed, CreateLimits, FeedEvent, Timestamp};
 use mcp_tasks::{ConfigError, MemoryStore, PostgresStore, TaskId, TaskRecord, TaskStore};
-use support::stores::postgres::{scratch, two_nodes};
+use support::stores::postgres::{scratch, scratch_on_store_clock, two_nodes};
 use support::wait::{self, within};
 
 /// A fresh store for one rule of the suite. Without a database (outside CI) there is
@@ -31,6 +31,21 @@ async fn fresh_store() -> Arc<dyn TaskStore> {
 
 mod contract {
     mcp_tasks::task_store_tests!(super::fresh_store());
+}
+
+/// A fresh store deciding expiry by the database's clock, as in production.
+async fn fresh_store_on_store_clock() -> Arc<dyn TaskStore> {
+    match scratch_on_store_clock().await {
+        Some(store) => Arc::new(store),
+        None => {
+            eprintln!("this rule ran against MemoryStore, not PostgresStore");
+            Arc::new(MemoryStore::new().with_clock(mcp_tasks::store::Clock::Store))
+        }
+    }
+}
+
+mod clock {
+    mcp_tasks::task_store_clock_tests!(super::fresh_store_on_store_clock());
 }
 
 mod nodes {
@@ -171,4 +186,93 @@ async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
         "the owner's read fetches and decodes the record"
     );
     assert!(store.get(&id, Scope::Any, now).await.is_err());
+}
+
+/// A table of the layout before `json` records, `bytea` owners and counter rows
+/// (`owner text`, `record jsonb`) is upgraded in place by `migrate`: its records
+/// read back unchanged and count against the caps.
+#[tokio::test]
+async fn a_table_of_the_previous_layout_is_upgraded_in_place() {
+    let Some(url) = support::stores::postgres::database_url() else {
+        return;
+    };
+    let table = support::stores::postgres::scratch_table();
+    let _drop = support::stores::postgres::DropTable {
+        url: url.clone(),
+        table: table.clone(),
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await
+        .unwrap();
+    let old = format!(
+        "CREATE TABLE \"{table}\" (id bytea PRIMARY KEY, owner text, revision bigint NOT NULL, \
+         status text NOT NULL, expires_at bigint, retired_at bigint, record jsonb NOT NULL)"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(old))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let now = Timestamp::now();
+    let alice = mcp_tasks::Principal::from("alice");
+    let records: Vec<TaskRecord> = [Some(alice.clone()), Some(alice.clone()), None]
+        .into_iter()
+        .map(|owner| TaskRecord::new(TaskId::random(), owner, now))
+        .collect();
+    for record in &records {
+        let insert = format!(
+            "INSERT INTO \"{table}\" (id, owner, revision, status, record) VALUES ($1, $2, 0, 'working', $3::jsonb)"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(insert))
+            .bind(record.id.as_bytes().as_slice())
+            .bind(record.owner.as_ref().map(|p| p.as_str().to_owned()))
+            .bind(serde_json::to_string(record).unwrap())
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    let store = PostgresStore::new(pool)
+        .with_table(&table)
+        .unwrap()
+        .with_clock(mcp_tasks::store::Clock::Caller);
+    store.migrate().await.expect("the upgrade");
+    store.migrate().await.expect("a second run changes nothing");
+    for record in &records {
+        let scope = mcp_tasks::store::Scope::Owner(record.owner.as_ref());
+        assert_eq!(
+            store.get(&record.id, scope, now).await.unwrap().as_ref(),
+            Some(record),
+            "an upgraded record reads back unchanged, found by its owner"
+        );
+    }
+    let new = |owner: Option<&mcp_tasks::Principal>| {
+        TaskRecord::new(TaskId::random(), owner.cloned(), now)
+    };
+    let per_owner = CreateLimits::new(None, Some(2));
+    assert!(
+        matches!(
+            store.create(new(Some(&alice)), per_owner).await,
+            Err(mcp_tasks::StoreError::LimitReached(
+                mcp_tasks::store::Limit::PerOwner
+            ))
+        ),
+        "alice's two upgraded tasks count against her cap"
+    );
+    assert!(
+        matches!(
+            store
+                .create(new(None), CreateLimits::new(Some(3), None))
+                .await,
+            Err(mcp_tasks::StoreError::LimitReached(
+                mcp_tasks::store::Limit::Rows
+            ))
+        ),
+        "the three upgraded rows count against the row cap"
+    );
+    let nul = mcp_tasks::Principal::from("a\u{0}b");
+    store
+        .create(new(Some(&nul)), CreateLimits::new(Some(4), Some(1)))
+        .await
+        .expect("a fourth row fits a cap of four, U+0000 in the owner and all");
 }

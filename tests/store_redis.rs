@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use mcp_tasks::store::{CreateLimits, Limit, Scope, Timestamp};
 use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
-use support::stores::redis::{nodes, redis_url, scratch, two_nodes, unique_prefix};
+use support::stores::redis::{
+    nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
+};
 
 /// A fresh, empty store for one rule of the suite. Without `REDIS_URL` (outside CI)
 /// the rule runs on a `MemoryStore` instead, so the suite still compiles and runs.
@@ -27,6 +29,18 @@ async fn fresh_store() -> Arc<dyn TaskStore> {
 
 mod redis_store_contract {
     mcp_tasks::task_store_tests!(super::fresh_store());
+}
+
+/// A fresh store deciding expiry by the server's `TIME`, as in production.
+async fn fresh_store_on_store_clock() -> Arc<dyn TaskStore> {
+    match scratch_on_store_clock().await {
+        Some(store) => Arc::new(store),
+        None => Arc::new(MemoryStore::new().with_clock(mcp_tasks::store::Clock::Store)),
+    }
+}
+
+mod redis_store_clock {
+    mcp_tasks::task_store_clock_tests!(super::fresh_store_on_store_clock());
 }
 
 mod redis_store_nodes {
@@ -46,19 +60,27 @@ async fn records_dropped_by_native_expiry_are_still_counted_and_freed() {
     let Some((a, b)) = two_nodes().await else {
         return;
     };
-    // Created 10 s ago with a 1 ms TTL: Redis drops the key at once.
+    // Stamped 10 s ago with a 1 ms TTL: Redis drops the key 1 ms after the create
+    // (the native expiry is a duration, not the node's time).
     let long_ago = Timestamp::now().minus_ms(10_000);
     let mut gone = TaskRecord::new(TaskId::random(), None, long_ago);
     gone.ttl_ms = Some(1);
     let limits = CreateLimits::new(Some(1), None);
     a.create(gone.clone(), limits).await.unwrap();
-    assert!(
-        a.get(&gone.id, Scope::Any, long_ago)
-            .await
-            .unwrap()
-            .is_none(),
-        "the key expired natively on the server"
-    );
+    // Read at the record's own creation time, only the server's expiry hides it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while a
+        .get(&gone.id, Scope::Any, long_ago)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key must expire natively on the server 1 ms after the create"
+        );
+        tokio::task::yield_now().await;
+    }
     // A create at the old time still finds the row taken...
     let mut twin_time = TaskRecord::new(TaskId::random(), None, long_ago);
     twin_time.ttl_ms = Some(60_000);

@@ -23,6 +23,10 @@ pub(super) struct Stored {
     cancel_requested: bool,
     /// Which of `ttl_ms` and `poll_interval_ms` are set ([`HAS_TTL`], [`HAS_POLL`]).
     set: u8,
+    /// How far the store's clock was ahead of `created_at` when the record was
+    /// stored (0 on the caller's clock): its expiry by the store's clock is
+    /// `created_at + skew_ms + ttl`.
+    skew_ms: i32,
     rest: Option<Box<Rest>>,
 }
 
@@ -48,11 +52,26 @@ impl Stored {
         self.owner
     }
 
-    /// [`TaskRecord::is_visible`] on the stored fields.
+    /// The same record stored `skew_ms` after its `created_at` by the store's clock.
+    pub(super) fn with_skew(mut self, skew_ms: i32) -> Self {
+        self.skew_ms = skew_ms;
+        self
+    }
+
+    pub(super) fn skew_ms(&self) -> i32 {
+        self.skew_ms
+    }
+
+    /// When the record expires by the store's clock, if it has a TTL.
+    pub(super) fn expires_at(&self) -> Option<Timestamp> {
+        unpack(self.ttl_ms, self.set, HAS_TTL)
+            .map(|ttl| shift(self.created_at, self.skew_ms).plus_ms(ttl))
+    }
+
+    /// [`TaskRecord::is_visible`] on the stored fields, `now` read on the store's
+    /// clock.
     pub(super) fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
-        scope.permits(self.owner.as_ref())
-            && unpack(self.ttl_ms, self.set, HAS_TTL)
-                .is_none_or(|ttl| self.created_at.plus_ms(ttl) > now)
+        scope.permits(self.owner.as_ref()) && self.expires_at().is_none_or(|at| at > now)
     }
 
     /// The full record, for a reader.
@@ -104,8 +123,17 @@ impl From<TaskRecord> for Stored {
             cancel_requested: record.cancel_requested,
             set: (u8::from(record.ttl_ms.is_some()) * HAS_TTL)
                 | (u8::from(record.poll_interval_ms.is_some()) * HAS_POLL),
+            skew_ms: 0,
             rest,
         }
+    }
+}
+
+/// `at` moved by `ms` (either way), saturating.
+pub(super) fn shift(at: Timestamp, ms: i32) -> Timestamp {
+    match u64::try_from(ms) {
+        Ok(ahead) => at.plus_ms(ahead),
+        Err(_) => at.minus_ms(u64::from(ms.unsigned_abs())),
     }
 }
 

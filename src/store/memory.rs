@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::compact::Stored;
-use super::{BoxFuture, CreateLimits, TaskStore, Updated, retention_cutoff};
+use super::{BoxFuture, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
 use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -52,6 +52,7 @@ pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     rows: AtomicUsize,
     per_owner: Mutex<HashMap<Option<Principal>, usize>>,
+    clock: Clock,
 }
 
 #[derive(Default)]
@@ -78,6 +79,51 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             rows: AtomicUsize::new(0),
             per_owner: Mutex::new(HashMap::new()),
+            clock: Clock::Caller,
+        }
+    }
+
+    /// The same (empty) store, deciding expiry and retention by `clock`. The default,
+    /// [`Clock::Caller`], takes the `now` of each call; [`Clock::Store`] reads the
+    /// process's clock at each decision and ignores the `now` passed in (a record
+    /// then expires `ttl` after it was stored).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Clock, CreateLimits, Scope, Timestamp};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new().with_clock(Clock::Store);
+    /// // A record stamped by a clock a day behind still lives its full TTL.
+    /// let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::now().minus_ms(86_400_000));
+    /// record.ttl_ms = Some(60_000);
+    /// let id = record.id;
+    /// store.create(record, CreateLimits::default()).await?;
+    /// assert!(store.get(&id, Scope::Any, Timestamp::now().minus_ms(86_400_000)).await?.is_some());
+    /// assert!(store.get(&id, Scope::Any, Timestamp::now().plus_ms(86_400_000)).await?.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock this store decides expiry and retention by.
+    ///
+    /// ```
+    /// assert_eq!(mcp_tasks::MemoryStore::new().clock(), mcp_tasks::store::Clock::Caller);
+    /// ```
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The time a decision is made at: `now` itself, or the process's clock.
+    fn decide_at(&self, now: Timestamp) -> Timestamp {
+        match self.clock {
+            Clock::Caller => now,
+            Clock::Store => Timestamp::now(),
         }
     }
 
@@ -252,14 +298,6 @@ impl Shard {
         }
         owners
     }
-
-    fn index(&mut self, record: &TaskRecord) {
-        if let Some(at) = record.expires_at() {
-            self.expiry.insert((at, record.id));
-        } else if let Some(at) = record.retired_at() {
-            self.retired.insert((at, record.id));
-        }
-    }
 }
 
 impl TaskStore for MemoryStore {
@@ -272,7 +310,7 @@ impl TaskStore for MemoryStore {
             if let Err(limit) = self.reserve(&record.owner, limits) {
                 // Expired records, and retired ones past their retention, never
                 // block: free some, then try once more.
-                let now = record.created_at;
+                let now = self.decide_at(record.created_at);
                 let retired_before = limits.retention.map(|r| retention_cutoff(now, r));
                 if self.prune(now, retired_before, Self::shard_index(&record.id)) == 0 {
                     return Err(StoreError::LimitReached(limit));
@@ -286,10 +324,28 @@ impl TaskStore for MemoryStore {
                 self.release(&record.owner, 1);
                 return Err(StoreError::Duplicate);
             }
-            shard.index(&record);
-            shard
-                .tasks
-                .insert(record.id, Box::new(Stored::from(record)));
+            let now = self.decide_at(record.created_at);
+            let skew = match self.clock {
+                Clock::Caller => 0,
+                Clock::Store => {
+                    let ahead =
+                        i128::from(now.as_millis()) - i128::from(record.created_at.as_millis());
+                    i32::try_from(ahead.clamp(i128::from(i32::MIN), i128::from(i32::MAX)))
+                        .unwrap_or(0)
+                }
+            };
+            let id = record.id;
+            let retired_at = match self.clock {
+                Clock::Caller => record.retired_at(),
+                Clock::Store => record.retired_at().map(|_| now),
+            };
+            let stored = Stored::from(record).with_skew(skew);
+            if let Some(at) = stored.expires_at() {
+                shard.expiry.insert((at, id));
+            } else if let Some(at) = retired_at {
+                shard.retired.insert((at, id));
+            }
+            shard.tasks.insert(id, Box::new(stored));
             Ok(())
         })
     }
@@ -301,6 +357,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
+            let now = self.decide_at(now);
             let shard = Self::lock(self.shard(id));
             Ok(shard
                 .tasks
@@ -317,6 +374,7 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
         Box::pin(async move {
+            let now = self.decide_at(now);
             let mut seen = std::collections::HashSet::with_capacity(ids.len());
             Ok(ids
                 .iter()
@@ -341,19 +399,27 @@ impl TaskStore for MemoryStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
         Box::pin(async move {
+            let decided = self.decide_at(now);
             let mut guard = Self::lock(self.shard(id));
             let shard = &mut *guard;
-            let Some(record) = shard.tasks.get_mut(id).filter(|r| r.is_visible(scope, now)) else {
+            let Some(record) = shard
+                .tasks
+                .get_mut(id)
+                .filter(|r| r.is_visible(scope, decided))
+            else {
                 return Ok(None);
             };
             let mut snapshot = record.to_record(*id);
             let was_retired = snapshot.retired_at().is_some();
             let outcome = snapshot.apply(transition, now);
             if outcome == Ok(crate::store::Applied::Changed) {
-                **record = Stored::from(snapshot.clone());
+                let skew = record.skew_ms();
+                **record = Stored::from(snapshot.clone()).with_skew(skew);
             }
-            if let (false, Some(at)) = (was_retired, snapshot.retired_at()) {
-                shard.retired.insert((at, snapshot.id));
+            if !was_retired && snapshot.retired_at().is_some() {
+                // Retention counts from now by the store's clock (on the caller's,
+                // that is the record's `updated_at`).
+                shard.retired.insert((decided, snapshot.id));
             }
             Ok(Some(Updated::new(snapshot, outcome)))
         })
@@ -365,6 +431,7 @@ impl TaskStore for MemoryStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
+            let now = self.decide_at(now);
             let retired_before = retention_cutoff(now, retention);
             let mut removed_total = 0;
             for shard in self.shards.iter() {

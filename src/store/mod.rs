@@ -79,6 +79,37 @@ pub use postgres::PostgresStore;
 pub use redis::RedisStore;
 pub use rules::retention_cutoff;
 
+/// Which clock a store decides expiry and retention by.
+///
+/// The layer passes its node's time as `now` to every store call and stamps new
+/// records with it (`createdAt`, `lastUpdatedAt`). Nodes' clocks differ, so a store
+/// shared between nodes decides *when* a record expires and when a retired record
+/// may go by one clock of its own: with [`Clock::Store`], a record with a TTL
+/// expires `ttl` after the store received it, by the store's clock, and a node whose
+/// clock runs minutes ahead or behind neither removes other nodes' tasks early nor
+/// sees expired ones again. The times shown to clients stay the nodes' own.
+///
+/// ```
+/// use mcp_tasks::MemoryStore;
+/// use mcp_tasks::store::Clock;
+///
+/// // One process, one clock: the memory store takes the caller's by default.
+/// assert_eq!(MemoryStore::new().clock(), Clock::Caller);
+/// assert_eq!(MemoryStore::new().with_clock(Clock::Store).clock(), Clock::Store);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Clock {
+    /// The store's own clock: PostgreSQL's `clock_timestamp()`, Redis's `TIME`,
+    /// the process's for the memory store. The `now` passed in only stamps records.
+    /// The default of `PostgresStore` and `RedisStore`.
+    Store,
+    /// The `now` passed to each call, and a new record's `created_at`: exact for
+    /// one process, and what tests that drive time with explicit timestamps need.
+    /// The default of [`MemoryStore`].
+    Caller,
+}
+
 /// A boxed, sendable future: what [`TaskStore`] methods return, so the trait stays
 /// object safe.
 ///

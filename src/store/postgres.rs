@@ -13,8 +13,7 @@ use super::LeaseStore;
 use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
-    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
-    retention_cutoff,
+    BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
 use crate::error::{ConfigError, Limit, StoreError};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -37,6 +36,16 @@ const CATCH_UP_BATCH: i64 = 1_000;
 /// the connection counts as dead (the checkpoint query doubles as its liveness
 /// check).
 const LOG_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Counter rows per cap: creates on different shards never wait for each other.
+const COUNT_SHARDS: i16 = 32;
+/// Shards a create tries before it decides on the exact counts.
+const FAST_TRIES: u8 = 3;
+/// Expired or retired records a create that finds a cap full removes first.
+const PRUNE_BATCH: i64 = 256;
+/// Records one cleanup transaction removes.
+const CLEANUP_BATCH: i64 = 10_000;
+/// The counter scope of the row cap; owners' scopes start with 1 (unowned) or 2.
+const ROWS_SCOPE: &[u8] = &[0];
 
 /// A durable store for several nodes: task records live in one PostgreSQL table, and
 /// every write is announced to the other nodes with `NOTIFY`.
@@ -62,30 +71,56 @@ const LOG_QUERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// ```
 ///
 /// [`migrate`](Self::migrate) creates the table and its indexes if they do not exist
-/// yet; the store never creates them on its own. The table (default `mcp_tasks`) has
-/// the columns `id bytea` (primary key, the id's 32 bytes), `owner text`, `revision
-/// bigint`, `status text`, `expires_at bigint` (milliseconds since the epoch, for
+/// yet, and upgrades a table of the previous layout in place. The table (default
+/// `mcp_tasks`) has the columns `id bytea` (primary key, the id's 32 bytes), `owner
+/// bytea` (the principal's UTF-8 bytes), `revision bigint`, `status text`,
+/// `expires_at bigint` (milliseconds since the epoch by the store's clock, for
 /// records with a TTL), `retired_at bigint` (when a record without a TTL became
-/// terminal) and `record jsonb` (the whole [`TaskRecord`]). The other columns are
-/// copies of fields of `record`, kept for indexes and for operators reading the table.
+/// terminal, by the same clock), `record json` (the whole [`TaskRecord`], as
+/// written) and `shard`, `owner_shard` (the counter shards the row counts in). The
+/// other columns are copies of fields of `record`, kept for indexes and for operators
+/// reading the table. `record` is `json`, not `jsonb`, and `owner` is `bytea`, not
+/// `text`: PostgreSQL refuses U+0000 in both of those, and `jsonb` rewrites numbers
+/// (`-0.0`, `1e300`); any value the memory store keeps comes back unchanged.
+///
+/// A second table, `<table>_counts` (`scope bytea`, `shard smallint`, `n bigint`),
+/// counts the rows: 32 shards for the whole table and up to 32 per owner, updated in
+/// the same transaction as every insert and delete.
+///
+/// Upgrading from the previous layout (`owner text`, `record jsonb`, no counters)
+/// rewrites the table once, under `migrate`'s lock: stop nodes of the older version
+/// first, since their writes do not fit the new columns.
+///
+/// # One clock
+///
+/// Every decision on time is made by the database server's `clock_timestamp()`
+/// (the default [`Clock::Store`]): a record with a TTL expires `ttl` after the row
+/// was inserted, a terminal record retires when the row was written, and reads,
+/// writes, sweeps and full creates compare against the server's time. Nodes whose
+/// clocks disagree agree on all of it; the `now` they pass only stamps the record
+/// (`updatedAt`). With [`Clock::Caller`] the statements bind the caller's `now` (a
+/// new record's `created_at`) instead.
 ///
 /// # How the contract is kept
 ///
 /// - `update` reads the row, runs [`TaskRecord::apply`] in Rust, and writes back with
-///   `UPDATE … WHERE id = $1 AND revision = $old`. A writer that lost the race reads
-///   again, up to 32 times with a short jittered pause, then answers
+///   `UPDATE … WHERE id = $1 AND revision = $old` and not expired. A writer that lost
+///   the race reads again, up to 32 times with a short jittered pause, then answers
 ///   [`StoreError::Contention`] (nothing was written).
-/// - A record expired at the `now` passed in reads as absent, swept or not; a record
-///   of another owner reads exactly like a missing one, at the same cost: an
-///   owner-scoped `get` or `update` puts the owner and the expiry in its `SELECT`,
-///   so a foreign row is never sent nor decoded.
-/// - Records retired past [`CreateLimits::retention`] are left out of the cap
-///   counts, swept or not.
-/// - `create` with limits takes a transaction-scoped advisory lock (one for the table
-///   when `max_rows` is set, one per owner when `max_per_owner` is), counts, then
-///   inserts, so the caps hold across nodes. The lock serializes capped creates on the
-///   table, and each count stops at the cap; rows expired at the new record's
-///   creation never count, swept or not.
+/// - An expired record reads as absent, swept or not; a record of another owner
+///   reads exactly like a missing one, at the same cost: an owner-scoped `get` or
+///   `update` puts the owner and the expiry in its `SELECT`, so a foreign row is
+///   never sent nor decoded.
+/// - `create` checks the caps in counter rows, not by counting the table: the cap is
+///   split in 32 shares, one per shard, and a create increments one shard of the
+///   row cap and one of its owner's cap (`… SET n = n + 1 WHERE n < share`), then
+///   inserts, in one statement of one transaction. Creates on different shards never
+///   wait for each other, and the cost does not grow with the table. A create whose
+///   shard is full tries two more, then removes up to 256 records that expired or
+///   retired past [`CreateLimits::retention`] (of its owner, for the owner's cap)
+///   and decides on the exact sums with every shard row of both caps locked: near a
+///   cap (and only there) creates wait for each other. The shares add up to the cap,
+///   so the caps are exact across nodes.
 /// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
@@ -133,8 +168,9 @@ struct Inner {
     channel: String,
     /// Tags this instance's notifications so its own listener can skip them.
     node: String,
-    /// The first half of every advisory lock key this table's creates take.
+    /// The first half of the advisory lock key `migrate` takes.
     lock_key: i32,
+    clock: Clock,
     sql: Statements,
     log: LogStatements,
     leases: Arc<LeaseStatements>,
@@ -154,15 +190,49 @@ struct LogStatements {
 struct Statements {
     insert: SqlStr,
     lock: SqlStr,
-    count_all: SqlStr,
-    count_owner: SqlStr,
-    count_unowned: SqlStr,
+    ensure_scope: SqlStr,
+    lock_scope: SqlStr,
+    lock_counts: SqlStr,
+    uncount: SqlStr,
+    prune_all: SqlStr,
+    prune_owner: SqlStr,
+    prune_unowned: SqlStr,
     visible: SqlStr,
     select: SqlStr,
     select_owned: SqlStr,
     write: SqlStr,
-    cleanup: SqlStr,
-    migrate: Vec<SqlStr>,
+    columns: SqlStr,
+    exists: SqlStr,
+    create: Vec<SqlStr>,
+    upgrade_owner: SqlStr,
+    upgrade_record: SqlStr,
+    upgrade_shards: Vec<SqlStr>,
+    create_counts: SqlStr,
+    fill_counts: Vec<SqlStr>,
+}
+
+/// Where one try of the create counts the new row: a shard of the row cap and one
+/// of its owner's cap, each with the cap's [`shares`] to check (`None`: no cap).
+#[derive(Clone, Copy)]
+struct Placement {
+    rows_shard: i16,
+    owner_shard: i16,
+    rows_share: Option<(i64, i16)>,
+    owner_share: Option<(i64, i16)>,
+}
+
+/// What one try of the create statement did.
+enum Inserted {
+    Done,
+    Duplicate,
+    Full(Limit),
+}
+
+/// Whose expired and retired records a full create removes first.
+#[derive(Clone, Copy)]
+enum PruneGroup<'a> {
+    All,
+    Owner(Option<&'a [u8]>),
 }
 
 /// The background listener of one store instance; dropping it stops the listener.
@@ -246,9 +316,54 @@ impl PostgresStore {
     pub fn with_table(self, table: &str) -> Result<Self, ConfigError> {
         validate_table(table)?;
         let node = self.inner.node.clone();
+        let mut inner = Inner::new(self.inner.pool.clone(), table, node);
+        inner.clock = self.inner.clock;
         Ok(PostgresStore {
-            inner: Arc::new(Inner::new(self.inner.pool.clone(), table, node)),
+            inner: Arc::new(inner),
         })
+    }
+
+    /// The same store, deciding expiry and retention by `clock`: by default
+    /// [`Clock::Store`], the database server's `clock_timestamp()`, so that nodes
+    /// whose clocks disagree still agree on when a task expires. [`Clock::Caller`]
+    /// takes the `now` of each call (and a new record's `created_at`) instead, for
+    /// tests that drive time. Call it before using the store.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    /// use mcp_tasks::store::Clock;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// assert_eq!(store.clock(), Clock::Store);
+    /// let driven = store.with_clock(Clock::Caller);
+    /// assert_eq!(driven.clock(), Clock::Caller);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_clock(self, clock: Clock) -> Self {
+        let mut inner = Inner::new(
+            self.inner.pool.clone(),
+            &self.inner.table,
+            self.inner.node.clone(),
+        );
+        inner.clock = clock;
+        PostgresStore {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The clock this store decides expiry and retention by.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// assert_eq!(store.clock(), mcp_tasks::store::Clock::Store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock(&self) -> Clock {
+        self.inner.clock
     }
 
     /// The pool the store runs its queries on.
@@ -328,8 +443,49 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
-        for statement in inner.sql.migrate.iter().chain(&inner.log.migrate) {
-            sqlx::query(statement.clone())
+        let statements = &inner.sql;
+        let run = |statement: &SqlStr| sqlx::query(statement.clone());
+        for statement in statements.create.iter().chain(&inner.log.migrate) {
+            run(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+        }
+        // A table of an earlier layout is upgraded in place.
+        let table = format!("\"{}\"", inner.table);
+        let columns: Vec<(String, String)> = sqlx::query_as(statements.columns.clone())
+            .bind(&table)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        let type_of = |name: &str| {
+            columns
+                .iter()
+                .find(|(column, _)| column == name)
+                .map(|(_, kind)| kind.as_str())
+        };
+        let mut upgrades = Vec::new();
+        if type_of("owner") == Some("text") {
+            upgrades.push(&statements.upgrade_owner);
+        }
+        if type_of("record") == Some("jsonb") {
+            upgrades.push(&statements.upgrade_record);
+        }
+        if type_of("shard").is_none() {
+            upgrades.extend(&statements.upgrade_shards);
+        }
+        let counts = format!("\"{}_counts\"", inner.table);
+        let counted: bool = sqlx::query_scalar(statements.exists.clone())
+            .bind(&counts)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        if !counted {
+            upgrades.push(&statements.create_counts);
+            upgrades.extend(&statements.fill_counts);
+        }
+        for statement in upgrades {
+            run(statement)
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::backend)?;
@@ -340,6 +496,12 @@ impl PostgresStore {
                 .await
                 .map_err(StoreError::backend)?;
         }
+        sqlx::query(statements.ensure_scope.clone())
+            .bind(ROWS_SCOPE)
+            .bind(COUNT_SHARDS)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         tx.commit().await.map_err(StoreError::backend)
     }
 
@@ -432,96 +594,243 @@ impl PostgresStore {
         format!("{}:{id}", self.inner.node)
     }
 
+    /// The `now` bound into a statement: the caller's time with [`Clock::Caller`],
+    /// `NULL` (the database's `clock_timestamp()`) with [`Clock::Store`].
+    fn clock_arg(&self, now: Timestamp) -> Option<i64> {
+        match self.inner.clock {
+            Clock::Caller => Some(millis(now.as_millis())),
+            Clock::Store => None,
+        }
+    }
+
     async fn insert(&self, record: &TaskRecord, limits: CreateLimits) -> Result<(), StoreError> {
         let inner = &self.inner;
         let columns = Columns::of(record)?;
-        let insert = sqlx::query_scalar::<_, i64>(inner.sql.insert.clone())
-            .bind(record.id.as_bytes().to_vec())
-            .bind(columns.owner)
+        let owner_scope = owner_scope(columns.owner.as_deref());
+        let now = self.clock_arg(record.created_at);
+        let bytes = record.id.as_bytes();
+        let (mut rows_short, mut owner_short) = (false, false);
+        // A few tries on shards picked from the id's random bytes; a full shard
+        // only means that this shard's share of the cap is taken.
+        for attempt in 0..FAST_TRIES {
+            let rows_shard = pick_shard(
+                bytes[2].wrapping_add(attempt.wrapping_mul(7)),
+                limits.max_rows,
+            );
+            let owner_shard = pick_shard(
+                bytes[3].wrapping_add(attempt.wrapping_mul(11)),
+                limits.max_per_owner,
+            );
+            let placement = Placement {
+                rows_shard,
+                owner_shard,
+                rows_share: limits.max_rows.map(shares),
+                owner_share: limits.max_per_owner.map(shares),
+            };
+            let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+            let outcome = self
+                .insert_row(&mut tx, record, &columns, &owner_scope, now, placement)
+                .await?;
+            match outcome {
+                Inserted::Done => return tx.commit().await.map_err(StoreError::backend),
+                Inserted::Duplicate => return Err(StoreError::Duplicate),
+                Inserted::Full(Limit::Rows) => rows_short = true,
+                Inserted::Full(_) => owner_short = true,
+            }
+        }
+        // Near a cap: free what no longer counts, then decide on the exact counts
+        // with every shard of the caps locked.
+        if rows_short {
+            self.prune(PruneGroup::All, now, limits.retention, PRUNE_BATCH)
+                .await?;
+        }
+        if owner_short {
+            let group = PruneGroup::Owner(columns.owner.as_deref());
+            self.prune(group, now, limits.retention, PRUNE_BATCH)
+                .await?;
+        }
+        let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+        let rows_shard = match limits.max_rows {
+            Some(max) => {
+                self.locked_shard(&mut tx, ROWS_SCOPE, max, Limit::Rows)
+                    .await?
+            }
+            None => pick_shard(bytes[2], None),
+        };
+        let owner_shard = match limits.max_per_owner {
+            Some(max) => {
+                sqlx::query(inner.sql.ensure_scope.clone())
+                    .bind(&owner_scope)
+                    .bind(COUNT_SHARDS)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::backend)?;
+                self.locked_shard(&mut tx, &owner_scope, max, Limit::PerOwner)
+                    .await?
+            }
+            None => pick_shard(bytes[3], None),
+        };
+        match self
+            .insert_row(
+                &mut tx,
+                record,
+                &columns,
+                &owner_scope,
+                now,
+                Placement {
+                    rows_shard,
+                    owner_shard,
+                    rows_share: None,
+                    owner_share: None,
+                },
+            )
+            .await?
+        {
+            Inserted::Done => tx.commit().await.map_err(StoreError::backend),
+            Inserted::Duplicate => Err(StoreError::Duplicate),
+            Inserted::Full(limit) => Err(StoreError::LimitReached(limit)),
+        }
+    }
+
+    /// One try of the create statement: the two counter rows, then the row.
+    async fn insert_row(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        record: &TaskRecord,
+        columns: &Columns,
+        owner_scope: &[u8],
+        now: Option<i64>,
+        placement: Placement,
+    ) -> Result<Inserted, StoreError> {
+        let inner = &self.inner;
+        let Placement {
+            rows_shard,
+            owner_shard,
+            rows_share: rows_cap,
+            owner_share: owner_cap,
+        } = placement;
+        let row = sqlx::query(inner.sql.insert.clone())
+            .bind(rows_shard)
+            .bind(rows_cap.map(|(base, _)| base))
+            .bind(owner_scope)
+            .bind(owner_shard)
+            .bind(owner_cap.map(|(base, _)| base))
+            .bind(record.id.as_bytes().as_slice())
+            .bind(columns.owner.as_deref())
             .bind(columns.revision)
             .bind(columns.status)
-            .bind(columns.expires_at)
-            .bind(columns.retired_at)
-            .bind(columns.record)
-            .bind(inner.channel.clone())
-            .bind(self.payload(&record.id));
-        if limits.max_rows.is_none() && limits.max_per_owner.is_none() {
-            let inserted = insert
-                .fetch_one(&inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            return if inserted == 1 {
-                Ok(())
-            } else {
-                Err(StoreError::Duplicate)
-            };
-        }
-        let owner = record.owner.as_ref().map(|p| p.as_str());
-        let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
-        // Lock order is always table, then owner, so capped creates never deadlock.
-        let mut locks = Vec::with_capacity(2);
-        if limits.max_rows.is_some() {
-            locks.push(0);
-        }
-        if limits.max_per_owner.is_some() {
-            locks.push(owner_lock_key(owner));
-        }
-        for key in locks {
-            sqlx::query(inner.sql.lock.clone())
-                .bind(inner.lock_key)
-                .bind(key)
-                .execute(&mut *tx)
-                .await
-                .map_err(StoreError::backend)?;
-        }
-        // Each count runs after the locks, so it sees every create committed before.
-        let now = millis(record.created_at.as_millis());
-        // Without a retention every retired record counts: no row retired that early.
-        let retired_before = limits.retention.map_or(i64::MIN, |retention| {
-            millis(retention_cutoff(record.created_at, retention).as_millis())
-        });
-        if let Some(max) = limits.max_rows {
-            let max = count_limit(max);
-            let rows: i64 = sqlx::query_scalar(inner.sql.count_all.clone())
-                .bind(max)
-                .bind(now)
-                .bind(retired_before)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(StoreError::backend)?;
-            if rows >= max {
-                return Err(StoreError::LimitReached(Limit::Rows));
-            }
-        }
-        if let Some(max) = limits.max_per_owner {
-            let max = count_limit(max);
-            let count = match owner {
-                Some(owner) => sqlx::query_scalar(inner.sql.count_owner.clone())
-                    .bind(owner.to_owned())
-                    .bind(max)
-                    .bind(now)
-                    .bind(retired_before),
-                None => sqlx::query_scalar(inner.sql.count_unowned.clone())
-                    .bind(max)
-                    .bind(now)
-                    .bind(retired_before),
-            };
-            let rows: i64 = count
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(StoreError::backend)?;
-            if rows >= max {
-                return Err(StoreError::LimitReached(Limit::PerOwner));
-            }
-        }
-        let inserted = insert
+            .bind(columns.ttl)
+            .bind(now)
+            .bind(columns.retired)
+            .bind(columns.record.as_str())
+            .bind(inner.channel.as_str())
+            .bind(self.payload(&record.id))
+            .bind(rows_cap.map_or(0, |(_, rem)| rem))
+            .bind(owner_cap.map_or(0, |(_, rem)| rem))
             .fetch_one(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
-        if inserted != 1 {
-            return Err(StoreError::Duplicate);
+        let counted: (i64, i64, i64) = (
+            row.try_get(0).map_err(StoreError::backend)?,
+            row.try_get(1).map_err(StoreError::backend)?,
+            row.try_get(2).map_err(StoreError::backend)?,
+        );
+        Ok(match counted {
+            (0, _, _) => Inserted::Full(Limit::Rows),
+            (_, 0, _) => Inserted::Full(Limit::PerOwner),
+            (_, _, 0) => Inserted::Duplicate,
+            _ => Inserted::Done,
+        })
+    }
+
+    /// Locks every counter row of `scope` (in shard order, as every writer takes
+    /// them) and picks a shard whose share of `max` has room: the exact decision.
+    async fn locked_shard(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        scope: &[u8],
+        max: usize,
+        limit: Limit,
+    ) -> Result<i16, StoreError> {
+        let rows: Vec<(i16, i64)> = sqlx::query_as(self.inner.sql.lock_scope.clone())
+            .bind(scope)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        // Exact on the sum: shards may hold more than their share (rows created
+        // without this cap), and then some other shard has room.
+        let held: i64 = rows.iter().map(|&(_, n)| n).sum();
+        if held >= i64::try_from(max).unwrap_or(i64::MAX) {
+            return Err(StoreError::LimitReached(limit));
         }
-        tx.commit().await.map_err(StoreError::backend)
+        Ok(rows
+            .iter()
+            .find(|&&(shard, n)| n < shard_cap(max, shard))
+            .or_else(|| rows.iter().min_by_key(|&&(_, n)| n))
+            .map_or(0, |&(shard, _)| shard))
+    }
+
+    /// Deletes up to `batch` records of `group` that expired at `now` or retired
+    /// past `retention`, and takes them off the counts, in one transaction. Returns
+    /// how many went.
+    async fn prune(
+        &self,
+        group: PruneGroup<'_>,
+        now: Option<i64>,
+        retention: Option<Duration>,
+        batch: i64,
+    ) -> Result<usize, StoreError> {
+        let inner = &self.inner;
+        let retention = retention.map(|r| millis(u64::try_from(r.as_millis()).unwrap_or(u64::MAX)));
+        let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+        let statement = match group {
+            PruneGroup::All => &inner.sql.prune_all,
+            PruneGroup::Owner(Some(_)) => &inner.sql.prune_owner,
+            PruneGroup::Owner(None) => &inner.sql.prune_unowned,
+        };
+        let mut query = sqlx::query_as(statement.clone())
+            .bind(now)
+            .bind(retention)
+            .bind(batch);
+        if let PruneGroup::Owner(Some(owner)) = group {
+            query = query.bind(owner);
+        }
+        let gone: Vec<(Vec<u8>, i16, i64)> = query
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        let removed = gone
+            .iter()
+            .filter(|(scope, _, _)| scope.as_slice() == ROWS_SCOPE)
+            .map(|&(_, _, n)| usize::try_from(n).unwrap_or(0))
+            .sum();
+        let mut scopes = Vec::with_capacity(gone.len());
+        let mut shards = Vec::with_capacity(gone.len());
+        let mut counts = Vec::with_capacity(gone.len());
+        for (scope, shard, n) in gone {
+            scopes.push(scope);
+            shards.push(shard);
+            counts.push(n);
+        }
+        // The counter rows in (scope, shard) order, the order creates take them in.
+        sqlx::query(inner.sql.lock_counts.clone())
+            .bind(&scopes)
+            .bind(&shards)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        sqlx::query(inner.sql.uncount.clone())
+            .bind(&scopes)
+            .bind(&shards)
+            .bind(&counts)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        tx.commit().await.map_err(StoreError::backend)?;
+        Ok(removed)
     }
 
     /// The row of `id` if it is visible in `scope` at `now`: for [`Scope::Owner`] the
@@ -533,13 +842,16 @@ impl PostgresStore {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let key = id.as_bytes().to_vec();
+        let key = id.as_bytes().as_slice();
+        let now = self.clock_arg(now);
         let query = match scope {
-            Scope::Any => sqlx::query(self.inner.sql.select.clone()).bind(key),
+            Scope::Any => sqlx::query(self.inner.sql.select.clone())
+                .bind(key)
+                .bind(now),
             Scope::Owner(owner) => sqlx::query(self.inner.sql.select_owned.clone())
                 .bind(key)
-                .bind(owner.map(|p| p.as_str().to_owned()))
-                .bind(millis(now.as_millis())),
+                .bind(owner.map(|p| p.as_str().as_bytes()))
+                .bind(now),
         };
         let row = query
             .fetch_optional(&self.inner.pool)
@@ -578,14 +890,14 @@ impl CompareAndSwap for PostgresStore {
             let inner = &self.inner;
             let columns = Columns::of(record)?;
             let written: i64 = sqlx::query_scalar(inner.sql.write.clone())
-                .bind(record.id.as_bytes().to_vec())
+                .bind(record.id.as_bytes().as_slice())
                 .bind(i64::try_from(expected).map_err(StoreError::backend)?)
                 .bind(columns.revision)
                 .bind(columns.status)
-                .bind(columns.expires_at)
-                .bind(columns.retired_at)
-                .bind(columns.record)
-                .bind(inner.channel.clone())
+                .bind(columns.retired)
+                .bind(self.clock_arg(record.updated_at))
+                .bind(columns.record.as_str())
+                .bind(inner.channel.as_str())
                 .bind(self.payload(&record.id))
                 .fetch_one(&inner.pool)
                 .await
@@ -606,6 +918,7 @@ impl Inner {
             channel: format!("{table}_changes"),
             node,
             lock_key: fnv1a(table.as_bytes()),
+            clock: Clock::Store,
             sql: Statements::new(table),
             log: LogStatements::new(table),
             leases: Arc::new(LeaseStatements::new(table)),
@@ -628,71 +941,137 @@ impl Statements {
         // `table` passed `validate_table` (or is the default): a plain identifier,
         // quoted everywhere, so it cannot change the statements' meaning.
         let t = format!("\"{table}\"");
+        let c = format!("\"{table}_counts\"");
+        // The time every decision of one statement is made at: the caller's (bound)
+        // or the database server's.
+        let clock = |n: u8| {
+            format!(
+                "clock AS (SELECT COALESCE(${n}::bigint, \
+                 floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now)"
+            )
+        };
+        let live = "(expires_at IS NULL OR expires_at > (SELECT now FROM clock))";
+        // Rows a sweep at `now` removes: expired, or retired at or before the
+        // retention cutoff ($2, the retention in milliseconds; NULL: none).
+        let prune = |filter: &str| {
+            sql(format!(
+                "WITH {clock}, gone AS (\
+                     DELETE FROM {t} WHERE id IN (\
+                         SELECT id FROM {t} WHERE {filter} \
+                         AND (expires_at <= (SELECT now FROM clock) \
+                              OR ($2::bigint IS NOT NULL AND retired_at <= \
+                                  GREATEST((SELECT now FROM clock) - $2::bigint, 0))) \
+                         LIMIT $3) \
+                     RETURNING shard, owner, owner_shard) \
+                 SELECT scope, shard, count(*) FROM (\
+                     SELECT '\\x00'::bytea AS scope, shard FROM gone \
+                     UNION ALL \
+                     SELECT CASE WHEN owner IS NULL THEN '\\x01'::bytea \
+                                 ELSE '\\x02'::bytea || owner END, owner_shard FROM gone) counted \
+                 GROUP BY scope, shard ORDER BY scope, shard",
+                clock = clock(1),
+            ))
+        };
         Statements {
+            // The row cap's share ($1, $2 and $16: the shard, and the cap's base share
+            // and remainder), then the owner's ($3..$5, $17), then the row: each step
+            // runs only on the one before's row, so a full counter writes nothing
+            // after it (the caller rolls back what came before). A shard over its
+            // share (rows created without the cap, or under a larger one) sends the
+            // create to the exact path.
             insert: sql(format!(
-                "WITH inserted AS (\
-                     INSERT INTO {t} (id, owner, revision, status, expires_at, retired_at, record) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) \
+                "WITH {clock}, \
+                 rows_counted AS (\
+                     UPDATE {c} SET n = n + 1 \
+                     WHERE scope = '\\x00'::bytea AND shard = $1 AND ($2::bigint IS NULL OR (\
+                         n < $2::bigint + (shard < $16::smallint)::int \
+                         AND NOT EXISTS (SELECT 1 FROM {c} other WHERE other.scope = '\\x00'::bytea \
+                             AND other.n > $2::bigint + (other.shard < $16::smallint)::int))) \
+                     RETURNING 1), \
+                 owner_counted AS (\
+                     INSERT INTO {c} (scope, shard, n) SELECT $3, $4, 1 FROM rows_counted \
+                     WHERE $5::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM {c} other \
+                         WHERE other.scope = $3 AND other.n > $5::bigint + (other.shard < $17::smallint)::int) \
+                     ON CONFLICT (scope, shard) DO UPDATE SET n = {c}.n + 1 \
+                     WHERE $5::bigint IS NULL OR {c}.n < $5::bigint + ({c}.shard < $17::smallint)::int \
+                     RETURNING 1), \
+                 inserted AS (\
+                     INSERT INTO {t} (id, owner, revision, status, expires_at, retired_at, record, shard, owner_shard) \
+                     SELECT $6, $7, $8, $9, \
+                         CASE WHEN $10::bigint IS NULL THEN NULL \
+                              WHEN $10::bigint >= 9223372036854775807 - clock.now THEN 9223372036854775807 \
+                              ELSE clock.now + $10::bigint END, \
+                         CASE WHEN $12 THEN clock.now END, $13::json, $1, $4 \
+                     FROM owner_counted, clock \
                      ON CONFLICT (id) DO NOTHING RETURNING 1) \
-                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM inserted) announced"
+                 SELECT (SELECT count(*) FROM rows_counted), (SELECT count(*) FROM owner_counted), \
+                     (SELECT count(*) FROM (SELECT pg_notify($14, $15) FROM inserted) announced)",
+                clock = clock(11),
             )),
             lock: sql("SELECT pg_advisory_xact_lock($1, $2)".to_owned()),
-            // Records expired at the new record's creation never count, nor do
-            // records retired at or before the retention cutoff (when one is given).
-            count_all: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} \
-                 WHERE (expires_at IS NULL OR expires_at > $2) \
-                 AND NOT (retired_at IS NOT NULL AND retired_at <= $3) \
-                 LIMIT $1) counted"
+            ensure_scope: sql(format!(
+                "INSERT INTO {c} (scope, shard, n) SELECT $1, s, 0 FROM generate_series(0, $2::smallint - 1) s \
+                 ON CONFLICT (scope, shard) DO NOTHING"
             )),
-            count_owner: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner = $1 \
-                 AND (expires_at IS NULL OR expires_at > $3) \
-                 AND NOT (retired_at IS NOT NULL AND retired_at <= $4) \
-                 LIMIT $2) counted"
+            lock_scope: sql(format!(
+                "SELECT shard, n FROM {c} WHERE scope = $1 ORDER BY shard FOR UPDATE"
             )),
-            count_unowned: sql(format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {t} WHERE owner IS NULL \
-                 AND (expires_at IS NULL OR expires_at > $2) \
-                 AND NOT (retired_at IS NOT NULL AND retired_at <= $3) \
-                 LIMIT $1) counted"
+            lock_counts: sql(format!(
+                "SELECT 1 FROM {c} JOIN unnest($1::bytea[], $2::smallint[]) AS d(scope, shard) \
+                 USING (scope, shard) ORDER BY scope, shard FOR UPDATE OF {c}"
             )),
+            uncount: sql(format!(
+                "UPDATE {c} SET n = {c}.n - d.k \
+                 FROM unnest($1::bytea[], $2::smallint[], $3::bigint[]) AS d(scope, shard, k) \
+                 WHERE {c}.scope = d.scope AND {c}.shard = d.shard"
+            )),
+            prune_all: prune("true"),
+            prune_owner: prune("owner = $4"),
+            prune_unowned: prune("owner IS NULL"),
             visible: sql(format!(
-                "SELECT id FROM {t} WHERE id = ANY($1) \
-                 AND (expires_at IS NULL OR expires_at > $2) \
-                 AND ($3 OR owner IS NOT DISTINCT FROM $4)"
+                "WITH {clock} SELECT id FROM {t} WHERE id = ANY($1) AND {live} \
+                 AND ($3 OR owner IS NOT DISTINCT FROM $4)",
+                clock = clock(2),
             )),
             select: sql(format!(
-                "SELECT revision, record::text FROM {t} WHERE id = $1"
+                "WITH {clock} SELECT revision, record::text FROM {t} WHERE id = $1 AND {live}",
+                clock = clock(2),
             )),
             // Owner-scoped reads check the owner and the expiry in the database: a
             // foreign or expired row is never sent, nor decoded, exactly like a
             // missing one.
             select_owned: sql(format!(
-                "SELECT revision, record::text FROM {t} WHERE id = $1 \
-                 AND owner IS NOT DISTINCT FROM $2 \
-                 AND (expires_at IS NULL OR expires_at > $3)"
+                "WITH {clock} SELECT revision, record::text FROM {t} WHERE id = $1 \
+                 AND owner IS NOT DISTINCT FROM $2 AND {live}",
+                clock = clock(3),
             )),
+            // An expired row is never written, whatever the caller read before.
             write: sql(format!(
-                "WITH written AS (\
-                     UPDATE {t} SET revision = $3, status = $4, expires_at = $5, \
-                     retired_at = $6, record = $7::jsonb \
-                     WHERE id = $1 AND revision = $2 RETURNING 1) \
-                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM written) announced"
+                "WITH {clock}, written AS (\
+                     UPDATE {t} SET revision = $3, status = $4, \
+                     retired_at = CASE WHEN $5 THEN (SELECT now FROM clock) END, record = $7::json \
+                     WHERE id = $1 AND revision = $2 AND {live} RETURNING 1) \
+                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM written) announced",
+                clock = clock(6),
             )),
-            cleanup: sql(format!(
-                "DELETE FROM {t} WHERE expires_at <= $1 OR retired_at <= $2"
-            )),
-            migrate: vec![
+            columns: sql(
+                "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+                 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped"
+                    .to_owned(),
+            ),
+            exists: sql("SELECT to_regclass($1) IS NOT NULL".to_owned()),
+            create: vec![
                 sql(format!(
                     "CREATE TABLE IF NOT EXISTS {t} (\
                          id bytea PRIMARY KEY, \
-                         owner text, \
+                         owner bytea, \
                          revision bigint NOT NULL, \
                          status text NOT NULL, \
                          expires_at bigint, \
                          retired_at bigint, \
-                         record jsonb NOT NULL)"
+                         record json NOT NULL, \
+                         shard smallint NOT NULL DEFAULT 0, \
+                         owner_shard smallint NOT NULL DEFAULT 0)"
                 )),
                 sql(format!(
                     "CREATE INDEX IF NOT EXISTS \"{table}_owner_idx\" ON {t} (owner)"
@@ -704,6 +1083,41 @@ impl Statements {
                 sql(format!(
                     "CREATE INDEX IF NOT EXISTS \"{table}_retired_at_idx\" ON {t} (retired_at) \
                      WHERE retired_at IS NOT NULL"
+                )),
+            ],
+            upgrade_owner: sql(format!(
+                "ALTER TABLE {t} ALTER COLUMN owner TYPE bytea USING convert_to(owner, 'UTF8')"
+            )),
+            upgrade_record: sql(format!(
+                "ALTER TABLE {t} ALTER COLUMN record TYPE json USING record::json"
+            )),
+            upgrade_shards: vec![
+                sql(format!(
+                    "ALTER TABLE {t} ADD COLUMN shard smallint NOT NULL DEFAULT 0, \
+                     ADD COLUMN owner_shard smallint NOT NULL DEFAULT 0"
+                )),
+                // Round robin, so no shard holds more than its share of a cap the
+                // table is within.
+                sql(format!(
+                    "UPDATE {t} SET shard = (spread.i % {COUNT_SHARDS})::smallint, \
+                     owner_shard = (spread.j % {COUNT_SHARDS})::smallint \
+                     FROM (SELECT id, row_number() OVER (ORDER BY id) - 1 AS i, \
+                           row_number() OVER (PARTITION BY owner ORDER BY id) - 1 AS j FROM {t}) spread \
+                     WHERE {t}.id = spread.id"
+                )),
+            ],
+            create_counts: sql(format!(
+                "CREATE TABLE {c} (scope bytea NOT NULL, shard smallint NOT NULL, n bigint NOT NULL, \
+                 PRIMARY KEY (scope, shard))"
+            )),
+            fill_counts: vec![
+                sql(format!(
+                    "INSERT INTO {c} (scope, shard, n) SELECT '\\x00'::bytea, shard, count(*) FROM {t} GROUP BY shard"
+                )),
+                sql(format!(
+                    "INSERT INTO {c} (scope, shard, n) \
+                     SELECT CASE WHEN owner IS NULL THEN '\\x01'::bytea ELSE '\\x02'::bytea || owner END, \
+                         owner_shard, count(*) FROM {t} GROUP BY 1, 2"
                 )),
             ],
         }
@@ -723,7 +1137,11 @@ impl LogStatements {
                 "SELECT seq, id FROM {log} WHERE seq > $1 ORDER BY seq LIMIT $2"
             )),
             oldest: sql(format!("SELECT min(seq) FROM {log}")),
-            prune: sql(format!("DELETE FROM {log} WHERE at <= $1")),
+            // By the database's clock, as `at` was written.
+            prune: sql(format!(
+                "DELETE FROM {log} \
+                 WHERE at <= (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1"
+            )),
             migrate: vec![
                 sql(format!(
                     "CREATE TABLE IF NOT EXISTS {log} (\
@@ -757,23 +1175,30 @@ impl LogStatements {
 
 /// The indexed copies of a record's fields, and the record itself as JSON text.
 struct Columns {
-    owner: Option<String>,
+    /// The owner's UTF-8 bytes: `bytea` keeps any principal, U+0000 included.
+    owner: Option<Vec<u8>>,
     revision: i64,
     status: &'static str,
-    expires_at: Option<i64>,
-    retired_at: Option<i64>,
+    /// The TTL: the row's `expires_at` is the store's `now` at creation plus this.
+    ttl: Option<i64>,
+    /// Whether the record is retired (terminal without a TTL): `retired_at` is
+    /// the store's `now` when it became so.
+    retired: bool,
+    /// `json`, not `jsonb`: kept as written, so `\u0000` and every number survive.
     record: String,
 }
 
 impl Columns {
     fn of(record: &TaskRecord) -> Result<Self, StoreError> {
-        let retired_at = record.retired_at().map(|at| millis(at.as_millis()));
         Ok(Columns {
-            owner: record.owner.as_ref().map(|p| p.as_str().to_owned()),
+            owner: record
+                .owner
+                .as_ref()
+                .map(|p| p.as_str().as_bytes().to_vec()),
             revision: i64::try_from(record.revision).map_err(StoreError::backend)?,
             status: record.status.as_str(),
-            expires_at: record.expires_at().map(|at| millis(at.as_millis())),
-            retired_at,
+            ttl: record.ttl_ms.map(millis),
+            retired: record.retired_at().is_some(),
             record: serde_json::to_string(record).map_err(StoreError::backend)?,
         })
     }
@@ -795,10 +1220,11 @@ impl TaskStore for PostgresStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
+            // The expiry was decided in the `SELECT`, by the store's clock.
             Ok(self
                 .read(id, scope, now)
                 .await?
-                .filter(|r| r.is_visible(scope, now)))
+                .filter(|r| scope.permits(r.owner.as_ref())))
         })
     }
 
@@ -814,12 +1240,12 @@ impl TaskStore for PostgresStore {
             }
             let (any, owner) = match scope {
                 Scope::Any => (true, None),
-                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().to_owned())),
+                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
             };
-            let keys: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
             let found: Vec<Vec<u8>> = sqlx::query_scalar(self.inner.sql.visible.clone())
                 .bind(keys)
-                .bind(millis(now.as_millis()))
+                .bind(self.clock_arg(now))
                 .bind(any)
                 .bind(owner)
                 .fetch_all(&self.inner.pool)
@@ -843,7 +1269,14 @@ impl TaskStore for PostgresStore {
         transition: &'a Transition,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
-        Box::pin(compare_and_swap(self, id, scope, transition, now))
+        Box::pin(compare_and_swap(
+            self,
+            self.inner.clock,
+            id,
+            scope,
+            transition,
+            now,
+        ))
     }
 
     fn cleanup<'a>(
@@ -852,22 +1285,23 @@ impl TaskStore for PostgresStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
-            let retired_before = retention_cutoff(now, retention);
-            let done = sqlx::query(self.inner.sql.cleanup.clone())
-                .bind(millis(now.as_millis()))
-                .bind(millis(retired_before.as_millis()))
-                .execute(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            let log_before = now
-                .as_millis()
-                .saturating_sub(FEED_RETENTION.as_millis() as u64);
+            let retention_ms = i64::try_from(FEED_RETENTION.as_millis()).unwrap_or(i64::MAX);
             sqlx::query(self.inner.log.prune.clone())
-                .bind(millis(log_before))
+                .bind(retention_ms)
                 .execute(&self.inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
+            let now = self.clock_arg(now);
+            let mut total = 0;
+            loop {
+                let removed = self
+                    .prune(PruneGroup::All, now, Some(retention), CLEANUP_BATCH)
+                    .await?;
+                total += removed;
+                if removed < CLEANUP_BATCH as usize {
+                    return Ok(total);
+                }
+            }
         })
     }
 
@@ -1129,17 +1563,45 @@ fn validate_table(table: &str) -> Result<(), ConfigError> {
     }
 }
 
-/// The second half of the advisory lock key for one owner's creates. Collisions only
-/// make two owners wait for each other.
-fn owner_lock_key(owner: Option<&str>) -> i32 {
+/// The counter scope of one owner's cap: `[1]` for the anonymous owner, `[2]` and
+/// the principal's bytes otherwise (never the row cap's `[0]`).
+fn owner_scope(owner: Option<&[u8]>) -> Vec<u8> {
     match owner {
-        // 0 is the table-wide lock.
-        None => 1,
-        Some(owner) => match fnv1a(owner.as_bytes()) {
-            0 | 1 => 2,
-            key => key,
-        },
+        None => vec![1],
+        Some(owner) => {
+            let mut scope = Vec::with_capacity(owner.len() + 1);
+            scope.push(2);
+            scope.extend_from_slice(owner);
+            scope
+        }
     }
+}
+
+/// Shard `shard`'s share of a cap of `max`: the shares add up to `max` exactly.
+fn shard_cap(max: usize, shard: i16) -> i64 {
+    let shards = COUNT_SHARDS as usize;
+    let shard = usize::try_from(shard).unwrap_or(0);
+    let share = max / shards + usize::from(shard < max % shards);
+    i64::try_from(share).unwrap_or(i64::MAX)
+}
+
+/// A cap's base share per shard and the remainder: shard `s` may hold
+/// `base + (s < remainder)`.
+fn shares(max: usize) -> (i64, i16) {
+    let shards = COUNT_SHARDS as usize;
+    (
+        i64::try_from(max / shards).unwrap_or(i64::MAX),
+        i16::try_from(max % shards).unwrap_or(0),
+    )
+}
+
+/// A shard from a random byte, among those with a share of `max` (all without a
+/// cap).
+fn pick_shard(random: u8, max: Option<usize>) -> i16 {
+    let usable = max.map_or(COUNT_SHARDS as usize, |max| {
+        max.clamp(1, COUNT_SHARDS as usize)
+    });
+    i16::try_from(usize::from(random) % usable).unwrap_or(0)
 }
 
 /// 32-bit FNV-1a: a stable hash for advisory lock keys.
@@ -1152,10 +1614,6 @@ fn fnv1a(bytes: &[u8]) -> i32 {
 
 fn millis(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
-}
-
-fn count_limit(max: usize) -> i64 {
-    i64::try_from(max).unwrap_or(i64::MAX)
 }
 
 /// A failure this store detects itself.
@@ -1173,6 +1631,7 @@ impl std::error::Error for Failure {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::Principal;
 
     #[test]
     fn table_names_must_be_plain_identifiers() {
@@ -1197,39 +1656,55 @@ mod tests {
 
     #[test]
     fn columns_mirror_the_record() {
-        let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1_000));
+        let mut record = TaskRecord::new(
+            TaskId::random(),
+            Some(Principal::from("a\u{0}b")),
+            Timestamp::from_millis(1_000),
+        );
         record.ttl_ms = Some(500);
         let columns = Columns::of(&record).unwrap();
-        assert_eq!(columns.expires_at, Some(1_500));
-        assert_eq!(columns.retired_at, None);
+        assert_eq!(columns.ttl, Some(500));
+        assert!(!columns.retired);
         assert_eq!(columns.status, "working");
+        assert_eq!(columns.owner.as_deref(), Some(&b"a\0b"[..]));
 
         record.ttl_ms = None;
         record
             .apply(&Transition::Cancel, Timestamp::from_millis(2_000))
             .unwrap();
         let columns = Columns::of(&record).unwrap();
-        assert_eq!(columns.expires_at, None);
-        assert_eq!(columns.retired_at, Some(2_000));
+        assert_eq!(columns.ttl, None);
+        assert!(columns.retired);
         assert_eq!(columns.revision, 1);
         let back: TaskRecord = serde_json::from_str(&columns.record).unwrap();
         assert_eq!(back, record);
     }
 
     #[test]
-    fn owner_scoped_reads_filter_the_owner_and_the_expiry_in_sql() {
+    fn reads_and_writes_decide_expiry_in_sql_on_one_clock() {
         let sql = Statements::new("mcp_tasks");
         let owned = sql.select_owned.as_str();
         assert!(owned.contains("owner IS NOT DISTINCT FROM $2"), "{owned}");
-        assert!(owned.contains("expires_at > $3"), "{owned}");
-        assert!(!sql.select.as_str().contains("owner"));
-        for count in [&sql.count_all, &sql.count_owner, &sql.count_unowned] {
+        for statement in [
+            &sql.select,
+            &sql.select_owned,
+            &sql.visible,
+            &sql.write,
+            &sql.insert,
+        ] {
+            let text = statement.as_str();
+            assert!(text.contains("clock_timestamp()"), "{text}");
+        }
+        for statement in [&sql.select, &sql.select_owned, &sql.visible, &sql.write] {
             assert!(
-                count.as_str().contains("retired_at <="),
-                "{}",
-                count.as_str()
+                statement
+                    .as_str()
+                    .contains("expires_at > (SELECT now FROM clock)")
             );
         }
+        assert!(sql.prune_all.as_str().contains("retired_at <="));
+        // No statement hands PostgreSQL a `jsonb` it would refuse `\u0000` in.
+        assert!(!sql.insert.as_str().contains("jsonb") && !sql.write.as_str().contains("jsonb"));
     }
 
     #[test]
@@ -1240,7 +1715,7 @@ mod tests {
                 .as_str()
                 .contains("\"mcp_tasks_feed\" WHERE seq > $1 ORDER BY seq")
         );
-        assert!(log.prune.as_str().contains("WHERE at <= $1"));
+        assert!(log.prune.as_str().contains("clock_timestamp()"));
         let migrate: Vec<&str> = log.migrate.iter().map(|s| s.as_str()).collect();
         assert!(
             migrate
@@ -1261,11 +1736,17 @@ mod tests {
     }
 
     #[test]
-    fn owner_lock_keys_never_take_the_table_key() {
-        assert_ne!(owner_lock_key(None), 0);
-        for owner in ["alice", "bob", ""] {
-            assert!(!matches!(owner_lock_key(Some(owner)), 0 | 1), "{owner}");
+    fn shard_shares_add_up_to_the_cap() {
+        for max in [0, 1, 5, 31, 32, 33, 1_000, 10_000, 1_000_001] {
+            let total: i64 = (0..COUNT_SHARDS).map(|shard| shard_cap(max, shard)).sum();
+            assert_eq!(total, max as i64, "{max}");
+            for random in [0, 1, 200, 255] {
+                let shard = pick_shard(random, Some(max));
+                assert!(max == 0 || shard_cap(max, shard) > 0, "{max} {shard}");
+            }
         }
+        assert_ne!(owner_scope(None), owner_scope(Some(b"")));
+        assert_ne!(owner_scope(Some(b"")), ROWS_SCOPE);
         assert_eq!(fnv1a(b"mcp_tasks"), fnv1a(b"mcp_tasks"));
         assert_ne!(fnv1a(b"mcp_tasks"), fnv1a(b"mcp_tasks_2"));
     }

@@ -7,7 +7,7 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively (`PEXPIREAT`) at `created_at + ttl`. |
+//! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively `ttl` after the create (`PEXPIRE`). |
 //! | `P owners` | hash | one field per stored record: id → owner tag. Its length is the row count. |
 //! | `P counts` | hash | owner tag → how many records that owner holds. |
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
@@ -36,8 +36,7 @@ use super::LeaseStore;
 use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
-    BoxFuture, ChangeFeed, ChangeSender, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
-    retention_cutoff,
+    BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
 use crate::error::{BoxError, Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -63,6 +62,24 @@ const FEED_MAXLEN: u64 = 100_000;
 /// The latest expiry Redis is given (9999-12-31); later ones are left to `cleanup`.
 const NATIVE_EXPIRY_MAX: u64 = 253_402_300_799_999;
 
+/// The time a script decides at: its argument, or the server's `TIME` when the
+/// argument is empty (the store's clock).
+const CLOCK_FN: &str = r#"
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function cutoff(now, retention)
+  if retention == '' then
+    return nil
+  end
+  return math.max(now - tonumber(retention), 0)
+end
+"#;
+
 /// Removes one record and its bookkeeping (its owner's index entries included);
 /// shared by the scripts that delete.
 const DROP_FN: &str = r#"
@@ -82,11 +99,12 @@ end
 
 /// KEYS: task, owners, counts, expiry, retired, the owner's expiry, the owner's
 /// retired.
-/// ARGV: id, owner tag, revision, record, expires at, native expiry, retired at,
-/// max rows, max per owner, now, task key prefix, prune batch, channel, payload,
-/// retired before (the retention cutoff), owner expiry key prefix, owner retired key
+/// ARGV: id, owner tag, revision, record, TTL, native TTL, retired ('1' or ''),
+/// max rows, max per owner, now ('' for the server's clock), task key prefix, prune
+/// batch, channel, payload, retention, owner expiry key prefix, owner retired key
 /// prefix.
-/// Empty strings stand for "none".
+/// Empty strings stand for "none". Expiry and retirement are scored by `now` plus
+/// the TTL; the key's native expiry is the TTL from now, so no node's clock sets it.
 ///
 /// A full store prunes the oldest expired (and retired) records of any owner; an
 /// owner at its cap prunes its own, from its own indexes, so the per-owner cap is
@@ -95,6 +113,8 @@ const CREATE: &str = r#"
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 or redis.call('EXISTS', KEYS[1]) == 1 then
   return 'duplicate'
 end
+local now = clock(ARGV[10])
+local retired_before = cutoff(now, ARGV[15])
 local function full()
   if ARGV[8] ~= '' and redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
     return 'limit_rows'
@@ -119,16 +139,16 @@ local function prune(set, global, bound)
 end
 local limit = full()
 if limit == 'limit_rows' then
-  prune(KEYS[4], KEYS[4], ARGV[10])
-  if ARGV[15] ~= '' then
-    prune(KEYS[5], KEYS[5], ARGV[15])
+  prune(KEYS[4], KEYS[4], now)
+  if retired_before then
+    prune(KEYS[5], KEYS[5], retired_before)
   end
   limit = full()
 end
 if limit == 'limit_owner' then
-  prune(KEYS[6], KEYS[4], ARGV[10])
-  if ARGV[15] ~= '' then
-    prune(KEYS[7], KEYS[5], ARGV[15])
+  prune(KEYS[6], KEYS[4], now)
+  if retired_before then
+    prune(KEYS[7], KEYS[5], retired_before)
   end
   limit = full()
 end
@@ -137,14 +157,15 @@ if limit then
 end
 redis.call('HSET', KEYS[1], 'rev', ARGV[3], 'rec', ARGV[4], 'own', ARGV[2])
 if ARGV[5] ~= '' then
-  redis.call('ZADD', KEYS[4], ARGV[5], ARGV[1])
-  redis.call('ZADD', KEYS[6], ARGV[5], ARGV[1])
+  local expires = now + tonumber(ARGV[5])
+  redis.call('ZADD', KEYS[4], expires, ARGV[1])
+  redis.call('ZADD', KEYS[6], expires, ARGV[1])
   if ARGV[6] ~= '' then
-    redis.call('PEXPIREAT', KEYS[1], ARGV[6])
+    redis.call('PEXPIRE', KEYS[1], ARGV[6])
   end
 elseif ARGV[7] ~= '' then
-  redis.call('ZADD', KEYS[5], ARGV[7], ARGV[1])
-  redis.call('ZADD', KEYS[7], ARGV[7], ARGV[1])
+  redis.call('ZADD', KEYS[5], now, ARGV[1])
+  redis.call('ZADD', KEYS[7], now, ARGV[1])
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
@@ -153,8 +174,8 @@ return 'ok'
 "#;
 
 /// KEYS: task, retired, owners.
-/// ARGV: expected revision, new revision, record, retired at, id, channel, payload,
-/// owner retired key prefix.
+/// ARGV: expected revision, new revision, record, retired ('1' or ''), id, channel,
+/// payload, owner retired key prefix, now ('' for the server's clock).
 /// Answers {CAS_WRITTEN, ''}, {CAS_GONE, ''} or {CAS_CONFLICT, current record}.
 const CAS: &str = r#"
 local current = redis.call('HMGET', KEYS[1], 'rev', 'rec')
@@ -166,10 +187,11 @@ if current[1] ~= ARGV[1] then
 end
 redis.call('HSET', KEYS[1], 'rev', ARGV[2], 'rec', ARGV[3])
 if ARGV[4] ~= '' then
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  local now = clock(ARGV[9])
+  redis.call('ZADD', KEYS[2], now, ARGV[5])
   local tag = redis.call('HGET', KEYS[3], ARGV[5])
   if tag then
-    redis.call('ZADD', ARGV[8] .. tag, ARGV[4], ARGV[5])
+    redis.call('ZADD', ARGV[8] .. tag, now, ARGV[5])
   end
 end
 redis.call('XADD', ARGV[6], 'MAXLEN', '~', '100000', '*', 'c', ARGV[7])
@@ -177,8 +199,8 @@ return {1, ''}
 "#;
 
 /// KEYS: expiry, retired, owners, counts.
-/// ARGV: now, retired before, task key prefix, batch, owner expiry key prefix,
-/// owner retired key prefix.
+/// ARGV: now ('' for the server's clock), retention, task key prefix, batch, owner
+/// expiry key prefix, owner retired key prefix.
 /// Answers {removed, more}.
 const CLEANUP: &str = r#"
 local removed = 0
@@ -195,8 +217,9 @@ local function sweep(set, bound)
     end
   end
 end
-sweep(KEYS[1], ARGV[1])
-sweep(KEYS[2], ARGV[2])
+local now = clock(ARGV[1])
+sweep(KEYS[1], now)
+sweep(KEYS[2], cutoff(now, ARGV[2]))
 return {removed, more}
 "#;
 
@@ -233,9 +256,9 @@ struct Scripts {
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    create: Script::new(&[DROP_FN, CREATE].concat()),
-    cas: Script::new(CAS),
-    cleanup: Script::new(&[DROP_FN, CLEANUP].concat()),
+    create: Script::new(&[CLOCK_FN, DROP_FN, CREATE].concat()),
+    cas: Script::new(&[CLOCK_FN, CAS].concat()),
+    cleanup: Script::new(&[CLOCK_FN, DROP_FN, CLEANUP].concat()),
     get_visible: Script::new(GET_VISIBLE),
 });
 
@@ -248,9 +271,12 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   nothing was written). Updates to one task from one node queue locally, so
 ///   the compare-and-swap only ever races other nodes. `create` checks the id, the row cap and the per-owner cap
 ///   and inserts in one script.
-/// - **Expiry.** A record with a TTL expires natively at `created_at + ttl`
-///   (`PEXPIREAT`); reads also compare against the `now` they are given, so an
-///   expired record reads as absent whatever the server's clock says. `cleanup`
+/// - **Expiry, on one clock.** A record with a TTL expires natively `ttl` after the
+///   create (`PEXPIRE`, a duration, so no node's clock sets it), and the scripts
+///   score expiry and retirement by the server's `TIME` (the default
+///   [`Clock::Store`]): nodes whose clocks disagree agree on when a task expires and
+///   when a finished one may go. With [`Clock::Caller`] the scripts take the
+///   caller's `now` instead and reads compare against it too. `cleanup`
 ///   removes expired records and terminal records without a TTL older than the
 ///   retention, and counts index entries, so records Redis already dropped count too.
 ///   Until then an expired record still takes its row under the caps, as in
@@ -299,6 +325,7 @@ pub struct RedisStore {
     node: Arc<str>,
     feed: Option<Arc<Feed>>,
     writers: Arc<[tokio::sync::Mutex<()>]>,
+    clock: Clock,
 }
 
 struct Keys {
@@ -418,6 +445,59 @@ impl RedisStore {
             writers: (0..WRITE_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            clock: Clock::Store,
+        }
+    }
+
+    /// The same store, deciding expiry and retention by `clock`: by default
+    /// [`Clock::Store`], the server's `TIME` inside each script (and native key
+    /// expiry set as a duration), so that nodes whose clocks disagree still agree
+    /// on when a task expires. [`Clock::Caller`] takes the `now` of each call (and a
+    /// new record's `created_at`) instead, for tests that drive time.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::RedisStore;
+    /// use mcp_tasks::store::Clock;
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.clock(), Clock::Store);
+    /// assert_eq!(store.with_clock(Clock::Caller).clock(), Clock::Caller);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock this store decides expiry and retention by.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// assert_eq!(store.clock(), mcp_tasks::store::Clock::Store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// The `now` a script gets: the caller's, or empty for the server's `TIME`.
+    fn clock_arg(&self, now: Timestamp) -> String {
+        match self.clock {
+            Clock::Caller => now.as_millis().to_string(),
+            Clock::Store => String::new(),
+        }
+    }
+
+    /// Whether a read at `now` in `scope` sees `record`: on the store's clock the
+    /// server already left expired records out (native expiry).
+    fn sees(&self, record: &TaskRecord, scope: Scope<'_>, now: Timestamp) -> bool {
+        match self.clock {
+            Clock::Caller => record.is_visible(scope, now),
+            Clock::Store => scope.permits(record.owner.as_ref()),
         }
     }
 
@@ -553,9 +633,16 @@ impl TaskStore for RedisStore {
         Box::pin(async move {
             let id = record.id.to_string();
             let json = encode(&record)?;
-            let expires_at = record.expires_at().map(Timestamp::as_millis);
-            let native_expiry = expires_at.filter(|&at| at <= NATIVE_EXPIRY_MAX);
-            let retired_at = record.retired_at().map(Timestamp::as_millis);
+            let ttl = record.ttl_ms;
+            // Redis refuses expiries past year 9999; later ones are left to `cleanup`.
+            let native_ttl = ttl.filter(|&ttl| {
+                record
+                    .created_at
+                    .as_millis()
+                    .checked_add(ttl)
+                    .is_some_and(|at| at <= NATIVE_EXPIRY_MAX)
+            });
+            let retired = record.retired_at().map(|_| "1");
             let keys = &self.keys;
             let tag = owner_tag(record.owner.as_ref());
             let mut conn = self.conn.clone();
@@ -572,19 +659,17 @@ impl TaskStore for RedisStore {
                 .arg(&tag)
                 .arg(record.revision)
                 .arg(json)
-                .arg(optional(expires_at))
-                .arg(optional(native_expiry))
-                .arg(optional(retired_at))
+                .arg(optional(ttl))
+                .arg(optional(native_ttl))
+                .arg(optional(retired))
                 .arg(optional(limits.max_rows))
                 .arg(optional(limits.max_per_owner))
-                .arg(record.created_at.as_millis())
+                .arg(self.clock_arg(record.created_at))
                 .arg(&keys.task)
                 .arg(PRUNE_BATCH)
                 .arg(&keys.channel)
                 .arg(self.payload(&id))
-                .arg(optional(limits.retention.map(|retention| {
-                    retention_cutoff(record.created_at, retention).as_millis()
-                })))
+                .arg(optional(limits.retention.map(retention_ms)))
                 .arg(&keys.owner_expiry)
                 .arg(&keys.owner_retired)
                 .invoke_async(&mut conn)
@@ -608,7 +693,7 @@ impl TaskStore for RedisStore {
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
             let stored = CompareAndSwap::read(self, id, scope, now).await?;
-            Ok(stored.filter(|r| r.is_visible(scope, now)))
+            Ok(stored.filter(|r| self.sees(r, scope, now)))
         })
     }
 
@@ -651,7 +736,7 @@ impl TaskStore for RedisStore {
             for (id, json) in unique.into_iter().zip(stored) {
                 let Some(json) = json else { continue };
                 let record = decode(&json)?;
-                if record.id == id && record.is_visible(scope, now) {
+                if record.id == id && self.sees(&record, scope, now) {
                     found.push(id);
                 }
             }
@@ -669,7 +754,7 @@ impl TaskStore for RedisStore {
         Box::pin(async move {
             // Writers on this node take turns, so they never race each other.
             let _turn = self.writer_queue(id).lock().await;
-            compare_and_swap(self, id, scope, transition, now).await
+            compare_and_swap(self, self.clock, id, scope, transition, now).await
         })
     }
 
@@ -679,7 +764,6 @@ impl TaskStore for RedisStore {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         Box::pin(async move {
-            let retired_before = retention_cutoff(now, retention).as_millis();
             let keys = &self.keys;
             let mut conn = self.conn.clone();
             let mut total = 0usize;
@@ -690,8 +774,8 @@ impl TaskStore for RedisStore {
                     .key(&keys.retired)
                     .key(&keys.owners)
                     .key(&keys.counts)
-                    .arg(now.as_millis())
-                    .arg(retired_before)
+                    .arg(self.clock_arg(now))
+                    .arg(retention_ms(retention))
                     .arg(&keys.task)
                     .arg(CLEANUP_BATCH)
                     .arg(&keys.owner_expiry)
@@ -786,7 +870,7 @@ impl CompareAndSwap for RedisStore {
             let id_text = record.id.to_string();
             let mut conn = self.conn.clone();
             // Only a change that ends a task without a TTL can retire it.
-            let retired_at = record.retired_at().map(Timestamp::as_millis);
+            let retired = record.retired_at().map(|_| "1");
             let (state, current): (i64, String) = SCRIPTS
                 .cas
                 .key(self.keys.task(&id_text))
@@ -795,11 +879,12 @@ impl CompareAndSwap for RedisStore {
                 .arg(expected)
                 .arg(record.revision)
                 .arg(encode(record)?)
-                .arg(optional(retired_at))
+                .arg(optional(retired))
                 .arg(&id_text)
                 .arg(&self.keys.channel)
                 .arg(self.payload(&id_text))
                 .arg(&self.keys.owner_retired)
+                .arg(self.clock_arg(record.updated_at))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
@@ -1028,6 +1113,10 @@ fn owner_tag(owner: Option<&Principal>) -> String {
     }
 }
 
+fn retention_ms(retention: Duration) -> u64 {
+    u64::try_from(retention.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn optional<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(String::new, |v| v.to_string())
 }
@@ -1105,8 +1194,8 @@ mod tests {
         // Every create stores the tag the script compares.
         assert!(CREATE.contains("'own', ARGV[2]"));
         // A full create prunes retired records past the retention as well.
-        assert!(CREATE.contains("prune(KEYS[5], KEYS[5], ARGV[15])"));
-        assert!(CREATE.contains("prune(KEYS[7], KEYS[5], ARGV[15])"));
+        assert!(CREATE.contains("prune(KEYS[5], KEYS[5], retired_before)"));
+        assert!(CREATE.contains("prune(KEYS[7], KEYS[5], retired_before)"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::task::Timestamp;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 use {
-    super::{BoxFuture, Updated},
+    super::{BoxFuture, Clock, Updated},
     crate::error::StoreError,
     crate::task::{Applied, Scope, TaskId, TaskRecord, Transition},
 };
@@ -45,7 +45,8 @@ pub(crate) enum Written {
     Lost(Option<Box<TaskRecord>>),
 }
 
-/// The two I/O steps of a compare-and-swap store.
+/// The two I/O steps of a compare-and-swap store. `write_if` must not write a record
+/// that expired meanwhile (by the store's clock).
 #[cfg(any(feature = "postgres", feature = "redis"))]
 pub(crate) trait CompareAndSwap: Sync {
     /// The record as stored, if it is visible in `scope` at `now`. A store checks the
@@ -73,6 +74,7 @@ pub(crate) trait CompareAndSwap: Sync {
 #[cfg(any(feature = "postgres", feature = "redis"))]
 pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
     backend: &B,
+    clock: Clock,
     id: &TaskId,
     scope: Scope<'_>,
     transition: &Transition,
@@ -83,7 +85,13 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
         let Some(mut record) = current.take() else {
             return Ok(None);
         };
-        if !record.is_visible(scope, now) {
+        // On the store's clock the backend's read already left out expired
+        // records; the caller's `now` must not decide again.
+        let visible = match clock {
+            Clock::Caller => record.is_visible(scope, now),
+            Clock::Store => scope.permits(record.owner.as_ref()),
+        };
+        if !visible {
             return Ok(None);
         }
         let expected = record.revision;

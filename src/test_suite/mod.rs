@@ -84,12 +84,27 @@
 //! Each function takes a fresh, empty store **by value** (any `S: TaskStore`, which
 //! includes `Arc<dyn TaskStore>`) and panics with a message naming the broken rule.
 //! They read the wall clock only to pick a starting time, and pass explicit `now`
-//! values afterwards, as the [`TaskStore`] contract requires. The contention rules
+//! values afterwards, as the [`TaskStore`] contract requires (all but the clock rule,
+//! below, which plays nodes whose clocks are off and waits for a TTL in real time). The contention rules
 //! spawn tasks and need a multi-thread runtime.
 //!
 //! A store may answer [`StoreError::Contention`] when a compare-and-swap keeps
 //! losing. That answer promises that nothing was written, so the concurrent rules
 //! retry it (a bounded number of times) instead of counting it as a loss.
+//!
+//! # Clocks
+//!
+//! Every rule but one drives time with explicit timestamps, so it needs a store that
+//! takes the `now` it is given as its clock ([`Clock::Caller`], the memory store's
+//! default; `with_clock(Clock::Caller)` on the shared stores). A store shared
+//! between nodes decides by its own clock in production ([`Clock::Store`]):
+//! [`node_clocks_minutes_apart_agree_on_expiry`], run by
+//! [`task_store_clock_tests!`](crate::task_store_clock_tests), checks that nodes
+//! whose clocks are minutes apart then neither lose tasks early nor see expired
+//! ones again.
+//!
+//! [`Clock::Caller`]: crate::store::Clock::Caller
+//! [`Clock::Store`]: crate::store::Clock::Store
 //!
 //! # Stores shared between nodes
 //!
@@ -120,6 +135,7 @@
 //! [`TaskStore::leases`]: crate::TaskStore::leases
 //! [`StoreError::Contention`]: crate::StoreError::Contention
 
+mod clock;
 mod contention;
 mod create;
 mod expiry;
@@ -130,7 +146,9 @@ mod leases;
 mod nodes;
 mod ownership;
 mod transitions;
+mod values;
 
+pub use clock::node_clocks_minutes_apart_agree_on_expiry;
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
     create_rejects_duplicate_id, create_then_get, expired_records_never_fill_the_caps,
@@ -160,6 +178,7 @@ pub use transitions::{
     rejected_transition_changes_nothing, revision_increments_on_every_change,
     terminal_states_never_change,
 };
+pub use values::values_round_trip_unchanged;
 
 /// Runs every rule of the suite as a `#[tokio::test]` on a multi-thread runtime.
 ///
@@ -209,6 +228,7 @@ macro_rules! task_store_tests {
             retired_records_past_retention_never_fill_the_caps,
             visible_lists_only_visible_ids,
             revision_increments_on_every_change,
+            values_round_trip_unchanged,
             concurrent_terminal_writes_one_wins,
             concurrent_updates_never_lost,
         );
@@ -220,6 +240,33 @@ macro_rules! task_store_tests {
                 $crate::test_suite::$rule($factory.await).await;
             }
         )*
+    };
+}
+
+/// Runs the clock rule of the suite as a `#[tokio::test]`: the contract of a store
+/// that decides expiry and retention by its own clock
+/// ([`Clock::Store`](crate::store::Clock)), whatever clock its callers have.
+///
+/// The other rules drive time with explicit timestamps, so they need a store that
+/// takes each call's `now` as its clock ([`Clock::Caller`](crate::store::Clock)):
+/// the same statements and scripts, with the time bound instead of read on the
+/// server. This rule checks the other half: the argument is an expression
+/// evaluating to a future of a fresh, empty store *on its own clock*, evaluated
+/// once per test. It waits about 3 s of real time.
+///
+/// ```no_run
+/// mod memory_store_clock {
+///     use mcp_tasks::store::Clock;
+///
+///     mcp_tasks::task_store_clock_tests!(async { mcp_tasks::MemoryStore::new().with_clock(Clock::Store) });
+/// }
+/// # fn main() {}
+/// ```
+#[macro_export]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+macro_rules! task_store_clock_tests {
+    ($factory:expr $(,)?) => {
+        $crate::task_store_tests!(@rules $factory; node_clocks_minutes_apart_agree_on_expiry);
     };
 }
 

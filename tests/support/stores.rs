@@ -39,6 +39,7 @@ pub(crate) mod postgres {
     use mcp_tasks::PostgresStore;
     use mcp_tasks::sqlx::postgres::PgPoolOptions;
     use mcp_tasks::sqlx::{self, AssertSqlSafe, Connection, Executor};
+    use mcp_tasks::store::Clock;
     use mcp_tasks::test_suite::{Intercept, StoreHooks};
 
     use super::super::wait::{DEADLINE, within};
@@ -58,12 +59,12 @@ pub(crate) mod postgres {
         super::unique_name("mcp_tasks_t_")
     }
 
-    /// Drops its table when dropped, on a connection of its own (the test's runtime
+    /// Drops its table (and the table's counters) when dropped, on a connection of its own (the test's runtime
     /// may be shutting down).
     #[derive(Debug)]
     pub(crate) struct DropTable {
-        url: String,
-        table: String,
+        pub(crate) url: String,
+        pub(crate) table: String,
     }
 
     impl DropTable {
@@ -79,7 +80,7 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_nodes\", \"{0}_holds\", \"{0}_feed\"; \
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_nodes\", \"{0}_holds\", \"{0}_feed\", \"{0}_counts\"; \
                  DROP FUNCTION IF EXISTS \"{0}_feed_fn\"()",
                 self.table
             );
@@ -115,12 +116,14 @@ pub(crate) mod postgres {
             .expect("connect to DATABASE_URL");
         let store = PostgresStore::new(pool)
             .with_table(table)
-            .expect("a valid table name");
+            .expect("a valid table name")
+            .with_clock(Clock::Caller);
         store.migrate().await.expect("migrate");
         store
     }
 
-    /// A store on a fresh scratch table; `None` without a database.
+    /// A store on a fresh scratch table, taking the time each call passes (the
+    /// contract suite drives time); `None` without a database.
     pub(crate) async fn scratch() -> Option<Scratch> {
         let url = database_url()?;
         let table = scratch_table();
@@ -143,6 +146,15 @@ pub(crate) mod postgres {
             nodes.push(Intercept::new(store, drop.clone()));
         }
         nodes
+    }
+
+    /// A store on a fresh scratch table deciding expiry by the database's clock,
+    /// as in production; `None` without a database.
+    pub(crate) async fn scratch_on_store_clock() -> Option<Scratch> {
+        let url = database_url()?;
+        let table = scratch_table();
+        let store = node(&url, &table).await.with_clock(Clock::Store);
+        Some(Intercept::new(store, Arc::new(DropTable { url, table })))
     }
 
     /// Two listening store instances ("nodes") on one fresh scratch table; `None`
@@ -169,6 +181,7 @@ pub(crate) mod redis {
     use std::sync::Arc;
 
     use mcp_tasks::RedisStore;
+    use mcp_tasks::store::Clock;
     use mcp_tasks::test_suite::{Intercept, StoreHooks};
 
     /// The server from `REDIS_URL`, or `None` (after saying so) when the tests
@@ -237,11 +250,13 @@ pub(crate) mod redis {
     /// last store under it is dropped.
     pub(crate) type Scratch = Intercept<RedisStore, Arc<KeyJanitor>>;
 
+    /// A node taking the time each call passes (the contract suite drives time).
     async fn node(url: &str, keys: &Arc<KeyJanitor>) -> Scratch {
         let store = RedisStore::connect(url)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
-            .with_prefix(&keys.prefix);
+            .with_prefix(&keys.prefix)
+            .with_clock(Clock::Caller);
         Intercept::new(store, keys.clone())
     }
 
@@ -285,5 +300,17 @@ pub(crate) mod redis {
     /// A store under a fresh prefix; `None` without a server.
     pub(crate) async fn scratch() -> Option<Scratch> {
         nodes(1).await?.pop()
+    }
+
+    /// A store under a fresh prefix deciding expiry by the server's clock, as in
+    /// production; `None` without a server.
+    pub(crate) async fn scratch_on_store_clock() -> Option<Scratch> {
+        let url = redis_url()?;
+        let prefix = unique_prefix();
+        let store = RedisStore::connect(url.as_str())
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to REDIS_URL: {e}"))
+            .with_prefix(&prefix);
+        Some(Intercept::new(store, Arc::new(KeyJanitor { url, prefix })))
     }
 }
