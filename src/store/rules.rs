@@ -38,7 +38,9 @@ pub fn retention_cutoff(now: Timestamp, retention: Duration) -> Timestamp {
 pub(crate) enum Written {
     /// The record was written.
     Done,
-    /// The record is gone (expired or removed meanwhile).
+    /// The record is gone (expired or removed meanwhile). Only Redis tells this apart
+    /// from a lost race; PostgreSQL's refusal re-reads the row instead.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     Gone,
     /// Another writer got there first; the current record when the backend
     /// returned it with its refusal.
