@@ -26,7 +26,10 @@
 //! ```
 //!
 //! `SCALE_STORE` is `memory` (default), `postgres`, `redis` or `all`; the shared
-//! stores default to 1k, 10k and 100k. BENCHMARKS.md has the results.
+//! stores default to 1k, 10k and 100k. `SCALE_INTERLEAVE=1` keeps every size's child
+//! alive at once and polls them in turns of one second, so that a change of the
+//! machine's pace during the run falls on every size alike. BENCHMARKS.md has the
+//! results.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -91,11 +94,16 @@ fn main() {
             "1000,10000,100000"
         };
         let sizes = std::env::var("SCALE_SIZES").unwrap_or_else(|_| default_sizes.into());
-        let mut smallest: Option<f64> = None;
-        for size in sizes
+        let sizes: Vec<usize> = sizes
             .split(',')
             .filter_map(|s| s.trim().parse::<usize>().ok())
-        {
+            .collect();
+        if std::env::var("SCALE_INTERLEAVE").is_ok_and(|v| v == "1") {
+            interleaved(store, &sizes);
+            continue;
+        }
+        let mut smallest: Option<f64> = None;
+        for size in sizes {
             let output = std::process::Command::new(std::env::current_exe().unwrap())
                 .env("SCALE_CHILD", format!("{store}:{size}"))
                 .stderr(std::process::Stdio::inherit())
@@ -110,18 +118,66 @@ fn main() {
                 std::process::exit(1);
             };
             let r: Value = serde_json::from_str(line).unwrap();
-            let rate = r["gets_per_s"].as_f64().unwrap();
-            let base = *smallest.get_or_insert(rate);
-            println!(
-                "| {store} | {size} | {:.0} | {:.0} | {:.0} | {} | {} | {:.2} |",
-                r["created_per_s"].as_f64().unwrap(),
-                r["rss_per_task"].as_f64().unwrap(),
-                rate,
-                r["p50_us"],
-                r["p99_us"],
-                rate / base,
-            );
+            print_row(store, size, &r, &mut smallest);
         }
+    }
+}
+
+/// One row of the results table; `smallest` is the first size's rate.
+fn print_row(store: &str, size: usize, r: &Value, smallest: &mut Option<f64>) {
+    let rate = r["gets_per_s"].as_f64().unwrap();
+    let base = *smallest.get_or_insert(rate);
+    println!(
+        "| {store} | {size} | {:.0} | {:.0} | {:.0} | {} | {} | {:.2} |",
+        r["created_per_s"].as_f64().unwrap(),
+        r["rss_per_task"].as_f64().unwrap(),
+        rate,
+        r["p50_us"],
+        r["p99_us"],
+        rate / base,
+    );
+}
+
+/// `SCALE_INTERLEAVE=1`: one child per size, alive together (created one after
+/// the other), polled in turns of one second until each has polled `SCALE_SECS`,
+/// so that the machine's changes of pace fall on every size alike. An idle child
+/// holds its memory but uses no CPU.
+fn interleaved(store: &str, sizes: &[usize]) {
+    use std::io::{BufRead as _, BufReader, Write as _};
+    use std::process::{Command, Stdio};
+
+    let secs: u64 = env_or("SCALE_SECS", 10);
+    let mut children = Vec::new();
+    for &size in sizes {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env("SCALE_CHILD", format!("{store}:{size}"))
+            .env("SCALE_TURNS", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the child runs");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let ready = lines.next().and_then(Result::ok);
+        assert_eq!(ready.as_deref(), Some("READY"), "{store} {size}: not ready");
+        children.push((size, child, lines));
+    }
+    for _ in 0..secs {
+        for (size, child, lines) in &mut children {
+            writeln!(child.stdin.as_mut().unwrap(), "POLL").unwrap();
+            let done = lines.next().and_then(Result::ok);
+            assert_eq!(done.as_deref(), Some("POLLED"), "{store} {size}: no turn");
+        }
+    }
+    let mut smallest: Option<f64> = None;
+    for (size, mut child, mut lines) in children {
+        drop(child.stdin.take());
+        let line = lines
+            .find_map(|l| l.ok()?.strip_prefix("RESULT ").map(str::to_owned))
+            .unwrap_or_else(|| panic!("{store} {size}: no result"));
+        let _ = child.wait();
+        let r: Value = serde_json::from_str(&line).unwrap();
+        print_row(store, size, &r, &mut smallest);
     }
 }
 
@@ -216,34 +272,28 @@ async fn run(store: &str, size: usize) -> Value {
     drop(warm);
 
     let ids: Arc<Vec<TaskId>> = Arc::new(ids);
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let total = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::new();
-    let polling = Instant::now();
-    for (n, mut sender) in senders.into_iter().enumerate() {
-        let ids = ids.clone();
-        let total = total.clone();
-        workers.push(tokio::spawn(async move {
-            let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (n as u64 + 1);
-            let mut latencies = Vec::with_capacity(1 << 16);
-            while Instant::now() < deadline {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let id = ids[(seed % ids.len() as u64) as usize];
-                let sent = Instant::now();
-                poll_once(&mut sender, &id).await;
-                latencies.push(sent.elapsed().as_micros() as u32);
-            }
-            total.fetch_add(latencies.len(), Ordering::Relaxed);
-            latencies
-        }));
-    }
     let mut latencies = Vec::new();
-    for worker in workers {
-        latencies.extend(worker.await.unwrap());
+    let mut polled = Duration::ZERO;
+    if std::env::var("SCALE_TURNS").is_ok_and(|v| v == "1") {
+        // Interleaved: poll one second per `POLL` line on stdin, until it closes.
+        use std::io::{BufRead as _, Write as _};
+        println!("READY");
+        std::io::stdout().flush().unwrap();
+        let mut turns = std::io::stdin().lock().lines();
+        while let Some(Ok(_)) = turns.next() {
+            let (back, mine, took) = poll_for(senders, &ids, Duration::from_secs(1)).await;
+            senders = back;
+            latencies.extend(mine);
+            polled += took;
+            println!("POLLED");
+            std::io::stdout().flush().unwrap();
+        }
+    } else {
+        let (_, mine, took) = poll_for(senders, &ids, Duration::from_secs(secs)).await;
+        latencies = mine;
+        polled = took;
     }
-    let gets_per_s = total.load(Ordering::Relaxed) as f64 / polling.elapsed().as_secs_f64();
+    let gets_per_s = latencies.len() as f64 / polled.as_secs_f64();
     latencies.sort_unstable();
     let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
     eprintln!(
@@ -256,6 +306,44 @@ async fn run(store: &str, size: usize) -> Value {
         "p50_us": at(0.5),
         "p99_us": at(0.99),
     })
+}
+
+/// Polls `tasks/get` on random ids from every connection for `length`; returns
+/// the connections, every request's latency (µs) and how long the polling took.
+async fn poll_for(
+    senders: Vec<SendRequest<Full<Bytes>>>,
+    ids: &Arc<Vec<TaskId>>,
+    length: Duration,
+) -> (Vec<SendRequest<Full<Bytes>>>, Vec<u32>, Duration) {
+    let deadline = Instant::now() + length;
+    let polling = Instant::now();
+    let mut workers = Vec::new();
+    for (n, mut sender) in senders.into_iter().enumerate() {
+        let ids = ids.clone();
+        workers.push(tokio::spawn(async move {
+            let mut seed =
+                0x9E37_79B9_7F4A_7C15u64 ^ (n as u64 + 1) ^ polling.elapsed().as_nanos() as u64;
+            let mut latencies = Vec::with_capacity(1 << 14);
+            while Instant::now() < deadline {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let id = ids[(seed % ids.len() as u64) as usize];
+                let sent = Instant::now();
+                poll_once(&mut sender, &id).await;
+                latencies.push(sent.elapsed().as_micros() as u32);
+            }
+            (sender, latencies)
+        }));
+    }
+    let mut senders = Vec::with_capacity(workers.len());
+    let mut latencies = Vec::new();
+    for worker in workers {
+        let (sender, mine) = worker.await.unwrap();
+        senders.push(sender);
+        latencies.extend(mine);
+    }
+    (senders, latencies, polling.elapsed())
 }
 
 /// One `tasks/get` of `id`, its reply checked to be that task, `working`.
