@@ -35,6 +35,13 @@ pub(crate) struct NewTask {
     pub(crate) status_message: Option<String>,
 }
 
+/// Holds gained and given up since a lease keeper last renewed.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseLog {
+    pub(crate) hold: std::collections::HashSet<TaskId>,
+    pub(crate) release: std::collections::HashSet<TaskId>,
+}
+
 pub(crate) struct Engine {
     pub(crate) store: StoreCalls,
     pub(crate) config: Config,
@@ -52,6 +59,10 @@ pub(crate) struct Engine {
     held: Mutex<std::collections::HashSet<TaskId>>,
     /// Woken when this node starts work on a task, for the lease keeper.
     lease_changes: Arc<Notify>,
+    /// Set while a lease keeper runs: only then are hold changes recorded.
+    leasing: std::sync::atomic::AtomicBool,
+    /// Holds gained and given up since the keeper last took them.
+    lease_log: Mutex<LeaseLog>,
     /// Set by a drain: no new task is admitted.
     draining: std::sync::atomic::AtomicBool,
     pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
@@ -82,6 +93,8 @@ impl Engine {
             idle: Notify::new(),
             held: Mutex::default(),
             lease_changes: Arc::default(),
+            leasing: std::sync::atomic::AtomicBool::new(false),
+            lease_log: Mutex::default(),
             draining: std::sync::atomic::AtomicBool::new(false),
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
@@ -123,7 +136,7 @@ impl Engine {
             .is_none()
         {
             Live::Runners.up();
-            self.lease_changes.notify_one();
+            self.note_hold(id);
         }
     }
 
@@ -142,6 +155,7 @@ impl Engine {
             .remove(id);
         if runner.is_some() {
             Live::Runners.down();
+            self.note_release(id);
         }
         runner
     }
@@ -219,7 +233,7 @@ impl Engine {
     pub(crate) fn register_work(&self, id: TaskId) {
         if self.waits.start_work(&id) {
             Live::Workers.up();
-            self.lease_changes.notify_one();
+            self.note_hold(id);
         }
     }
 
@@ -246,16 +260,72 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .insert(id)
         {
-            self.lease_changes.notify_one();
+            self.note_hold(id);
         }
     }
 
     /// Gives up the lease [`hold`](Self::hold) took.
     pub(crate) fn release(&self, id: &TaskId) {
-        self.held
+        if self
+            .held
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+            .remove(id)
+        {
+            self.note_release(id);
+        }
+    }
+
+    /// Starts recording hold changes for a lease keeper.
+    pub(crate) fn start_leasing(&self) {
+        self.leasing
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_leasing(&self) -> bool {
+        self.leasing.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Records that this node now holds `id`, and wakes the keeper.
+    fn note_hold(&self, id: TaskId) {
+        if !self.is_leasing() {
+            return;
+        }
+        let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
+        log.release.remove(&id);
+        log.hold.insert(id);
+        drop(log);
+        self.lease_changes.notify_one();
+    }
+
+    /// Records that this node no longer holds `id`, unless something else on it
+    /// (work, a runner, an explicit hold) still does.
+    fn note_release(&self, id: &TaskId) {
+        if !self.is_leasing() {
+            return;
+        }
+        let still_held = self.waits.is_working(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id);
+        if still_held {
+            return;
+        }
+        let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
+        log.hold.remove(id);
+        log.release.insert(*id);
+    }
+
+    /// The hold changes recorded since the last call.
+    pub(crate) fn take_lease_log(&self) -> LeaseLog {
+        std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// How many tasks have work running in this process under a live handle.
@@ -268,6 +338,7 @@ impl Engine {
     pub(crate) fn forget_work(&self, id: &TaskId) {
         if self.waits.end_work(id) {
             Live::Workers.down();
+            self.note_release(id);
         }
         self.wake_if_idle();
     }

@@ -2,7 +2,6 @@
 //! tasks it runs, and the sweeper fails the unfinished tasks of nodes whose leases
 //! lapsed (see [`LeaseStore`]).
 
-use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -54,9 +53,12 @@ impl Leasing {
 
     /// Renews this node's lease with the tasks `engine` runs until the layer is gone.
     async fn keep(&self, engine: Weak<Engine>) {
-        let mut sent: HashSet<TaskId> = HashSet::new();
-        // The store's copy is unknown at first, and after any failed renewal.
+        // The store's copy is unknown at first, and after any failed renewal: then
+        // the whole set is sent; otherwise only what changed since the last one.
         let mut replace = true;
+        if let Some(engine) = engine.upgrade() {
+            engine.start_leasing();
+        }
         loop {
             let Some(strong) = engine.upgrade() else {
                 return;
@@ -65,16 +67,16 @@ impl Leasing {
             let poked = changes.notified();
             tokio::pin!(poked);
             poked.as_mut().enable();
-            let running: HashSet<TaskId> = strong.leased().into_iter().collect();
-            drop(strong);
+            let log = strong.take_lease_log();
             let (hold, release): (Vec<TaskId>, Vec<TaskId>) = if replace {
-                (running.iter().copied().collect(), Vec::new())
+                (strong.leased(), Vec::new())
             } else {
                 (
-                    running.difference(&sent).copied().collect(),
-                    sent.difference(&running).copied().collect(),
+                    log.hold.into_iter().collect(),
+                    log.release.into_iter().collect(),
                 )
             };
+            drop(strong);
             let renewal = Renewal {
                 node: &self.node,
                 bound: self.bound,
@@ -86,7 +88,6 @@ impl Leasing {
                 .await
             {
                 Ok(Ok(known)) => {
-                    sent = running;
                     if !known && !replace {
                         // The node was declared lapsed and forgotten: its set starts over.
                         tracing::warn!(
@@ -391,6 +392,36 @@ mod tests {
         let lapsed = leases.inner.lapsed().await.expect("read");
         assert_eq!(lapsed.len(), 1);
         assert_eq!(lapsed[0].tasks, vec![running]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn renewals_send_only_what_changed_and_keep_what_is_still_held() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let a = node(&store, leases.clone());
+        let (ended, twice, explicit) = (
+            working_task(&store).await,
+            working_task(&store).await,
+            working_task(&store).await,
+        );
+        a.engine.register_work(ended);
+        a.engine.register_work(twice);
+        a.handle().hold(twice);
+        a.handle().hold(explicit);
+        tokio::time::sleep(BOUND).await;
+
+        // The work on `ended` stops; `twice` loses its work but keeps its hold.
+        a.engine.forget_work(&ended);
+        a.engine.forget_work(&twice);
+        tokio::time::sleep(BOUND).await;
+        crash(&a);
+        tokio::time::sleep(BOUND * 2).await;
+        let lapsed = leases.lapsed().await.expect("read");
+        let mut held = lapsed[0].tasks.clone();
+        held.sort_unstable();
+        let mut expected = vec![twice, explicit];
+        expected.sort_unstable();
+        assert_eq!(held, expected);
     }
 
     #[test]

@@ -162,6 +162,14 @@ impl Waits {
         true
     }
 
+    /// Whether work runs on `id` in this process.
+    pub(crate) fn is_working(&self, id: &TaskId) -> bool {
+        self.lock()
+            .tasks
+            .get(id)
+            .is_some_and(|w| w.holders & WORK != 0)
+    }
+
     /// How many tasks have work running in this process.
     pub(crate) fn work_count(&self) -> usize {
         self.lock().works
