@@ -729,6 +729,15 @@ where
                     // Expiry changes nothing in the store, so no write would wake the
                     // wait: the waits' timer does, and the next read finds it gone.
                     if let Some(at) = task.and_then(|t| t.expires_at()) {
+                        // A store deciding expiry by its own clock may keep a task this
+                        // node's clock says has expired: look again in a while, not
+                        // at once and again and again.
+                        let now = Timestamp::now();
+                        let at = if at <= now {
+                            now.plus_ms(EXPIRY_RECHECK_MS)
+                        } else {
+                            at
+                        };
                         engine.waits.wake_at_expiry(id, at);
                     }
                     this.state = WaitState::Waiting;
@@ -782,6 +791,10 @@ fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
         },
     }
 }
+
+/// How long a wait leaves a task that the store still holds past its expiry (by
+/// this node's clock) before it reads it again.
+const EXPIRY_RECHECK_MS: u64 = 200;
 
 /// The first and the longest wait before a worker's wait reads its task again
 /// after a store error.
@@ -921,6 +934,7 @@ mod tests {
 
     use serde_json::json;
 
+    use super::EXPIRY_RECHECK_MS;
     use crate::error::TaskError;
     use crate::layer::TasksLayer;
     use crate::store::{CreateLimits, MemoryStore};
@@ -949,6 +963,77 @@ mod tests {
         };
         layer.handle().apply(&id, ask).await.unwrap();
         id
+    }
+
+    /// A store whose clock runs ten minutes behind this node's: it decides expiry
+    /// itself, as PostgreSQL and Redis do. Counts its reads.
+    #[derive(Debug, Default)]
+    struct Behind {
+        inner: MemoryStore,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    const BEHIND_MS: u64 = 600_000;
+
+    impl crate::TaskStore for Behind {
+        fn create<'a>(
+            &'a self,
+            record: TaskRecord,
+            limits: CreateLimits,
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+            self.inner.create(record, limits)
+        }
+
+        fn get<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            now: Timestamp,
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.get(id, scope, now.minus_ms(BEHIND_MS))
+        }
+
+        fn update<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            transition: &'a Transition,
+            now: Timestamp,
+        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
+        {
+            self.inner
+                .update(id, scope, transition, now.minus_ms(BEHIND_MS))
+        }
+
+        fn cleanup<'a>(
+            &'a self,
+            now: Timestamp,
+            retention: Duration,
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+            self.inner.cleanup(now.minus_ms(BEHIND_MS), retention)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wait_on_a_task_the_store_keeps_past_its_expiry_reads_it_seldom() {
+        let store = std::sync::Arc::new(Behind::default());
+        let layer = TasksLayer::builder(store.clone())
+            .without_janitor()
+            .build()
+            .unwrap();
+        let id = asking_task(&layer, Some(20)).await;
+        // By this node's clock the task expires at once; by the store's, in ten
+        // minutes. The wait must neither end nor spin on reads meanwhile.
+        let window = Duration::from_millis(600);
+        let waited = tokio::time::timeout(window, layer.engine.wait_for_answers(&id)).await;
+        assert!(waited.is_err(), "the store still holds the task");
+        let reads = store.reads.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            reads <= 2 + (window.as_millis() as usize) / EXPIRY_RECHECK_MS as usize,
+            "{reads} reads in {window:?}"
+        );
     }
 
     #[tokio::test]
