@@ -40,6 +40,9 @@ fn own_features() -> Vec<&'static str> {
     if cfg!(feature = "metrics") {
         features.push("metrics");
     }
+    if cfg!(feature = "client") {
+        features.push("client");
+    }
     features
 }
 
