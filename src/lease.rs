@@ -338,14 +338,20 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_node_never_fails_its_own_work_when_its_lease_lapsed_in_an_outage() {
+    /// A node over [`Outage`] leases running one task, after its first renewals.
+    async fn one_node_at_work() -> (Arc<MemoryStore>, Outage, TasksLayer, TaskId) {
         let store = Arc::new(MemoryStore::new());
         let leases = Outage::default();
         let a = node(&store, leases.clone());
         let running = working_task(&store).await;
         a.engine.register_work(running);
         tokio::time::sleep(BOUND).await;
+        (store, leases, a, running)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_never_fails_its_own_work_when_its_lease_lapsed_in_an_outage() {
+        let (store, leases, _node, running) = one_node_at_work().await;
 
         leases.down.store(true, Ordering::Release);
         tokio::time::sleep(BOUND * 3).await;
@@ -365,12 +371,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_node_forgotten_while_alive_renews_with_every_task_it_runs() {
-        let store = Arc::new(MemoryStore::new());
-        let leases = Outage::default();
-        let a = node(&store, leases.clone());
-        let running = working_task(&store).await;
-        a.engine.register_work(running);
-        tokio::time::sleep(BOUND).await;
+        let (_, leases, a, running) = one_node_at_work().await;
 
         // Cut off long enough for another node to declare it lost and forget it,
         // then back.

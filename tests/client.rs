@@ -24,10 +24,9 @@ use mcp_tasks::{
     MemoryStore, RpcError, TaskContext, TaskId, TaskSpec, TaskStatus, Tasks, TasksLayer,
 };
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ContentBlock,
-    CreateTaskResult, GetTaskParams, GetTaskResult, Implementation, InputRequiredResult,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool, UpdateTaskParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams,
+    GetTaskResult, Implementation, InputRequiredResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskExit, TaskManager, TaskOptions};
@@ -36,6 +35,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use support::http::{TestServer, authenticate, serve};
+use support::procs::{self, Proc};
+use support::rmcp_server::{object, text, tools_server};
 use support::wait;
 use tokio::sync::mpsc;
 use tower::{Layer as _, ServiceExt as _};
@@ -51,18 +52,9 @@ struct Fixture {
     started: mpsc::UnboundedSender<TaskId>,
 }
 
-fn text(value: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value)])
-}
-
-fn object(value: Value) -> Arc<JsonObject> {
-    Arc::new(value.as_object().cloned().unwrap_or_default())
-}
-
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("client-fixture", "1.0.0"))
+        tools_server("client-fixture")
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -866,90 +858,19 @@ async fn an_rmcp_native_task_resumes_and_cancels_explicitly() {
 // ---------------------------------------------------------------------------
 // examples/client.rs against examples/quickstart.rs, both as child processes
 
-/// The built example binaries `client` and `quickstart`, built once (with this
-/// test's features, so the build is the one `cargo test` already made).
-fn examples() -> &'static (std::path::PathBuf, std::path::PathBuf) {
-    static BUILT: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf)> =
-        std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let features: Vec<&str> = [
-            ("client", cfg!(feature = "client")),
-            ("metrics", cfg!(feature = "metrics")),
-            ("postgres", cfg!(feature = "postgres")),
-            ("redis", cfg!(feature = "redis")),
-            ("test-util", cfg!(feature = "test-util")),
-        ]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
-        // This test runs from <target dir>/<profile>/deps; the examples go to
-        // <target dir>/<profile>/examples, built into that same target dir.
-        let exe = std::env::current_exe().expect("the test's path");
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("the profile dir");
-        let target_dir = profile_dir.parent().expect("the target dir");
-        let mut build = std::process::Command::new(env!("CARGO"));
-        build
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args([
-                "build",
-                "-j",
-                "1",
-                "--example",
-                "client",
-                "--example",
-                "quickstart",
-            ])
-            .args(["--features", &features.join(",")])
-            .arg("--target-dir")
-            .arg(target_dir);
-        if profile_dir.ends_with("release") {
-            build.arg("--release");
-        }
-        let status = build.status().expect("cargo runs");
-        assert!(status.success(), "building the examples failed");
-        let dir = profile_dir.join("examples");
-        let exe = |name: &str| dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-        (exe("client"), exe("quickstart"))
-    })
-}
-
-/// The quickstart on 127.0.0.1, port 0 (in-memory store); killed when dropped.
-struct Quickstart {
-    child: tokio::process::Child,
-    url: String,
-}
-
-async fn quickstart() -> Quickstart {
-    use tokio::io::AsyncBufReadExt as _;
-    let (_, quickstart) = examples();
-    let mut child = tokio::process::Command::new(quickstart)
-        .env("MCP_ADDR", "127.0.0.1:0")
-        .env("RUST_LOG", "off")
-        .env_remove("MCP_STORE")
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the quickstart starts");
-    let stdout = child.stdout.take().expect("its stdout");
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
-    let first = wait::within("the quickstart listens", lines.next_line())
-        .await
-        .unwrap()
-        .expect("a first line");
-    let url = first
-        .strip_prefix("listening on ")
-        .expect("the listening line")
-        .to_owned();
-    Quickstart { child, url }
+/// The quickstart on 127.0.0.1, port 0 (in-memory store), as its own process;
+/// killed when dropped.
+fn quickstart() -> Proc {
+    procs::spawn(
+        "quickstart",
+        &[],
+        &[("RUST_LOG", "off"), ("MCP_STORE", "memory")],
+    )
 }
 
 /// The example client calling `tool` with `args` on `server`, stdin and stdout piped.
-fn example_client(server: &Quickstart, tool: &str, args: &str) -> tokio::process::Child {
-    let (client, _) = examples();
-    tokio::process::Command::new(client)
+fn example_client(server: &Proc, tool: &str, args: &str) -> tokio::process::Child {
+    tokio::process::Command::new(procs::build("client", &[]))
         .args([tool, args])
         .env("MCP_URL", &server.url)
         .env("MCP_TOKEN", "alice")
@@ -964,7 +885,7 @@ fn example_client(server: &Quickstart, tool: &str, args: &str) -> tokio::process
 #[tokio::test]
 async fn the_example_answers_a_question_and_prints_the_result_last() {
     use tokio::io::AsyncWriteExt as _;
-    let server = quickstart().await;
+    let server = quickstart();
     let mut client = example_client(&server, "deploy", r#"{"target": "prod"}"#);
     let mut stdin = client.stdin.take().unwrap();
     stdin.write_all(b"y\n").await.unwrap();
@@ -991,7 +912,7 @@ async fn the_example_answers_a_question_and_prints_the_result_last() {
 #[tokio::test]
 async fn the_example_cancels_the_task_on_ctrl_c_and_exits_130() {
     use tokio::io::AsyncBufReadExt as _;
-    let server = quickstart().await;
+    let server = quickstart();
     let mut client = example_client(&server, "build", r#"{"seconds": 60}"#);
     let mut lines = tokio::io::BufReader::new(client.stdout.take().unwrap()).lines();
     let first = wait::within("the first status", lines.next_line())
@@ -1013,5 +934,5 @@ async fn the_example_cancels_the_task_on_ctrl_c_and_exits_130() {
     assert_eq!(status.code(), Some(130), "{rest:?}");
     let last = rest.last().expect("the final status");
     assert!(last.starts_with("cancelled"), "{rest:?}");
-    drop(server.child);
+    drop(server);
 }

@@ -13,9 +13,8 @@ use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::{
@@ -25,6 +24,7 @@ use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
 use support::http::{Client, Reply, TestServer, serve};
 use support::requests::Call;
+use support::rmcp_server::{object, text, tools_server};
 use support::wait;
 use tower::{ServiceBuilder, ServiceExt as _};
 
@@ -35,18 +35,9 @@ struct Fixture {
     tasks: Option<Tasks>,
 }
 
-fn text(value: impl Into<String>) -> CallToolResult {
-    CallToolResult::success(vec![ContentBlock::text(value)])
-}
-
-fn object(value: Value) -> Arc<JsonObject> {
-    Arc::new(value.as_object().cloned().unwrap_or_default())
-}
-
 impl ServerHandler for Fixture {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("rmcp-fixture", "1.0.0"))
+        tools_server("rmcp-fixture")
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {

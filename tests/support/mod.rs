@@ -26,6 +26,7 @@ pub(crate) mod http;
 pub(crate) mod procs;
 pub(crate) mod proxy;
 pub(crate) mod requests;
+pub(crate) mod rmcp_server;
 pub(crate) mod sse;
 pub(crate) mod stores;
 pub(crate) mod wait;
