@@ -453,7 +453,7 @@ impl Engine {
                     Ok(found) => break found,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
+                        delay = next_retry(delay);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
@@ -522,7 +522,7 @@ impl Engine {
                 Err(e) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
                     tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
+                    delay = next_retry(delay);
                 }
             }
         }
@@ -637,7 +637,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
                 } else {
                     pending.extend(failed);
                     retry_at = Some(tokio::time::Instant::now() + delay);
-                    delay = (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()));
+                    delay = next_retry(delay);
                 }
                 continue;
             }
@@ -800,6 +800,12 @@ const EXPIRY_RECHECK_MS: u64 = 200;
 /// after a store error.
 const FIRST_RETRY_MS: u32 = 50;
 const LAST_RETRY_MS: u32 = 5_000;
+
+/// The pause after `delay` when a read of a waited-on task failed again: doubled,
+/// up to [`LAST_RETRY_MS`].
+fn next_retry(delay: Duration) -> Duration {
+    (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()))
+}
 
 /// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
