@@ -26,7 +26,8 @@
 //! ```
 //!
 //! `SCALE_STORE` is `memory` (default), `postgres`, `redis` or `all`; the shared
-//! stores default to 1k, 10k and 100k. `SCALE_INTERLEAVE=1` keeps every size's child
+//! stores default to 1k, 10k and 100k. `SCALE_CAP=N` sets the row and per-owner caps
+//! to N (default: no cap). `SCALE_INTERLEAVE=1` keeps every size's child
 //! alive at once and polls them in turns of one second, so that a change of the
 //! machine's pace during the run falls on every size alike. BENCHMARKS.md has the
 //! results.
@@ -216,13 +217,16 @@ async fn exchange(sender: &mut SendRequest<Full<Bytes>>, request: Request<Full<B
 async fn run(store: &str, size: usize) -> Value {
     let conns: usize = env_or("SCALE_CONNS", 32);
     let secs: u64 = env_or("SCALE_SECS", 10);
-    let layer = TasksLayer::builder(shared_store(store).await)
+    let builder = TasksLayer::builder(shared_store(store).await)
         .with_principal(|parts| bearer(&parts.headers))
-        .without_janitor()
-        .without_max_rows()
-        .without_max_tasks_per_owner()
-        .build()
-        .unwrap();
+        .without_janitor();
+    // `SCALE_CAP=N`: the row and per-owner caps at N, so that every create takes
+    // the capped path; without it, no cap.
+    let builder = match std::env::var("SCALE_CAP").ok().and_then(|n| n.parse().ok()) {
+        Some(cap) => builder.with_max_rows(cap).with_max_tasks_per_owner(cap),
+        None => builder.without_max_rows().without_max_tasks_per_owner(),
+    };
+    let layer = builder.build().unwrap();
     // The minimal inner service: `tools/call` of `park` makes a parked task; anything
     // else gets an empty result.
     // `SCALE_WORK=none` stores the tasks without workers, to tell the two costs apart.
