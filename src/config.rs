@@ -73,6 +73,7 @@ impl Config {
 ///     .with_tool_mode("build", TaskMode::Optional)
 ///     .with_tool_mode("deploy", TaskMode::Required)
 ///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_millis(250) })
+///     .with_tool_mode("migrate", TaskMode::AutoRequired { after: Duration::from_secs(1) })
 ///     .build();
 /// assert!(layer.is_ok());
 /// ```
@@ -110,6 +111,30 @@ pub enum TaskMode {
         /// How long the client waits for the inner answer before it gets a task.
         after: Duration,
     },
+    /// [`Auto`](TaskMode::Auto) for a client that declared the extension, and
+    /// -32021 (HTTP 400, with `requiredCapabilities`) for one that did not, as
+    /// [`Required`](TaskMode::Required) does: for a retrofitted tool that runs too
+    /// long to be called synchronously at all. While the layer drains, a client with
+    /// the extension gets -32603 "Server is shutting down".
+    AutoRequired {
+        /// How long the client waits for the inner answer before it gets a task.
+        after: Duration,
+    },
+}
+
+impl TaskMode {
+    /// The budget of an automatic mode.
+    pub(crate) fn auto_after(self) -> Option<Duration> {
+        match self {
+            TaskMode::Auto { after } | TaskMode::AutoRequired { after } => Some(after),
+            _ => None,
+        }
+    }
+
+    /// Whether a client must declare the extension to call the tool at all.
+    pub(crate) fn requires_extension(self) -> bool {
+        matches!(self, TaskMode::Required | TaskMode::AutoRequired { .. })
+    }
 }
 
 pub(crate) type PolicyFn =

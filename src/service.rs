@@ -312,18 +312,18 @@ where
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
             let mode = engine.config.mode_for_call(tool, arguments);
             let draining = engine.is_draining();
-            if draining && declared && mode == TaskMode::Required {
+            if draining && declared && mode.requires_extension() {
                 observe::task_refused("shutting_down");
                 return Ok(reply(RpcError::internal("Server is shutting down"), id));
             }
-            if let TaskMode::Auto { after } = mode
+            if let Some(after) = mode.auto_after()
                 && declared
                 && !draining
             {
                 let id = id.cloned();
                 return routes::auto::call(engine, inner, parts, bytes.clone(), id, after).await;
             }
-            if mode == TaskMode::Required && !declared {
+            if mode.requires_extension() && !declared {
                 observe::task_refused("extension_required");
                 return Ok(reply(RpcError::tasks_extension_required(), id));
             }

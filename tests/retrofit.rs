@@ -532,3 +532,38 @@ async fn cancel_and_expiry_drop_a_raw_inner_future() {
     let failed = client.get(&id, ALICE).await;
     assert_eq!(failed.ok()["status"], "failed", "{}", failed.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_tool_that_requires_the_extension_refuses_other_clients() {
+    let builder = layer_builder().with_tool_mode(
+        "sleep",
+        TaskMode::AutoRequired {
+            after: Duration::from_millis(50),
+        },
+    );
+    let server = Server::start(builder, true).await;
+    let client = server.client();
+
+    // Without the extension: -32021 with requiredCapabilities, and rmcp never sees it.
+    let refused = client
+        .call_tool("sleep", json!({"ms": 10}), false, ALICE)
+        .await;
+    refused.assert_capability_error();
+    assert!(server.inbox.calls("sleep").is_empty());
+
+    // With it: a fast call is answered as it is, a slow one becomes a task.
+    let fast = client
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await;
+    assert_eq!(first_text(fast.ok()), "slept 5ms", "{}", fast.text());
+    let id = client
+        .create_task_id("sleep", json!({"ms": 300}), ALICE)
+        .await;
+    let done = client.wait_for_status(&id, ALICE, "completed").await;
+    assert_eq!(first_text(&done["result"]), "slept 300ms");
+    // Other `Auto` tools still answer clients without the extension.
+    let boom = client
+        .call_tool("boom", json!({"ms": 5}), false, ALICE)
+        .await;
+    assert_eq!(boom.json["error"]["message"], "boom", "{}", boom.text());
+}

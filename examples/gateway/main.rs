@@ -20,7 +20,9 @@
 //! `TCP_NODELAY`. An unreachable upstream answers 502 with a JSON-RPC error.
 //!
 //! Environment: `MCP_UPSTREAM` (required, an `http://` URL), `MCP_ADDR` (default
-//! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_STORE` (see
+//! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_TASK_REQUIRED_TOOLS`
+//! (comma-separated tools that are `TaskMode::AutoRequired`: clients without the
+//! extension get -32021 for them), `MCP_STORE` (see
 //! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
 //! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
 //! `<name>`; the header is also forwarded upstream.
@@ -63,17 +65,34 @@ fn budget_from_env() -> Result<Duration, Box<dyn std::error::Error>> {
     }
 }
 
+/// `MCP_TASK_REQUIRED_TOOLS`: comma-separated names of upstream tools too long to
+/// call synchronously; clients without the extension get -32021 for them.
+fn required_tools_from_env() -> Vec<String> {
+    std::env::var("MCP_TASK_REQUIRED_TOOLS")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("info,mcp_tasks=debug");
     let upstream = upstream_from_env()?;
     let after = budget_from_env()?;
 
-    let tasks_layer =
+    let builder =
         common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
             .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-            .with_default_mode(TaskMode::Auto { after })
-            .build()?;
+            .with_default_mode(TaskMode::Auto { after });
+    let tasks_layer = required_tools_from_env()
+        .into_iter()
+        .fold(builder, |builder, tool| {
+            builder.with_tool_mode(tool, TaskMode::AutoRequired { after })
+        })
+        .build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
