@@ -19,6 +19,9 @@
 //! - `slow_ask {ms}`: waits `ms`, then asks for confirmation (MRTR, a form with a
 //!   boolean `confirm`); the retry answers `confirmed: true` or `confirmed: false`.
 //!   As a task, the question appears as the task's `inputRequests`;
+//! - `steps {steps, ms}`: works `steps` steps of `ms` milliseconds and reports
+//!   progress with a message after each; as a task, the newest message is the
+//!   task's `statusMessage`;
 //! - `stats`: `{"finished": n, "dropped": m}`, how many `sleep` calls ran to the end
 //!   and how many were dropped before it (cancelled tasks show up here).
 //!

@@ -107,6 +107,12 @@ pub enum TaskMode {
     /// The inner handler sees a request without the tasks extension in its
     /// `_meta` client capabilities, and a [`TaskContext`](crate::TaskContext) that refuses to make a
     /// task: it cannot nest one.
+    ///
+    /// The call carries a `progressToken` (the layer's own when the client sent
+    /// none), and the inner server's `notifications/progress` become the task's
+    /// `statusMessage`: the report's `message`, otherwise "n of total"; the newest
+    /// wins, written at most every 250 ms. Reports are never forwarded on listen
+    /// streams, and never reach a client that sent no token.
     Auto {
         /// How long the client waits for the inner answer before it gets a task.
         after: Duration,

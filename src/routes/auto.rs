@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tower_service::Service;
 
+use super::progress::{self, ProgressSink};
 use super::{Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
@@ -70,6 +71,7 @@ where
     let (answer_tx, mut answer_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
     let (me_tx, me_rx) = oneshot::channel();
+    let progress = Arc::new(ProgressSink::new(call.own_progress_token));
     let runner = Runner {
         engine,
         spare: inner.clone(),
@@ -77,6 +79,8 @@ where
         id: id.clone(),
         owner,
         expires_at: None,
+        reports: progress.subscribe(),
+        progress,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -111,12 +115,15 @@ struct Call {
     headers: http::HeaderMap,
     extensions: http::Extensions,
     message: Map<String, Value>,
+    /// The `progressToken` is the layer's, not the client's.
+    own_progress_token: bool,
 }
 
 impl Call {
     fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Call> {
         let mut message: Map<String, Value> = serde_json::from_slice(bytes).ok()?;
         strip_extension(&mut message);
+        let own_progress_token = progress::ensure_token(&mut message);
         let mut extensions = parts.extensions;
         // The inner handler cannot make a task of its own: the layer already does.
         extensions.insert(TaskContext::refused(TaskRefused::NotDeclared));
@@ -127,6 +134,7 @@ impl Call {
             headers: parts.headers,
             extensions,
             message,
+            own_progress_token,
         })
     }
 
@@ -201,6 +209,7 @@ async fn exchange<S, B, ResBody>(
     mut inner: S,
     request: Request<RequestBody<B>>,
     cap: usize,
+    progress: Arc<ProgressSink>,
 ) -> Exchange<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -216,7 +225,7 @@ where
     };
     let (head, body) = response.into_parts();
     if sse::is_event_stream(&head.headers) {
-        return match read_to_response(body, cap).await {
+        return match read_to_response(body, cap, &progress).await {
             Ok(SseRead::Answered(prefix, rest)) => Exchange::Answered(head, prefix, rest),
             Ok(SseRead::Ended(bytes)) => Exchange::Full(head, bytes),
             Ok(SseRead::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
@@ -251,7 +260,12 @@ enum SseRead<B> {
 /// Reads an SSE body event by event until its JSON-RPC response: the answer is
 /// taken from the response event, not from the end of the stream (which a server
 /// may keep open). Each byte is scanned once; at most `cap` bytes are held.
-async fn read_to_response<B>(body: B, cap: usize) -> Result<SseRead<B>, B::Error>
+/// Progress reports go to `progress`, and are left out when the token is the layer's.
+async fn read_to_response<B>(
+    body: B,
+    cap: usize,
+    progress: &ProgressSink,
+) -> Result<SseRead<B>, B::Error>
 where
     B: Body<Data = Bytes>,
 {
@@ -265,7 +279,11 @@ where
         };
         events.push(&data);
         while let Some(event) = events.next_event() {
-            let is_response = event.json().is_some_and(|m| sse::is_response(&m));
+            let message = event.json();
+            if message.as_ref().is_some_and(|m| !progress.observe(m)) {
+                continue;
+            }
+            let is_response = message.is_some_and(|m| sse::is_response(&m));
             read.extend_from_slice(&event.raw);
             if is_response {
                 read.extend_from_slice(&events.take_rest());
@@ -423,6 +441,9 @@ struct Runner<S> {
     owner: Option<Principal>,
     /// When the task expires: store calls that fail are retried until then.
     expires_at: Option<Timestamp>,
+    /// Where the inner server's progress reports go, and the newest of them.
+    progress: Arc<ProgressSink>,
+    reports: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 impl<S> Runner<S> {
@@ -438,7 +459,8 @@ impl<S> Runner<S> {
         ResBody::Error: Into<BoxError>,
     {
         let cap = self.engine.config.max_response_bytes;
-        let first = exchange(inner, self.call.request(&self.call.message), cap);
+        let request = self.call.request(&self.call.message);
+        let first = exchange(inner, request, cap, self.progress.clone());
         tokio::pin!(first);
         let done = tokio::select! {
             biased;
@@ -518,7 +540,7 @@ impl<S> Runner<S> {
         ResBody::Error: Into<BoxError>,
     {
         let cap = self.engine.config.max_response_bytes;
-        let mut outcome = first.await;
+        let mut outcome = progress::relaying(&self.engine, &task, &mut self.reports, first).await;
         let mut round = 0u32;
         loop {
             let (requests, state) = match classify(outcome) {
@@ -585,7 +607,9 @@ impl<S> Runner<S> {
                 }
             }
             let retry = self.call.retry(round, responses, state);
-            outcome = exchange(self.spare.clone(), self.call.request(&retry), cap).await;
+            let request = self.call.request(&retry);
+            let next = exchange(self.spare.clone(), request, cap, self.progress.clone());
+            outcome = progress::relaying(&self.engine, &task, &mut self.reports, next).await;
         }
     }
 

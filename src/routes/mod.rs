@@ -27,6 +27,7 @@ use crate::worker;
 pub(crate) mod auto;
 pub(crate) mod discover;
 pub(crate) mod listen;
+pub(crate) mod progress;
 pub(crate) mod tasks;
 pub(crate) mod tools_call;
 
