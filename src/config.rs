@@ -29,6 +29,7 @@ pub(crate) struct Config {
     pub(crate) tool_modes: HashMap<String, TaskMode>,
     pub(crate) default_mode: TaskMode,
     pub(crate) task_policy: Option<TaskPolicy>,
+    pub(crate) task_tools: bool,
     pub(crate) janitor: Option<(Duration, Duration)>,
     pub(crate) max_listen_task_ids: usize,
     pub(crate) max_listen_streams_per_owner: usize,

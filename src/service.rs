@@ -182,7 +182,11 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         if self.engine.config.enabled {
-            match route_by_headers(req.method(), req.headers()) {
+            let mut route = route_by_headers(req.method(), req.headers());
+            if self.engine.config.task_tools {
+                route = routes::task_tools::reroute(route, req.headers());
+            }
+            match route {
                 HeaderRoute::Passthrough => {}
                 HeaderRoute::Legacy => {
                     req.extensions_mut()
@@ -261,12 +265,16 @@ where
         Err(e) => return Ok(reply(e, None)),
     };
     if envelope.is_legacy(&parts.headers) {
+        if routes::task_tools::handles(&engine, &envelope.method, false) {
+            return routes::task_tools::call(engine, inner, parts, bytes.clone(), &envelope).await;
+        }
         parts
             .extensions
             .insert(TaskContext::refused(TaskRefused::LegacyEra));
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
-    if !is_owned_method(&envelope.method) {
+    let listing_tools = engine.config.task_tools && envelope.method == "tools/list";
+    if !is_owned_method(&envelope.method) && !listing_tools {
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     // Never an id or a principal here: the method, how it ended, and where the
@@ -305,6 +313,9 @@ where
         Ok(declared) => declared.0,
         Err(e) => return Ok(reply(e, id)),
     };
+    if routes::task_tools::handles(&engine, &envelope.method, declared) {
+        return routes::task_tools::call(engine, inner, parts, bytes.clone(), &envelope).await;
+    }
     match &*envelope.method {
         "tools/call" => {
             let tool = envelope.param_str("name");

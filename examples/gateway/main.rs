@@ -35,6 +35,7 @@
 //! (comma-separated tools that are `TaskMode::AutoRequired`: clients without the
 //! extension get -32021 for them), `MCP_FORWARD_HEADERS`,
 //! `MCP_UPSTREAM_CONNECT_TIMEOUT_MS`, `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (above),
+//! `MCP_TASK_TOOLS=1` (task tools for clients without the extension),
 //! `MCP_STORE` (see
 //! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
 //! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
@@ -125,12 +126,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
         .with_default_mode(TaskMode::Auto { after });
     // Upstream tools too long to call synchronously: -32021 without the extension.
-    let tasks_layer = names_from_env("MCP_TASK_REQUIRED_TOOLS")
+    let builder = names_from_env("MCP_TASK_REQUIRED_TOOLS")
         .into_iter()
         .fold(builder, |builder, tool| {
             builder.with_tool_mode(tool, TaskMode::AutoRequired { after })
-        })
-        .build()?;
+        });
+    let tasks_layer = common::with_task_tools_from_env(builder).build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use tower_service::Service;
 
 use super::progress::{self, ProgressSink};
+use super::task_tools::{AsToolResult, task_result};
 use super::{Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
@@ -47,7 +48,8 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_LAST: Duration = Duration::from_secs(2);
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
-/// declared the extension. `inner` must be ready (polled).
+/// declared the extension (or one served by the task tools). `inner` must be ready
+/// (polled).
 pub(crate) async fn call<S, B, ResBody>(
     engine: Arc<Engine>,
     inner: S,
@@ -65,6 +67,8 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let owner = engine.principal(&parts);
+    let mut parts = parts;
+    let as_tool = parts.extensions.remove::<AsToolResult>();
     let Some(call) = Call::new(parts, &bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
@@ -81,6 +85,7 @@ where
         expires_at: None,
         reports: progress.subscribe(),
         progress,
+        as_tool,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -444,6 +449,8 @@ struct Runner<S> {
     /// Where the inner server's progress reports go, and the newest of them.
     progress: Arc<ProgressSink>,
     reports: tokio::sync::watch::Receiver<Option<String>>,
+    /// The task is answered as a tool result (a client without the extension).
+    as_tool: Option<AsToolResult>,
 }
 
 impl<S> Runner<S> {
@@ -497,7 +504,7 @@ impl<S> Runner<S> {
         if let Ok(me) = me.await {
             self.engine.register_runner(task, me);
         }
-        let created = self.engine.create_task_result(&record);
+        let created = task_result(&self.engine, &record, self.as_tool);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
         if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.

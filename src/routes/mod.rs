@@ -8,6 +8,7 @@
 //! | `tools/call` (`TaskMode::Auto`) | `auto.rs` |
 //! | `server/discover` | `discover.rs` |
 //! | `subscriptions/listen` | `listen.rs` |
+//! | `tools/list`, `tools/call` of clients without the extension (task tools) | `task_tools.rs` |
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -28,6 +29,7 @@ pub(crate) mod auto;
 pub(crate) mod discover;
 pub(crate) mod listen;
 pub(crate) mod progress;
+pub(crate) mod task_tools;
 pub(crate) mod tasks;
 pub(crate) mod tools_call;
 
