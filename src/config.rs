@@ -121,7 +121,9 @@ pub enum TaskMode {
     /// [`Auto`](TaskMode::Auto) for a client that declared the extension, and
     /// -32021 (HTTP 400, with `requiredCapabilities`) for one that did not, as
     /// [`Required`](TaskMode::Required) does: for a retrofitted tool that runs too
-    /// long to be called synchronously at all. While the layer drains, a client with
+    /// long to be called synchronously at all. With
+    /// [`with_task_tools`](crate::TasksLayerBuilder::with_task_tools), such a client
+    /// gets a task it follows through the task tools instead. While the layer drains, a client with
     /// the extension gets -32603 "Server is shutting down".
     AutoRequired {
         /// How long the client waits for the inner answer before it gets a task.

@@ -676,8 +676,9 @@ impl TasksLayerBuilder {
 
     /// Tasks for clients that do not speak the extension (default: off). For a
     /// client that did not declare it — on 2026-07-28 or an earlier revision,
-    /// sessions included — a call that becomes a task (an `Auto` tool past its
-    /// budget, an `Optional` or `Required` tool whose handler makes one) answers
+    /// sessions included — a call that becomes a task (an `Auto` or `AutoRequired`
+    /// tool past its budget, an `Optional` or `Required` tool whose handler makes
+    /// one) answers
     /// with an ordinary tool result saying that the work goes on as a task, with its
     /// id and how to follow it; and that client's `tools/list` gains three tools
     /// answered by the layer from the store, with the same owner scoping as
@@ -686,7 +687,8 @@ impl TasksLayerBuilder {
     /// `task_cancel {taskId}`. Clients that declared the extension see no change.
     ///
     /// With it on, the layer reads the body of every earlier-revision `POST` and of
-    /// `tools/list`, to find the calls it answers.
+    /// `tools/list` (up to [`with_max_request_bytes`](Self::with_max_request_bytes)),
+    /// to find the calls it answers.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
