@@ -42,16 +42,19 @@ struct Stack {
 
 impl Stack {
     fn start() -> Stack {
+        Self::start_with(&[])
+    }
+
+    /// The stack with more environment for the gateway.
+    fn start_with(env: &[(&str, &str)]) -> Stack {
         let upstream = procs::spawn("retrofit", &[], &[("RUST_LOG", "warn")]);
-        let gateway = procs::spawn(
-            "gateway",
-            &[],
-            &[
-                ("MCP_UPSTREAM", upstream.url.as_str()),
-                ("MCP_AUTO_AFTER_MS", BUDGET_MS),
-                ("RUST_LOG", "warn"),
-            ],
-        );
+        let mut gateway_env = vec![
+            ("MCP_UPSTREAM", upstream.url.as_str()),
+            ("MCP_AUTO_AFTER_MS", BUDGET_MS),
+            ("RUST_LOG", "warn"),
+        ];
+        gateway_env.extend_from_slice(env);
+        let gateway = procs::spawn("gateway", &[], &gateway_env);
         Stack { upstream, gateway }
     }
 
@@ -550,4 +553,34 @@ async fn upstream_progress_becomes_the_status_message() {
     assert_eq!(working["status"], "working", "{working}");
     let done = client.wait_for_status(&id, ALICE, "completed").await;
     assert_eq!(first_text(&done["result"]), "4 steps done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_tools_let_a_client_without_the_extension_follow_a_long_call() {
+    let stack = Stack::start_with(&[("MCP_TASK_TOOLS", "1")]);
+    let client = stack.client();
+    let reply = client
+        .call_tool("sleep", json!({"ms": SLOW_MS}), false, ALICE)
+        .await;
+    let text = first_text(reply.ok()).to_owned();
+    let id = text
+        .split("as task ")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or_else(|| panic!("no task in {text}"))
+        .to_owned();
+    let mut last = Value::Null;
+    let done = wait::poll(async || {
+        let status = client
+            .call_tool("task_status", json!({"taskId": id}), false, ALICE)
+            .await;
+        last = status.ok().clone();
+        last["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("has completed"))
+            .then(|| last.clone())
+    })
+    .await
+    .unwrap_or_else(|| panic!("never completed: {last}"));
+    assert_eq!(done["content"][1]["text"], format!("slept {SLOW_MS}ms"));
 }

@@ -360,3 +360,21 @@ async fn without_the_setting_nothing_changes() {
     let refused = client.call_tool("task_only", json!({}), false, ALICE).await;
     refused.assert_capability_error();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_required_tool_becomes_a_task_instead_of_a_refusal() {
+    let builder = layer_builder().with_task_tools().with_tool_mode(
+        "sleep",
+        mcp_tasks::TaskMode::AutoRequired {
+            after: std::time::Duration::from_millis(50),
+        },
+    );
+    let server = retrofitted(builder).await;
+    let client = &server.client;
+    let reply = client
+        .call_tool("sleep", json!({"ms": 300}), false, ALICE)
+        .await;
+    let id = started_task(&reply);
+    let done = status_until(client, &id, "has completed").await;
+    assert!(texts(&done).ends_with("slept 300ms"), "{done}");
+}
