@@ -266,7 +266,7 @@ where
     };
     if envelope.is_legacy(&parts.headers) {
         if routes::task_tools::handles(&engine, &envelope.method, false) {
-            return routes::task_tools::call(engine, inner, parts, bytes.clone(), &envelope).await;
+            return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
         }
         parts
             .extensions
@@ -314,7 +314,7 @@ where
         Err(e) => return Ok(reply(e, id)),
     };
     if routes::task_tools::handles(&engine, &envelope.method, declared) {
-        return routes::task_tools::call(engine, inner, parts, bytes.clone(), &envelope).await;
+        return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
     }
     match &*envelope.method {
         "tools/call" => {

@@ -8,7 +8,7 @@
 //! | `tools/call` (`TaskMode::Auto`) | `auto.rs` |
 //! | `server/discover` | `discover.rs` |
 //! | `subscriptions/listen` | `listen.rs` |
-//! | `tools/list`, `tools/call` of clients without the extension (task tools) | `task_tools.rs` |
+//! | `tools/list`, `tools/call` of clients without the extension (task tools) | `fallback.rs`, `task_tools.rs` |
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -27,6 +27,7 @@ use crate::worker;
 
 pub(crate) mod auto;
 pub(crate) mod discover;
+pub(crate) mod fallback;
 pub(crate) mod listen;
 pub(crate) mod progress;
 pub(crate) mod task_tools;

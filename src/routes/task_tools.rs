@@ -3,21 +3,17 @@
 //! becomes a task answers with an ordinary tool result that says so, and the
 //! client's `tools/list` gains `task_status`, `task_answer` and `task_cancel`,
 //! answered here from the store with the caller's owner scope. The texts are
-//! written for a language model to act on.
-
-use std::fmt::Write as _;
-use std::sync::Arc;
+//! written for a language model to act on. `fallback.rs` routes the requests here.
 
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response, header};
 use http_body::Body;
 use serde_json::{Map, Value, json};
+use std::fmt::Write as _;
 use tower_service::Service;
 
 use super::{Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
-use crate::config::TaskMode;
-use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::error::{BoxError, StoreError, TransitionError};
 use crate::observe::{self, Outcome};
@@ -61,51 +57,31 @@ pub(crate) fn handles(engine: &Engine, method: &str, declared: bool) -> bool {
     engine.config.task_tools && !declared && matches!(method, "tools/list" | "tools/call")
 }
 
-/// `tools/list` or `tools/call` of a client without the extension.
-pub(crate) async fn call<S, B, ResBody>(
-    engine: Arc<Engine>,
-    inner: S,
-    mut parts: http::request::Parts,
-    bytes: Bytes,
+/// `task_status`, `task_answer` or `task_cancel` of a client without the
+/// extension, answered from the store with the caller's owner scope.
+pub(crate) async fn answer_tool<B>(
+    engine: &Engine,
+    parts: &http::request::Parts,
     envelope: &Envelope<'_>,
-) -> Reply<ResBody, S::Error>
-where
-    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    B: Body<Data = Bytes> + Send + 'static,
-    ResBody: Body<Data = Bytes> + Send + 'static,
-    ResBody::Error: Into<BoxError>,
-{
+) -> Response<ResponseBody<B>> {
     let legacy = envelope.is_legacy(&parts.headers);
-    let id = envelope.id.as_ref();
-    if envelope.method == "tools/list" {
-        return list(&engine, inner, parts, bytes, id).await;
-    }
     let tool = envelope.param_str("name");
-    let tool = tool.as_deref().unwrap_or("");
     let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
-    if matches!(tool, STATUS | ANSWER | CANCEL) {
-        let owner = engine.principal(&parts);
-        let result = answer(&engine, tool, arguments, Scope::Owner(owner.as_ref())).await;
-        observe::outcome(Outcome::Result);
-        return Ok(tool_response(&engine, id, result, legacy));
-    }
-    let mode = engine.config.mode_for_call(tool, arguments);
-    let refused = match mode {
-        _ if engine.is_draining() => Some(TaskRefused::ShuttingDown),
-        TaskMode::Never => Some(TaskRefused::ToolNeverTask),
-        _ => None,
-    };
-    if let Some(reason) = refused {
-        let context = TaskContext::refused(reason);
-        return super::tools_call::call(&engine, inner, parts, bytes, id, context).await;
-    }
-    parts.extensions.insert(AsToolResult { legacy });
-    if let Some(after) = mode.auto_after() {
-        return super::auto::call(engine, inner, parts, bytes, id.cloned(), after).await;
-    }
-    super::tools_call::call(&engine, inner, parts, bytes, id, TaskContext::open()).await
+    let owner = engine.principal(parts);
+    let scope = Scope::Owner(owner.as_ref());
+    let result = answer(engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
+    observe::outcome(Outcome::Result);
+    tool_response(engine, envelope.id.as_ref(), result, legacy)
+}
+
+/// Whether a `tools/call` names one of the task tools.
+pub(crate) fn is_task_tool(tool: &str) -> bool {
+    matches!(tool, STATUS | ANSWER | CANCEL)
+}
+
+/// A marker that a task made by this `tools/call` is answered as a tool result.
+pub(crate) fn as_tool_result(legacy: bool) -> AsToolResult {
+    AsToolResult { legacy }
 }
 
 /// What a call that became a task answers: a `CreateTaskResult`, or for a client
@@ -167,7 +143,7 @@ fn definitions() -> [Value; 3] {
 /// Forwards `tools/list` and adds the three tools to its last page (the one without
 /// `nextCursor`). An answer past the response cap or with no tool list passes as it
 /// is.
-async fn list<S, B, ResBody>(
+pub(crate) async fn list<S, B, ResBody>(
     engine: &Engine,
     mut inner: S,
     parts: http::request::Parts,
