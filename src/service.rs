@@ -348,6 +348,11 @@ where
                 observe::task_refused("extension_required");
                 return Ok(reply(RpcError::tasks_extension_required(), id));
             }
+            if mode == TaskMode::Required
+                && let Err(e) = engine.refuse_anonymous(engine.principal(&parts).as_ref())
+            {
+                return Ok(reply(e, id));
+            }
             let context = match (mode, declared) {
                 (TaskMode::Never, _) => TaskContext::refused(TaskRefused::ToolNeverTask),
                 (_, false) => TaskContext::refused(TaskRefused::NotDeclared),
@@ -409,6 +414,9 @@ async fn answer_tasks<B>(
         return error(RpcError::tasks_extension_required());
     }
     let owner = engine.principal(parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return error(e);
+    }
     match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
         Ok(answer) => {
             observe::outcome(Outcome::Result);

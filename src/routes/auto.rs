@@ -66,6 +66,11 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let owner = engine.principal(&parts);
+    // Refused before the call starts: whether it would become a task depends on
+    // its timing, and an anonymous call is refused either way.
+    if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
+        return Ok(reply(e, id.as_ref()));
+    }
     let Some(call) = Call::new(parts, &bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
@@ -443,11 +448,15 @@ impl<S> Runner<S> {
             let _ = answer.send((pass_on(done, self.id.as_ref()), Outcome::Forwarded));
             return;
         }
-        let record = match self
-            .engine
-            .create_task(self.owner.clone(), &NewTask::default())
-            .await
-        {
+        let created = match self.engine.admit_owner(self.owner.as_ref()) {
+            Ok(()) => {
+                self.engine
+                    .create_task(self.owner.clone(), &NewTask::default())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let record = match created {
             Ok(record) => record,
             Err(e) => {
                 let outcome = Outcome::Error(e.code());

@@ -66,6 +66,10 @@ where
     if !declared {
         return Ok(reply(RpcError::tasks_extension_required(), id));
     }
+    let owner = engine.principal(&parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return Ok(reply(e, id));
+    }
     let requested = match requested.as_array() {
         Some(ids)
             if ids.len() <= engine.config.max_listen_task_ids
@@ -84,7 +88,6 @@ where
     // Register before reading the tasks, so that no change made while they are
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
-    let owner = engine.principal(&parts);
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
     if engine.notifier.is_some() {
         let mut seen = HashSet::with_capacity(requested.len());
