@@ -47,7 +47,7 @@ pub enum ClientError {
     Config(String),
     /// The server went past one of the client's caps (a reply or an event too
     /// large, too many questions, a task followed for too long). Past an input cap
-    /// or the follow time, the task was cancelled.
+    /// of a task that exists, or the follow time, the task was cancelled.
     LimitExceeded(ClientLimit),
 }
 
