@@ -73,6 +73,8 @@ pub(crate) struct Engine {
     reconciling: Mutex<std::collections::HashSet<TaskId>>,
     /// Dropped with the engine: stops the lease keeper.
     pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set once this layer has warned about a task without a principal.
+    anonymous_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -100,6 +102,7 @@ impl Engine {
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
             _lease_stop: Mutex::new(None),
+            anonymous_warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -123,6 +126,39 @@ impl Engine {
             Some(f) => f(parts),
             None => parts.extensions.get::<Principal>().cloned(),
         }
+    }
+
+    /// Whether a request of `owner` may have tasks: always with a principal; without
+    /// one, refused (-32603) under
+    /// [`with_require_principal`](crate::TasksLayerBuilder::with_require_principal),
+    /// and otherwise allowed after one warning per layer.
+    pub(crate) fn admit_owner(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        self.refuse_anonymous(owner)?;
+        if owner.is_none()
+            && !self
+                .anonymous_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "a task was made or read without a Principal: anonymous tasks are shared by \
+                 every unauthenticated caller. If requests are authenticated, the \
+                 authentication layer is probably placed below TasksLayer (it must run \
+                 first, as an outer layer); with_require_principal() refuses anonymous tasks"
+            );
+        }
+        Ok(())
+    }
+
+    /// The refusal of [`admit_owner`](Self::admit_owner) alone, with no warning.
+    pub(crate) fn refuse_anonymous(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        if owner.is_some() || !self.config.require_principal {
+            return Ok(());
+        }
+        observe::task_refused("principal_required");
+        Err(
+            RpcError::internal("Tasks require an authenticated principal")
+                .with_data(serde_json::json!({"reason": "principal_required"})),
+        )
     }
 
     /// Registers the background runner of an auto task, so that cancelling the

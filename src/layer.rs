@@ -345,6 +345,7 @@ impl TasksLayerBuilder {
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
                 store_timeout: defaults::STORE_TIMEOUT,
+                require_principal: false,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -726,6 +727,37 @@ impl TasksLayerBuilder {
         F: Fn(&http::request::Parts) -> Option<Principal> + Send + Sync + 'static,
     {
         self.principal = Some(Arc::new(principal));
+        self
+    }
+
+    /// Refuses tasks to anonymous requests: a request without a [`Principal`] may
+    /// not create, read, answer, cancel or listen to tasks (default: it may, and
+    /// sees only anonymous tasks).
+    ///
+    /// The refusal is -32603 with the message "Tasks require an authenticated
+    /// principal" and `error.data` `{"reason": "principal_required"}`, with HTTP 200,
+    /// after the capability check: a tool that would become a task (`Required`,
+    /// `Auto`, or a handler asking for one) is answered with it, and so are
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` and a listen naming task ids. A
+    /// call that stays synchronous is not affected. It is a server-side refusal,
+    /// not a challenge: answering 401 is the authentication layer's job, with the
+    /// `WWW-Authenticate` header only it can fill in; a request that reaches this
+    /// layer without a principal means that layer let it through, most often
+    /// because it sits below `TasksLayer` instead of above it.
+    ///
+    /// Without this setting, the first task a layer sees made or read without a
+    /// principal logs one `tracing` warning naming that likely cause.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_require_principal()
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn with_require_principal(mut self) -> Self {
+        self.config.require_principal = true;
         self
     }
 

@@ -218,7 +218,7 @@ pub(crate) fn task_created() {
 }
 
 /// A call that would have become a task did not: `reason` is a fixed word (a limit's
-/// name, `shutting_down`, `extension_required`).
+/// name, `shutting_down`, `extension_required`, `principal_required`).
 pub(crate) fn task_refused(reason: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("mcp_tasks_refused_total", "reason" => reason).increment(1);

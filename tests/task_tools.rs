@@ -378,3 +378,22 @@ async fn an_auto_required_tool_becomes_a_task_instead_of_a_refusal() {
     let done = status_until(client, &id, "has completed").await;
     assert!(texts(&done).ends_with("slept 300ms"), "{done}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_tools_refuse_anonymous_callers_when_a_principal_is_required() {
+    let server = retrofitted(layer_builder().with_task_tools().with_require_principal()).await;
+    let client = &server.client;
+    let id = mcp_tasks::TaskId::random().to_string();
+    let refused = client
+        .call_tool("task_status", json!({"taskId": id}), false, None)
+        .await;
+    assert_eq!(refused.json["error"]["code"], -32603, "{}", refused.text());
+    assert_eq!(
+        refused.json["error"]["data"]["reason"],
+        "principal_required",
+        "{}",
+        refused.text()
+    );
+    let allowed = task_tool(client, "task_status", json!({"taskId": id}), ALICE).await;
+    assert!(texts(&allowed).contains("There is no task"), "{allowed}");
+}

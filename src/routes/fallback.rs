@@ -56,6 +56,11 @@ where
         let context = TaskContext::refused(reason);
         return super::tools_call::call(&engine, inner, parts, bytes, id, context).await;
     }
+    if mode == TaskMode::Required
+        && let Err(e) = engine.refuse_anonymous(engine.principal(&parts).as_ref())
+    {
+        return Ok(super::reply(e, id));
+    }
     parts.extensions.insert(task_tools::as_tool_result(legacy));
     if let Some(after) = mode.auto_after() {
         return super::auto::call(engine, inner, parts, bytes, id.cloned(), after).await;

@@ -50,6 +50,7 @@ pub(crate) async fn create_task(
     spec: TaskSpec,
 ) -> Result<TaskRecord, RpcError> {
     let start = spec.take_start();
+    engine.admit_owner(owner.as_ref())?;
     let record = engine.create_task(owner, &spec.task).await?;
     worker::start(engine, record.id, start).await;
     Ok(record)

@@ -7,11 +7,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::engine::Engine;
 use crate::task::{Scope, TaskId, Transition};
+use crate::wire::RawObject;
 
 /// The `progressToken` the layer sends when the client's call has none.
 pub(crate) const LAYER_TOKEN: &str = "mcp-tasks/progress";
@@ -22,21 +23,20 @@ pub(crate) const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// Gives the call a `progressToken` if it has none; `true` when the token is the
 /// layer's own (so the reports are the layer's business alone).
-pub(crate) fn ensure_token(message: &mut Map<String, Value>) -> bool {
-    let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) else {
-        return false;
-    };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    let Some(meta) = meta.as_object_mut() else {
-        return false;
-    };
-    if meta.contains_key("progressToken") {
-        return false;
-    }
-    meta.insert("progressToken".into(), Value::String(LAYER_TOKEN.into()));
-    true
+pub(crate) fn ensure_token(message: &mut RawObject) -> bool {
+    message.edit(&["params"], |params| {
+        if params.get("_meta").is_none() {
+            params.insert("_meta", serde_json::json!({"progressToken": LAYER_TOKEN}));
+            return true;
+        }
+        params.edit(&["_meta"], |meta| {
+            if meta.get("progressToken").is_some() {
+                return false;
+            }
+            meta.insert("progressToken", LAYER_TOKEN);
+            true
+        })
+    })
 }
 
 /// What a progress report says, in words: its `message`, otherwise "n of total"
@@ -147,12 +147,20 @@ mod tests {
 
     #[test]
     fn the_layer_token_is_added_only_when_the_client_gave_none() {
-        let mut call = json!({"params": {"name": "t"}});
-        assert!(ensure_token(call.as_object_mut().unwrap()));
-        assert_eq!(call["params"]["_meta"]["progressToken"], LAYER_TOKEN);
-        let mut own = json!({"params": {"_meta": {"progressToken": 7, "x": 1}}});
-        assert!(!ensure_token(own.as_object_mut().unwrap()));
-        assert_eq!(own["params"]["_meta"], json!({"progressToken": 7, "x": 1}));
+        let raw = |text: &str| RawObject::parse(text.as_bytes()).unwrap();
+        let json = |object: &RawObject| serde_json::from_slice::<Value>(&object.to_vec()).unwrap();
+        let mut call = raw(r#"{"params": {"name": "t"}}"#);
+        assert!(ensure_token(&mut call));
+        assert_eq!(json(&call)["params"]["_meta"]["progressToken"], LAYER_TOKEN);
+        let mut meta = raw(r#"{"params": {"_meta": {"x": 1.50}}}"#);
+        assert!(ensure_token(&mut meta));
+        assert!(String::from_utf8(meta.to_vec()).unwrap().contains("1.50"));
+        let mut own = raw(r#"{"params": {"_meta": {"progressToken": 7, "x": 1}}}"#);
+        assert!(!ensure_token(&mut own));
+        assert_eq!(
+            json(&own)["params"]["_meta"],
+            json!({"progressToken": 7, "x": 1})
+        );
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub(crate) async fn answer_tool<B>(
     let tool = envelope.param_str("name");
     let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
     let owner = engine.principal(parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return reply(e, envelope.id.as_ref());
+    }
     let scope = Scope::Owner(owner.as_ref());
     let result = answer(engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
     observe::outcome(Outcome::Result);
