@@ -323,6 +323,27 @@ impl Engine {
         log.release.insert(*id);
     }
 
+    /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
+    /// runner is aborted, its hold dropped, and its waiting worker re-reads the
+    /// task (failed by the claim), so `cancelled()` resolves.
+    pub(crate) fn stop_lost(&self, id: &TaskId) {
+        if let Some(runner) = self.take_runner(id) {
+            runner.abort();
+        }
+        self.release(id);
+        self.waits.wake(id);
+        self.wake_if_idle();
+    }
+
+    /// Whether the store has `id` ended or gone (`false` when it cannot tell).
+    pub(crate) async fn has_ended(&self, id: &TaskId) -> bool {
+        match self.store.get(id, Scope::Any, Timestamp::now()).await {
+            Ok(None) => true,
+            Ok(Some(record)) => record.status.is_terminal(),
+            Err(_) => false,
+        }
+    }
+
     /// The hold changes recorded since the last call.
     pub(crate) fn take_lease_log(&self) -> LeaseLog {
         std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))

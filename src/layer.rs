@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::store::{Janitor, LeaseStore, NodeId, TaskStore};
+use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
 use crate::task::{ErrorObject, Principal, Scope, Transition};
 use crate::wire::RpcError;
 use crate::worker::Tasks;
@@ -1075,7 +1075,7 @@ impl TasksLayerBuilder {
                 .or_else(|| self.store.leases())
                 .map(|store| Leasing {
                     store,
-                    node: self.node_id.take().unwrap_or_else(NodeId::random),
+                    lease: LeaseId::new(self.node_id.take().unwrap_or_else(NodeId::random)),
                     bound,
                 }),
             None => None,

@@ -164,7 +164,8 @@ pub use input::{
 };
 pub use intercept::{Intercept, StoreCall, StoreHooks};
 pub use leases::{
-    nodes_leases_lapse_only_without_renewals, nodes_lost_workers_fail_on_the_survivor,
+    nodes_a_node_cut_off_learns_it_lost_its_lease, nodes_a_shared_lease_outage_fails_nothing,
+    nodes_leases_count_renewals_and_claim_atomically, nodes_lost_workers_fail_on_the_survivor,
 };
 pub use nodes::{
     nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
@@ -308,8 +309,10 @@ macro_rules! task_store_node_tests {
             nodes_announce_to_the_other_node_only,
             nodes_remote_writes_reach_the_layer,
             nodes_foreign_and_unknown_ids_read_alike,
-            nodes_leases_lapse_only_without_renewals,
+            nodes_leases_count_renewals_and_claim_atomically,
             nodes_lost_workers_fail_on_the_survivor,
+            nodes_a_shared_lease_outage_fails_nothing,
+            nodes_a_node_cut_off_learns_it_lost_its_lease,
         );
         $crate::task_store_node_tests!(@all $factory;
             nodes_concurrent_terminal_writes_one_wins,
