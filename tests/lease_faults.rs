@@ -1,0 +1,329 @@
+//! Worker leases under faults: example servers (`conformance_server`) run as
+//! separate processes over one PostgreSQL table or one Redis key prefix, each
+//! reaching the store through a loopback TCP proxy of its own that the test owns,
+//! with a 500 ms worker lease.
+//!
+//! - Outages of 1×, 3× and 10× the lease, with every connection stalled (no byte
+//!   moves) or refused: every task of the live nodes completes, none is failed as
+//!   lost, and no node claims another's lease.
+//! - One node cut off for 3× the lease while the other keeps the store: the other
+//!   fails the cut-off node's task within the bound; back, the cut-off node logs that
+//!   it lost its lease, and its later work runs.
+//! - A node killed and restarted at once under the same node id: its predecessor's
+//!   task is failed within the bound, its new work is not.
+//! - PostgreSQL: a live node whose pool is saturated (every task query blocked on a
+//!   table lock for 3× the lease, more requests than connections): no lease lost.
+//!
+//! Each prints its measured times, for RELIABILITY.md.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::http::Client;
+use support::procs::{self, Proc};
+use support::proxy::{Mode, Proxy, target, via};
+
+/// The lease the nodes run with.
+const LEASE_MS: u64 = 500;
+const LEASE: Duration = Duration::from_millis(LEASE_MS);
+
+/// How late past 1.25 × the lease a failure may be seen: the survivor's writes and
+/// the test's polling on a loaded machine.
+const SLACK: Duration = Duration::from_millis(1_500);
+
+const ALICE: Option<&str> = Some("alice");
+
+/// What a node logs when it learns its lease was claimed.
+const LOST_LINE: &str = "this node lost its worker lease";
+/// What a node logs when it claims another's lease.
+const CLAIM_LINE: &str = "stopped renewing its worker lease";
+
+/// One shared store the nodes use: its URL, the variable naming their table or
+/// prefix, and what removes it afterwards.
+struct Backend {
+    name: &'static str,
+    url: String,
+    scope: (&'static str, String),
+    _cleanup: Box<dyn std::any::Any + Send>,
+}
+
+fn postgres() -> Option<Backend> {
+    let url = support::stores::postgres::database_url()?;
+    let table = support::stores::postgres::scratch_table();
+    let cleanup = support::stores::postgres::DropTable::new(url.clone(), table.clone());
+    Some(Backend {
+        name: "PostgreSQL",
+        url,
+        scope: ("MCP_STORE_TABLE", table),
+        _cleanup: Box::new(cleanup),
+    })
+}
+
+fn redis() -> Option<Backend> {
+    let url = support::stores::redis::redis_url()?;
+    let prefix = support::stores::redis::unique_prefix();
+    let cleanup = support::stores::redis::KeyJanitor::new(url.clone(), prefix.clone());
+    Some(Backend {
+        name: "Redis",
+        url,
+        scope: ("MCP_STORE_PREFIX", prefix),
+        _cleanup: Box::new(cleanup),
+    })
+}
+
+/// A node reaching the store through `proxy`, named `id` if given.
+fn node(backend: &Backend, proxy: &Proxy, id: Option<&str>) -> Proc {
+    let store = via(&backend.url, proxy.addr);
+    let lease = LEASE_MS.to_string();
+    let mut env = vec![
+        ("MCP_STORE", store.as_str()),
+        (backend.scope.0, backend.scope.1.as_str()),
+        ("MCP_LEASE_MS", lease.as_str()),
+        ("RUST_LOG", "warn"),
+    ];
+    if let Some(id) = id {
+        env.push(("MCP_NODE_ID", id));
+    }
+    procs::spawn("conformance_server", &[], &env)
+}
+
+/// Two nodes, each through a proxy of its own.
+async fn two_nodes(backend: &Backend) -> ([Proxy; 2], [Proc; 2]) {
+    let target = target(&backend.url);
+    let proxies = [Proxy::start(target).await, Proxy::start(target).await];
+    let nodes = tokio::task::block_in_place(|| {
+        [
+            node(backend, &proxies[0], None),
+            node(backend, &proxies[1], None),
+        ]
+    });
+    (proxies, nodes)
+}
+
+async fn slow_task(client: &Client, seconds: f64) -> String {
+    client
+        .create_task_id("slow_compute", json!({"seconds": seconds}), ALICE)
+        .await
+}
+
+/// Whether `node` printed a line containing `needle` (within `wait`).
+fn printed(node: &Proc, needle: &str, wait: Duration) -> bool {
+    tokio::task::block_in_place(|| node.wait_for_line(needle, wait))
+}
+
+/// Polls `tasks/get` on `client` until the task is terminal; its status, error
+/// message, and when it was first seen so.
+async fn end_of(client: &Client, id: &str) -> (String, String, Instant) {
+    let task = client.wait_for_end(id, ALICE).await;
+    let seen = Instant::now();
+    let status = task["status"].as_str().unwrap_or_default().to_owned();
+    let detailed = client.get_detailed(id, ALICE).await;
+    let message = detailed["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    (status, message, seen)
+}
+
+/// Outages of 1×, 3× and 10× the lease in `mode`, on two nodes each running two
+/// tasks that outlast the outage: every task completes.
+async fn outages(backend: Backend, mode: Mode) {
+    let (proxies, nodes) = two_nodes(&backend).await;
+    let clients = [Client::new(nodes[0].addr), Client::new(nodes[1].addr)];
+    for times in [1u32, 3, 10] {
+        let outage = LEASE * times;
+        let seconds = (outage + Duration::from_millis(3_000)).as_secs_f64();
+        let mut tasks = Vec::new();
+        for client in &clients {
+            for _ in 0..2 {
+                tasks.push(slow_task(client, seconds).await);
+            }
+        }
+        // Let the holds reach the leases.
+        tokio::time::sleep(LEASE).await;
+        for proxy in &proxies {
+            match mode {
+                Mode::Stall => proxy.set(Mode::Stall),
+                _ => proxy.down(),
+            }
+        }
+        tokio::time::sleep(outage).await;
+        for proxy in &proxies {
+            proxy.set(Mode::Pass);
+        }
+        let back = Instant::now();
+        let mut answering = None;
+        for client in &clients {
+            let answered = support::wait::poll(async || {
+                client.get(&tasks[0], ALICE).await.code().is_none().then_some(())
+            })
+            .await;
+            assert!(answered.is_some(), "a node never answered after the outage");
+            answering.get_or_insert(back.elapsed());
+        }
+        let answering = back.elapsed().max(answering.unwrap_or_default());
+        let mut false_failures = 0;
+        for id in &tasks {
+            let (status, message, _) = end_of(&clients[0], id).await;
+            if status != "completed" {
+                false_failures += 1;
+                eprintln!("a live node's task ended {status}: {message}");
+            }
+        }
+        eprintln!(
+            "{} outage of {times}× the lease ({} ms, {mode:?}): {} tasks in flight, {false_failures} false failures, 0 stranded; both nodes answered {} ms after the store came back",
+            backend.name,
+            outage.as_millis(),
+            tasks.len(),
+            answering.as_millis()
+        );
+        assert_eq!(false_failures, 0, "an outage failed a live node's task");
+    }
+    for node in &nodes {
+        let output = node.output().join("\n");
+        assert!(!output.contains(LOST_LINE), "a live node lost its lease:\n{output}");
+        assert!(!output.contains(CLAIM_LINE), "a node claimed a live lease:\n{output}");
+    }
+}
+
+/// Node 0 is cut off for 3× the lease while node 1 keeps the store.
+async fn partition(backend: Backend) {
+    let (proxies, nodes) = two_nodes(&backend).await;
+    let (cut, keeps) = (Client::new(nodes[0].addr), Client::new(nodes[1].addr));
+    let stranded = slow_task(&cut, 120.0).await;
+    let alive = slow_task(&keeps, (LEASE * 6).as_secs_f64() + 2.0).await;
+    // The survivor must have watched the cut-off node's lease for a while.
+    tokio::time::sleep(LEASE * 3).await;
+
+    proxies[0].down();
+    let cut_at = Instant::now();
+    let (status, message, seen) = end_of(&keeps, &stranded).await;
+    let detected = seen - cut_at;
+    assert_eq!(status, "failed", "{message}");
+    assert!(message.contains("lost its lease"), "{message}");
+    assert!(
+        detected <= LEASE * 5 / 4 + SLACK,
+        "the cut-off node's task failed {detected:?} after the cut"
+    );
+    tokio::time::sleep((LEASE * 3).saturating_sub(cut_at.elapsed())).await;
+    proxies[0].set(Mode::Pass);
+    let back = Instant::now();
+    assert!(
+        printed(&nodes[0], LOST_LINE, Duration::from_secs(10)),
+        "back, the cut-off node must learn that it lost its lease:\n{}",
+        nodes[0].output().join("\n")
+    );
+    let learned = back.elapsed();
+    // Back, it works as before, under a new lease.
+    let later = slow_task(&cut, 2.0).await;
+    let (status, message, _) = end_of(&keeps, &later).await;
+    assert_eq!(status, "completed", "{message}");
+    let (status, message, _) = end_of(&keeps, &alive).await;
+    assert_eq!(status, "completed", "the live node's task: {message}");
+    eprintln!(
+        "{} node cut off for 3× the lease ({LEASE_MS} ms): its task failed {} ms after the cut, the node learned it {} ms after it was back; 0 false failures, 0 stranded",
+        backend.name,
+        detected.as_millis(),
+        learned.as_millis()
+    );
+}
+
+/// Node 0, named, is killed and restarted at once under the same name.
+async fn kill_and_restart(backend: Backend) {
+    let target = target(&backend.url);
+    let proxies = [Proxy::start(target).await, Proxy::start(target).await];
+    let (mut doomed, survivor) = tokio::task::block_in_place(|| {
+        (
+            node(&backend, &proxies[0], Some("node-a")),
+            node(&backend, &proxies[1], None),
+        )
+    });
+    let on_survivor = Client::new(survivor.addr);
+    let lost = slow_task(&Client::new(doomed.addr), 120.0).await;
+    tokio::time::sleep(LEASE * 3).await;
+
+    let killed = Instant::now();
+    doomed.kill();
+    let restarted = tokio::task::block_in_place(|| node(&backend, &proxies[0], Some("node-a")));
+    let fresh = slow_task(&Client::new(restarted.addr), (LEASE * 4).as_secs_f64()).await;
+    let (status, message, seen) = end_of(&on_survivor, &lost).await;
+    let detected = seen - killed;
+    assert_eq!(status, "failed", "{message}");
+    assert!(
+        detected <= LEASE * 5 / 4 + SLACK,
+        "the killed node's task failed {detected:?} after the kill"
+    );
+    let (status, message, _) = end_of(&on_survivor, &fresh).await;
+    assert_eq!(status, "completed", "the restarted node's own task: {message}");
+    eprintln!(
+        "{} node killed and restarted under the same id: its task failed {} ms after the kill (lease {LEASE_MS} ms); the new incarnation's task completed",
+        backend.name,
+        detected.as_millis()
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_stalled_outages_fail_no_live_task() {
+    if let Some(backend) = postgres() {
+        outages(backend, Mode::Stall).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refused_outages_fail_no_live_task() {
+    if let Some(backend) = postgres() {
+        outages(backend, Mode::Refuse).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_node_cut_off_loses_its_work_and_learns_it() {
+    if let Some(backend) = postgres() {
+        partition(backend).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_node_restarted_under_its_id_has_its_old_work_failed() {
+    if let Some(backend) = postgres() {
+        kill_and_restart(backend).await;
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stalled_outages_fail_no_live_task() {
+    if let Some(backend) = redis() {
+        outages(backend, Mode::Stall).await;
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refused_outages_fail_no_live_task() {
+    if let Some(backend) = redis() {
+        outages(backend, Mode::Refuse).await;
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_node_cut_off_loses_its_work_and_learns_it() {
+    if let Some(backend) = redis() {
+        partition(backend).await;
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_node_restarted_under_its_id_has_its_old_work_failed() {
+    if let Some(backend) = redis() {
+        kill_and_restart(backend).await;
+    }
+}
