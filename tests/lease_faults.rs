@@ -264,6 +264,74 @@ async fn kill_and_restart(backend: Backend) {
     );
 }
 
+/// PostgreSQL: every task query of both nodes waits on a lock the test holds on
+/// the task table for 3× the lease, while more requests than the pool has
+/// connections wait on node 0: its renewals, on their own connection, go on.
+async fn saturated_pool(backend: Backend) {
+    use mcp_tasks::sqlx::{AssertSqlSafe, Connection as _, Executor as _};
+    const REQUESTS: usize = 40;
+    let (_proxies, nodes) = two_nodes(&backend).await;
+    let busy = Client::new(nodes[0].addr);
+    let seconds = (LEASE * 3).as_secs_f64() + 4.0;
+    let tasks = [
+        slow_task(&busy, seconds).await,
+        slow_task(&busy, seconds).await,
+    ];
+    tokio::time::sleep(LEASE * 3).await;
+
+    let mut locker = mcp_tasks::sqlx::PgConnection::connect(&backend.url)
+        .await
+        .expect("a connection for the lock");
+    let table = &backend.scope.1;
+    locker
+        .execute(AssertSqlSafe(format!(
+            "BEGIN; LOCK TABLE \"{table}\" IN ACCESS EXCLUSIVE MODE"
+        )))
+        .await
+        .expect("the lock");
+    let locked = Instant::now();
+    let mut requests = tokio::task::JoinSet::new();
+    for _ in 0..REQUESTS {
+        let (client, id) = (busy.clone(), tasks[0].clone());
+        requests.spawn(async move { client.get(&id, ALICE).await.code() });
+    }
+    tokio::time::sleep(LEASE * 3).await;
+    locker
+        .execute("COMMIT")
+        .await
+        .expect("the lock released");
+    let held = locked.elapsed();
+    let mut answered = 0;
+    while let Some(done) = requests.join_next().await {
+        if done.expect("a request").is_none() {
+            answered += 1;
+        }
+    }
+    for id in &tasks {
+        let (status, message, _) = end_of(&busy, id).await;
+        assert_eq!(status, "completed", "a busy live node's task: {message}");
+    }
+    for node in &nodes {
+        let output = node.output().join("\n");
+        assert!(!output.contains(LOST_LINE), "a busy node lost its lease:\n{output}");
+        assert!(!output.contains(CLAIM_LINE), "a node claimed a busy lease:\n{output}");
+    }
+    eprintln!(
+        "{} pool saturated for {} ms ({REQUESTS} requests waiting on a table lock, lease {LEASE_MS} ms): {} tasks in flight, 0 leases lost, 0 false failures; {answered} of the requests answered once the lock was released",
+        backend.name,
+        held.as_millis(),
+        tasks.len()
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_saturated_pool_loses_no_lease() {
+    if let Some(backend) = postgres() {
+        saturated_pool(backend).await;
+    }
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_stalled_outages_fail_no_live_task() {
