@@ -928,9 +928,11 @@ impl TasksLayerBuilder {
     /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
     /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
     /// its lease every third of `bound`. When a node stops (killed, out of memory,
-    /// cut off from the store for longer than `bound`), a surviving node fails its
-    /// unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead of
-    /// leaving them to their TTL.
+    /// cut off alone from the store for longer than `bound`), a surviving node fails
+    /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
+    /// of leaving them to their TTL. A store outage every node shares fails nothing,
+    /// however long: a node claims another's lease only while its own renewals run
+    /// without a break (README, "Worker leases").
     ///
     /// ```
     /// use std::time::Duration;

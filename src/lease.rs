@@ -32,6 +32,10 @@ const GATHER: Duration = Duration::from_millis(20);
 /// The shortest pause before a renewal that failed is tried again.
 const RETRY_MIN: Duration = Duration::from_millis(50);
 
+/// How often, in leases, the explicit holds are checked against the store: a hold
+/// whose task expired, or ended where this node did not see it, is given up.
+const HOLDS_CHECK_EVERY: u32 = 8;
+
 /// The shortest pause between two sweeps.
 const SWEEP_MIN: Duration = Duration::from_millis(10);
 
@@ -174,6 +178,7 @@ impl Leasing {
     async fn sweep(&self, engine: Weak<Engine>, health: &Mutex<Health>) {
         let mut seen: HashMap<LeaseId, Watch> = HashMap::new();
         let mut every = self.bound / 8;
+        let mut holds_checked = Instant::now();
         loop {
             tokio::time::sleep(every.max(SWEEP_MIN)).await;
             let Some(engine) = engine.upgrade() else {
@@ -181,6 +186,10 @@ impl Leasing {
             };
             let (_, shortest) = self.sweep_once(&engine, health, &mut seen).await;
             every = shortest.min(self.bound) / 8;
+            if holds_checked.elapsed() >= self.bound * HOLDS_CHECK_EVERY {
+                holds_checked = Instant::now();
+                engine.release_ended_holds().await;
+            }
         }
     }
 
@@ -626,6 +635,31 @@ mod tests {
             restarted.elapsed()
         );
         assert_eq!(stored(&store, &own).await.status, TaskStatus::Working);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_ends_when_its_task_ends_out_of_sight() {
+        let store = Arc::new(MemoryStore::new());
+        let a = node(&store, MemoryLeases::new());
+        let (expiring, ended) = (TaskId::random(), working_task(&store).await);
+        // Long expired.
+        let mut record = TaskRecord::new(expiring, None, Timestamp::from_millis(1));
+        record.ttl_ms = Some(1);
+        store
+            .create(record, CreateLimits::default())
+            .await
+            .expect("created");
+        a.handle().hold(expiring);
+        a.handle().hold(ended);
+        // Ended by a write this node never saw.
+        let cancel = crate::task::Transition::Cancel;
+        store
+            .update(&ended, Scope::Any, &cancel, Timestamp::now())
+            .await
+            .expect("cancelled");
+        assert_eq!(a.engine.leased().len(), 2);
+        tokio::time::sleep(BOUND * (super::HOLDS_CHECK_EVERY + 1)).await;
+        assert!(a.engine.leased().is_empty(), "{:?}", a.engine.leased());
     }
 
     #[tokio::test(start_paused = true)]

@@ -395,3 +395,120 @@ async fn redis_a_node_restarted_under_its_id_has_its_old_work_failed() {
         kill_and_restart(backend).await;
     }
 }
+
+/// A store whose next create is applied but answered with an error, as when the
+/// connection drops between the commit and the reply; it notes the id.
+#[derive(Debug)]
+struct LoseCreateReply {
+    store: std::sync::Arc<dyn mcp_tasks::TaskStore>,
+    armed: std::sync::atomic::AtomicBool,
+    created: std::sync::Mutex<Option<mcp_tasks::TaskId>>,
+}
+
+impl mcp_tasks::TaskStore for LoseCreateReply {
+    fn create<'a>(
+        &'a self,
+        record: mcp_tasks::TaskRecord,
+        limits: mcp_tasks::store::CreateLimits,
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<(), mcp_tasks::StoreError>> {
+        Box::pin(async move {
+            let id = record.id;
+            self.store.create(record, limits).await?;
+            if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                *self.created.lock().unwrap() = Some(id);
+                return Err(mcp_tasks::StoreError::backend(
+                    "the connection dropped before the reply",
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a mcp_tasks::TaskId,
+        scope: mcp_tasks::store::Scope<'a>,
+        now: mcp_tasks::store::Timestamp,
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<Option<mcp_tasks::TaskRecord>, mcp_tasks::StoreError>>
+    {
+        self.store.get(id, scope, now)
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a mcp_tasks::TaskId,
+        scope: mcp_tasks::store::Scope<'a>,
+        transition: &'a mcp_tasks::store::Transition,
+        now: mcp_tasks::store::Timestamp,
+    ) -> mcp_tasks::store::BoxFuture<
+        'a,
+        Result<Option<mcp_tasks::store::Updated>, mcp_tasks::StoreError>,
+    > {
+        self.store.update(id, scope, transition, now)
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: mcp_tasks::store::Timestamp,
+        retention: Duration,
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<usize, mcp_tasks::StoreError>> {
+        self.store.cleanup(now, retention)
+    }
+
+    fn subscribe(&self) -> Option<mcp_tasks::store::ChangeFeed> {
+        self.store.subscribe()
+    }
+
+    fn leases(&self) -> Option<std::sync::Arc<dyn mcp_tasks::store::LeaseStore>> {
+        self.store.leases()
+    }
+}
+
+/// A create committed whose reply was lost: the caller hears -32603, and the stored
+/// task does not stay `working` with no worker: a compensating write fails it.
+async fn a_create_whose_reply_is_lost_ends(store: std::sync::Arc<dyn mcp_tasks::TaskStore>, name: &str) {
+    use mcp_tasks::TaskStore as _;
+    use mcp_tasks::store::{Scope, Timestamp};
+    let store = std::sync::Arc::new(LoseCreateReply {
+        store,
+        armed: std::sync::atomic::AtomicBool::new(true),
+        created: std::sync::Mutex::default(),
+    });
+    let node = support::faults::Node::start(store.clone(), Duration::from_secs(1)).await;
+    let asked = Instant::now();
+    node.client()
+        .call_tool("ask", json!({}), true, ALICE)
+        .await
+        .assert_error(-32603, 200);
+    let id = store.created.lock().unwrap().expect("the create was applied");
+    let ended = support::wait::poll(async || {
+        let task = store.get(&id, Scope::Any, Timestamp::now()).await.ok()??;
+        task.status.is_terminal().then_some(task)
+    })
+    .await
+    .expect("a task whose create reply was lost must end");
+    let took = asked.elapsed();
+    assert_eq!(ended.status, mcp_tasks::TaskStatus::Failed);
+    let message = ended.error.map(|e| e.message).unwrap_or_default();
+    assert!(message.contains("not confirmed"), "{message}");
+    eprintln!(
+        "{name}: a create whose reply was lost after the commit: the task failed by a compensating write {} ms after the call; 0 stranded",
+        took.as_millis()
+    );
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_create_whose_reply_is_lost_ends() {
+    if let Some(scratch) = support::stores::postgres::scratch().await {
+        a_create_whose_reply_is_lost_ends(std::sync::Arc::new(scratch), "PostgreSQL").await;
+    }
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_create_whose_reply_is_lost_ends() {
+    if let Some(scratch) = support::stores::redis::scratch().await {
+        a_create_whose_reply_is_lost_ends(std::sync::Arc::new(scratch), "Redis").await;
+    }
+}
