@@ -128,7 +128,8 @@ impl Leasing {
                 release: &release,
                 replace,
             };
-            let outcome = tokio::time::timeout(self.renew_timeout(), self.store.renew(renewal)).await;
+            let outcome =
+                tokio::time::timeout(self.renew_timeout(), self.store.renew(renewal)).await;
             let next = match outcome {
                 Ok(Ok(Renewed::New | Renewed::Renewed)) => {
                     first = false;
@@ -507,7 +508,9 @@ mod tests {
             }
         }
 
-        fn unreachable<T: Send + 'static>(&self) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+        fn unreachable<T: Send + 'static>(
+            &self,
+        ) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
             self.down.load(Ordering::Acquire).then(|| {
                 Box::pin(std::future::ready(Err(StoreError::backend(
                     std::io::Error::other("store unreachable"),
@@ -518,7 +521,8 @@ mod tests {
 
     impl LeaseStore for Outage {
         fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
-            self.unreachable().unwrap_or_else(|| self.inner.renew(renewal))
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.renew(renewal))
         }
 
         fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
@@ -535,7 +539,8 @@ mod tests {
         }
 
         fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.unreachable().unwrap_or_else(|| self.inner.forget(lease))
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.forget(lease))
         }
     }
 
@@ -584,7 +589,11 @@ mod tests {
         tokio::time::sleep(BOUND * 3).await;
         assert_eq!(stored(&store, &running).await.status, TaskStatus::Failed);
         let ended = tokio::time::timeout(BOUND, a.handle().cancelled(&running)).await;
-        assert_eq!(ended, Ok(TaskEnd::Failed), "the cut-off node's worker sees the failure");
+        assert_eq!(
+            ended,
+            Ok(TaskEnd::Failed),
+            "the cut-off node's worker sees the failure"
+        );
         let _ = cut_at;
 
         cut.store(false, Ordering::Release);

@@ -157,7 +157,12 @@ async fn outages(backend: Backend, mode: Mode) {
         let mut answering = None;
         for client in &clients {
             let answered = support::wait::poll(async || {
-                client.get(&tasks[0], ALICE).await.code().is_none().then_some(())
+                client
+                    .get(&tasks[0], ALICE)
+                    .await
+                    .code()
+                    .is_none()
+                    .then_some(())
             })
             .await;
             assert!(answered.is_some(), "a node never answered after the outage");
@@ -183,8 +188,14 @@ async fn outages(backend: Backend, mode: Mode) {
     }
     for node in &nodes {
         let output = node.output().join("\n");
-        assert!(!output.contains(LOST_LINE), "a live node lost its lease:\n{output}");
-        assert!(!output.contains(CLAIM_LINE), "a node claimed a live lease:\n{output}");
+        assert!(
+            !output.contains(LOST_LINE),
+            "a live node lost its lease:\n{output}"
+        );
+        assert!(
+            !output.contains(CLAIM_LINE),
+            "a node claimed a live lease:\n{output}"
+        );
     }
 }
 
@@ -256,7 +267,10 @@ async fn kill_and_restart(backend: Backend) {
         "the killed node's task failed {detected:?} after the kill"
     );
     let (status, message, _) = end_of(&on_survivor, &fresh).await;
-    assert_eq!(status, "completed", "the restarted node's own task: {message}");
+    assert_eq!(
+        status, "completed",
+        "the restarted node's own task: {message}"
+    );
     eprintln!(
         "{} node killed and restarted under the same id: its task failed {} ms after the kill (lease {LEASE_MS} ms); the new incarnation's task completed",
         backend.name,
@@ -296,10 +310,7 @@ async fn saturated_pool(backend: Backend) {
         requests.spawn(async move { client.get(&id, ALICE).await.code() });
     }
     tokio::time::sleep(LEASE * 3).await;
-    locker
-        .execute("COMMIT")
-        .await
-        .expect("the lock released");
+    locker.execute("COMMIT").await.expect("the lock released");
     let held = locked.elapsed();
     let mut answered = 0;
     while let Some(done) = requests.join_next().await {
@@ -313,8 +324,14 @@ async fn saturated_pool(backend: Backend) {
     }
     for node in &nodes {
         let output = node.output().join("\n");
-        assert!(!output.contains(LOST_LINE), "a busy node lost its lease:\n{output}");
-        assert!(!output.contains(CLAIM_LINE), "a node claimed a busy lease:\n{output}");
+        assert!(
+            !output.contains(LOST_LINE),
+            "a busy node lost its lease:\n{output}"
+        );
+        assert!(
+            !output.contains(CLAIM_LINE),
+            "a node claimed a busy lease:\n{output}"
+        );
     }
     eprintln!(
         "{} pool saturated for {} ms ({REQUESTS} requests waiting on a table lock, lease {LEASE_MS} ms): {} tasks in flight, 0 leases lost, 0 false failures; {answered} of the requests answered once the lock was released",
@@ -466,7 +483,10 @@ impl mcp_tasks::TaskStore for LoseCreateReply {
 
 /// A create committed whose reply was lost: the caller hears -32603, and the stored
 /// task does not stay `working` with no worker: a compensating write fails it.
-async fn a_create_whose_reply_is_lost_ends(store: std::sync::Arc<dyn mcp_tasks::TaskStore>, name: &str) {
+async fn a_create_whose_reply_is_lost_ends(
+    store: std::sync::Arc<dyn mcp_tasks::TaskStore>,
+    name: &str,
+) {
     use mcp_tasks::TaskStore as _;
     use mcp_tasks::store::{Scope, Timestamp};
     let store = std::sync::Arc::new(LoseCreateReply {
@@ -480,7 +500,11 @@ async fn a_create_whose_reply_is_lost_ends(store: std::sync::Arc<dyn mcp_tasks::
         .call_tool("ask", json!({}), true, ALICE)
         .await
         .assert_error(-32603, 200);
-    let id = store.created.lock().unwrap().expect("the create was applied");
+    let id = store
+        .created
+        .lock()
+        .unwrap()
+        .expect("the create was applied");
     let ended = support::wait::poll(async || {
         let task = store.get(&id, Scope::Any, Timestamp::now()).await.ok()??;
         task.status.is_terminal().then_some(task)

@@ -55,7 +55,9 @@ pub(crate) async fn create_task(
         worker::start(&engine, record.id, start).await;
         Ok(record)
     });
-    created.await.unwrap_or_else(|_| Err(RpcError::internal_error()))
+    created
+        .await
+        .unwrap_or_else(|_| Err(RpcError::internal_error()))
 }
 
 /// Hands a request the layer has read to the inner service, unchanged.

@@ -204,7 +204,11 @@ mod tests {
     struct Hanging(std::sync::atomic::AtomicUsize);
 
     impl TaskStore for Hanging {
-        fn create<'a>(&'a self, r: TaskRecord, l: CreateLimits) -> BoxFuture<'a, Result<(), StoreError>> {
+        fn create<'a>(
+            &'a self,
+            r: TaskRecord,
+            l: CreateLimits,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
             Failing.create(r, l)
         }
         fn get<'a>(
@@ -224,7 +228,11 @@ mod tests {
         ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
             Failing.update(id, scope, t, now)
         }
-        fn cleanup<'a>(&'a self, _: Timestamp, _: Duration) -> BoxFuture<'a, Result<usize, StoreError>> {
+        fn cleanup<'a>(
+            &'a self,
+            _: Timestamp,
+            _: Duration,
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
             self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Box::pin(std::future::pending())
         }

@@ -276,12 +276,14 @@ impl LeaseStore for MemoryLeases {
                 } else {
                     Renewed::New
                 };
-                let lease = leases.entry(renewal.lease.clone()).or_insert_with(|| Lease {
-                    renewals: 0,
-                    bound: renewal.bound,
-                    claimed: false,
-                    tasks: HashSet::new(),
-                });
+                let lease = leases
+                    .entry(renewal.lease.clone())
+                    .or_insert_with(|| Lease {
+                        renewals: 0,
+                        bound: renewal.bound,
+                        claimed: false,
+                        tasks: HashSet::new(),
+                    });
                 lease.renewals += 1;
                 lease.bound = renewal.bound;
                 if renewal.replace {

@@ -202,11 +202,10 @@ impl LeaseStore for PgLeases {
 
     fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<(String, i64, i64, i64, bool)> =
-                sqlx::query_as(self.sql.leases.clone())
-                    .fetch_all(self.pool().await)
-                    .await
-                    .map_err(StoreError::backend)?;
+            let rows: Vec<(String, i64, i64, i64, bool)> = sqlx::query_as(self.sql.leases.clone())
+                .fetch_all(self.pool().await)
+                .await
+                .map_err(StoreError::backend)?;
             Ok(rows
                 .into_iter()
                 .filter_map(|(node, incarnation, renewals, bound_ms, claimed)| {

@@ -119,7 +119,12 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
         "[{RULE}] a first renewal must report a new lease"
     );
     assert_eq!(
-        renew(RULE, &*on_a, renewal(&lease, false, &ids[3..], &ids[1..2], false)).await,
+        renew(
+            RULE,
+            &*on_a,
+            renewal(&lease, false, &ids[3..], &ids[1..2], false)
+        )
+        .await,
         Renewed::Renewed,
         "[{RULE}] a second renewal must find the lease"
     );
@@ -153,7 +158,10 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
     let seen = state(RULE, &*on_b, &lease).await.unwrap_or_else(|| {
         panic!("[{RULE}] forgetting a lease nobody claimed must leave it in place")
     });
-    assert!(!seen.claimed, "[{RULE}] a stale claim must not mark the lease");
+    assert!(
+        !seen.claimed,
+        "[{RULE}] a stale claim must not mark the lease"
+    );
 
     let held = claim(RULE, &*on_b, &lease, 3).await;
     assert_eq!(
@@ -167,7 +175,9 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
     );
     assert_eq!(
         renew(RULE, &*on_a, renewal(&lease, false, &ids[1..2], &[], true)).await,
-        Renewed::Lost { tasks: held.clone() },
+        Renewed::Lost {
+            tasks: held.clone()
+        },
         "[{RULE}] a claimed lease's renewal must report it lost, with the claimed holds"
     );
     assert_eq!(
@@ -449,7 +459,11 @@ pub async fn nodes_a_node_cut_off_learns_it_lost_its_lease<S: TaskStore>(a: S, b
     let end = tokio::time::timeout(PATIENCE, cut.handle().cancelled(&task.id))
         .await
         .unwrap_or_else(|_| panic!("[{RULE}] the cut-off node must stop the lost work"));
-    assert_eq!(end, TaskEnd::Failed, "[{RULE}] the cut-off node sees it failed");
+    assert_eq!(
+        end,
+        TaskEnd::Failed,
+        "[{RULE}] the cut-off node sees it failed"
+    );
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let now = leases_of(RULE, &*b)
