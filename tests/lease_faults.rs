@@ -13,6 +13,9 @@
 //!   task is failed within the bound, its new work is not.
 //! - PostgreSQL: a live node whose pool is saturated (every task query blocked on a
 //!   table lock for 3× the lease, more requests than connections): no lease lost.
+//! - A live node flooded with requests for 3× the lease: no lease lost.
+//! - A create applied but answered with an error: the task is failed by a
+//!   compensating write, never left `working` with no worker.
 //!
 //! Each prints its measured times, for RELIABILITY.md.
 
@@ -339,6 +342,76 @@ async fn saturated_pool(backend: Backend) {
         held.as_millis(),
         tasks.len()
     );
+}
+
+/// Node 0 serves more requests at once than its store connections carry, for 3×
+/// the lease, while it runs two tasks: it keeps its lease.
+async fn flood(backend: Backend) {
+    const CLIENTS: usize = 32;
+    let (_proxies, nodes) = two_nodes(&backend).await;
+    let busy = Client::new(nodes[0].addr);
+    let seconds = (LEASE * 3).as_secs_f64() + 3.0;
+    let tasks = [
+        slow_task(&busy, seconds).await,
+        slow_task(&busy, seconds).await,
+    ];
+    tokio::time::sleep(LEASE * 3).await;
+
+    let until = Instant::now() + LEASE * 3;
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (client, id) = (busy.clone(), tasks[0].clone());
+        clients.spawn(async move {
+            let mut answered = 0usize;
+            while Instant::now() < until {
+                if client.get(&id, ALICE).await.code().is_none() {
+                    answered += 1;
+                }
+            }
+            answered
+        });
+    }
+    let mut answered = 0;
+    while let Some(done) = clients.join_next().await {
+        answered += done.expect("a client");
+    }
+    for id in &tasks {
+        let (status, message, _) = end_of(&busy, id).await;
+        assert_eq!(status, "completed", "a busy live node's task: {message}");
+    }
+    for node in &nodes {
+        let output = node.output().join("\n");
+        assert!(
+            !output.contains(LOST_LINE),
+            "a busy node lost its lease:\n{output}"
+        );
+        assert!(
+            !output.contains(CLAIM_LINE),
+            "a node claimed a busy lease:\n{output}"
+        );
+    }
+    eprintln!(
+        "{} flood of {CLIENTS} concurrent clients for {} ms (lease {LEASE_MS} ms): {answered} requests answered, {} tasks in flight, 0 leases lost, 0 false failures",
+        backend.name,
+        (LEASE * 3).as_millis(),
+        tasks.len()
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_flooded_node_loses_no_lease() {
+    if let Some(backend) = redis() {
+        flood(backend).await;
+    }
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_flooded_node_loses_no_lease() {
+    if let Some(backend) = postgres() {
+        flood(backend).await;
+    }
 }
 
 #[cfg(feature = "postgres")]

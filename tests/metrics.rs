@@ -15,10 +15,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use mcp_tasks::body::RequestBody;
-use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
 use mcp_tasks::store::{
     BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, Renewal, Renewed,
 };
+use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
 use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskMode, TaskSpec, TasksLayer};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
@@ -373,6 +373,8 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
         .until("mcp_tasks_lease_recovered_total", recovered + 1.0)
         .await;
     leases.down.store(false, Ordering::Release);
-    metrics.until("mcp_tasks_leases_lost_total", lost + 1.0).await;
+    metrics
+        .until("mcp_tasks_leases_lost_total", lost + 1.0)
+        .await;
     metrics.until("mcp_tasks_held_tasks", held).await;
 }
