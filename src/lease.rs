@@ -5,8 +5,8 @@
 //! The rule that keeps a live node's work safe: a lease is claimed only when its
 //! renewal count has not moved for its own lease length, measured on the watching
 //! node's monotonic clock, while the watcher's own renewals succeeded without a
-//! break for that whole time and for twice that lease since the watcher's last
-//! break. An outage every node shares breaks every node's renewals, so nobody
+//! break (a failure, or a gap longer than their regular course) for that whole
+//! time and for twice that lease since the watcher's last break. An outage every node shares breaks every node's renewals, so nobody
 //! claims anybody; a clock step moves no count. The claim itself is one atomic
 //! store call that re-checks the count.
 
@@ -48,11 +48,45 @@ pub(crate) struct Leasing {
 }
 
 /// What the keeper tells the sweeper: the lease it renews now, and since when
-/// its renewals have succeeded without a break (`None` while broken).
+/// its renewals have succeeded without a break (`None` while broken). A break is a
+/// renewal that failed, or a gap between two successes longer than the keeper
+/// leaves in its regular course (this process did not run: a paused host, a
+/// starved machine).
 #[derive(Debug)]
 struct Health {
     lease: LeaseId,
     unbroken_since: Option<Instant>,
+    last_ok: Option<Instant>,
+    /// The longest regular gap between two successful renewals.
+    max_gap: Duration,
+}
+
+impl Health {
+    fn stale(&self, now: Instant) -> bool {
+        self.last_ok
+            .is_none_or(|ok| now.saturating_duration_since(ok) > self.max_gap)
+    }
+
+    /// A renewal succeeded at `now`.
+    fn renewed(&mut self, now: Instant) {
+        if self.stale(now) || self.unbroken_since.is_none() {
+            self.unbroken_since = Some(now);
+        }
+        self.last_ok = Some(now);
+    }
+
+    /// A renewal failed.
+    fn broken(&mut self) {
+        self.unbroken_since = None;
+    }
+
+    /// Since when the renewals have been unbroken, as of `now`.
+    fn unbroken_since(&mut self, now: Instant) -> Option<Instant> {
+        if self.stale(now) {
+            self.unbroken_since = None;
+        }
+        self.unbroken_since
+    }
 }
 
 /// What the sweeper saw of one lease: its count, and when it first saw it.
@@ -83,6 +117,8 @@ impl Leasing {
         let health = Mutex::new(Health {
             lease: self.lease.clone(),
             unbroken_since: None,
+            last_ok: None,
+            max_gap: self.renew_every() + self.renew_timeout() + self.bound / 8,
         });
         tokio::select! {
             _ = stop => {}
@@ -134,9 +170,7 @@ impl Leasing {
                 Ok(Ok(Renewed::New | Renewed::Renewed)) => {
                     first = false;
                     replace = false;
-                    let mut health = lock(health);
-                    health.unbroken_since.get_or_insert_with(Instant::now);
-                    drop(health);
+                    lock(health).renewed(Instant::now());
                     held.set(strong.leased().len());
                     self.renew_every()
                 }
@@ -148,13 +182,13 @@ impl Leasing {
                     replace = true;
                     let mut health = lock(health);
                     health.lease = lease.clone();
-                    health.unbroken_since = None;
+                    health.broken();
                     continue;
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not renew this node's worker lease; retrying");
                     replace = true;
-                    lock(health).unbroken_since = None;
+                    lock(health).broken();
                     RETRY_MIN.max(self.renew_every() / 10)
                 }
                 Err(_) => {
@@ -162,7 +196,7 @@ impl Leasing {
                         "mcp-tasks: renewing this node's worker lease timed out; retrying"
                     );
                     replace = true;
-                    lock(health).unbroken_since = None;
+                    lock(health).broken();
                     RETRY_MIN.max(self.renew_every() / 10)
                 }
             };
@@ -217,8 +251,8 @@ impl Leasing {
         };
         let now = Instant::now();
         let (own, unbroken_since) = {
-            let health = lock(health);
-            (health.lease.clone(), health.unbroken_since)
+            let mut health = lock(health);
+            (health.lease.clone(), health.unbroken_since(now))
         };
         seen.retain(|lease, _| leases.iter().any(|state| &state.lease == lease));
         let mut shortest = self.bound;
@@ -571,6 +605,27 @@ mod tests {
         let leases = all(&leases.inner).await;
         assert_eq!(leases.len(), 2);
         assert!(leases.iter().all(|lease| !lease.claimed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_freeze_of_every_node_fails_nothing() {
+        // Both nodes stop running for ten leases at once (a paused host, a starved
+        // machine), then go on: whichever runs first must not claim the other.
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let a = node(&store, leases.clone());
+        let b = node(&store, leases.clone());
+        let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
+        a.engine.register_work(on_a);
+        b.engine.register_work(on_b);
+        tokio::time::sleep(BOUND * 3).await;
+        for _ in 0..5 {
+            tokio::time::advance(BOUND * 10).await;
+            tokio::time::sleep(BOUND * 3).await;
+        }
+        for id in [&on_a, &on_b] {
+            assert_eq!(stored(&store, id).await.status, TaskStatus::Working);
+        }
     }
 
     #[tokio::test(start_paused = true)]
