@@ -116,9 +116,11 @@
 //! announced to the other node only, a layer on one node sees answers and cancels
 //! given through the other, and concurrent writers spread over the nodes still see
 //! exactly one terminal write win and no update lost.
-//! Such a store also keeps worker leases ([`TaskStore::leases`]): a lease lapses
-//! only without renewals, and a layer on one node fails the unfinished tasks of a
-//! node that stopped.
+//! Such a store also keeps worker leases ([`TaskStore::leases`]): a lease counts its
+//! renewals and keeps its node's lease length, a claim re-checks the count
+//! atomically and a claimed lease is never renewed again, a layer on one node fails
+//! the unfinished tasks of a node that stopped, an outage of the leases every node
+//! shares fails nothing, and a node cut off alone learns that it lost its lease.
 //! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
 //! Every wait in them is bounded, and a store may start listening in the
 //! background: the rules first write until each node has heard the other.
