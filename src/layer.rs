@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::store::{Janitor, LeaseStore, NodeId, TaskStore};
+use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
 use crate::task::{ErrorObject, Principal, Scope, Transition};
 use crate::wire::RpcError;
 use crate::worker::Tasks;
@@ -988,9 +988,11 @@ impl TasksLayerBuilder {
     /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
     /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
     /// its lease every third of `bound`. When a node stops (killed, out of memory,
-    /// cut off from the store for longer than `bound`), a surviving node fails its
-    /// unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead of
-    /// leaving them to their TTL.
+    /// cut off alone from the store for longer than `bound`), a surviving node fails
+    /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
+    /// of leaving them to their TTL. A store outage every node shares fails nothing,
+    /// however long: a node claims another's lease only while its own renewals run
+    /// without a break (README, "Worker leases").
     ///
     /// ```
     /// use std::time::Duration;
@@ -1135,7 +1137,7 @@ impl TasksLayerBuilder {
                 .or_else(|| self.store.leases())
                 .map(|store| Leasing {
                     store,
-                    node: self.node_id.take().unwrap_or_else(NodeId::random),
+                    lease: LeaseId::new(self.node_id.take().unwrap_or_else(NodeId::random)),
                     bound,
                 }),
             None => None,

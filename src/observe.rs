@@ -260,6 +260,28 @@ pub(crate) fn janitor_swept(removed: usize) {
     let _ = removed;
 }
 
+/// This node's sweeper failed `failed` tasks of a lease it claimed.
+pub(crate) fn lease_recovered(failed: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_lease_recovered_total").increment(failed as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = failed;
+}
+
+/// This node learned that other nodes claimed its lease.
+pub(crate) fn lease_lost() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_leases_lost_total").increment(1);
+}
+
+/// This node's share of the held-tasks gauge went from `was` to `now`.
+pub(crate) fn held_tasks(was: usize, now: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("mcp_tasks_held_tasks").increment(now as f64 - was as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (was, now);
+}
+
 /// The live things a process holds, each a gauge moved up and down by those that
 /// start and end them (so several layers in one process add up).
 #[derive(Clone, Copy, Debug)]

@@ -1338,14 +1338,15 @@ impl TaskStore for PostgresStore {
         })
     }
 
-    /// Leases in the tables `T_nodes` and `T_holds` beside the task table `T`
-    /// (created by [`migrate`](PostgresStore::migrate)), on the same pool, with
-    /// deadlines on the database's clock.
+    /// Leases in the tables `T_leases` and `T_lease_holds` beside the task table
+    /// `T` (created by [`migrate`](PostgresStore::migrate)), on a pool of two
+    /// connections of their own (the store pool's settings), so renewals never
+    /// wait behind requests.
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
-        Some(Arc::new(PgLeases {
-            pool: self.inner.pool.clone(),
-            sql: self.inner.leases.clone(),
-        }))
+        Some(Arc::new(PgLeases::new(
+            self.inner.pool.clone(),
+            self.inner.leases.clone(),
+        )))
     }
 
     /// Starts the background listener on first use (it needs a tokio runtime; without
