@@ -132,6 +132,15 @@ impl StoreCalls {
         timed("visible", self.timeout, self.store.visible(ids, scope, now)).await
     }
 
+    pub(crate) async fn get_many(
+        &self,
+        ids: &[TaskId],
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        timed("get_many", self.timeout, self.store.get_many(ids, scope, now)).await
+    }
+
     pub(crate) async fn update(
         &self,
         id: &TaskId,

@@ -121,7 +121,8 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///   and decides on the exact sums with every shard row of both caps locked: near a
 ///   cap (and only there) creates wait for each other. The shares add up to the cap,
 ///   so the caps are exact across nodes.
-/// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
+/// - `visible` and `get_many` check or read all the ids of one listen in one
+///   `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
 /// # Several nodes
@@ -198,6 +199,7 @@ struct Statements {
     prune_owner: SqlStr,
     prune_unowned: SqlStr,
     visible: SqlStr,
+    select_many: SqlStr,
     select: SqlStr,
     select_owned: SqlStr,
     write: SqlStr,
@@ -1033,6 +1035,11 @@ impl Statements {
                  AND ($3 OR owner IS NOT DISTINCT FROM $4)",
                 clock = clock(2),
             )),
+            select_many: sql(format!(
+                "WITH {clock} SELECT record::text FROM {t} WHERE id = ANY($1) AND {live} \
+                 AND ($3 OR owner IS NOT DISTINCT FROM $4)",
+                clock = clock(2),
+            )),
             select: sql(format!(
                 "WITH {clock} SELECT revision, record::text FROM {t} WHERE id = $1 AND {live}",
                 clock = clock(2),
@@ -1225,6 +1232,44 @@ impl TaskStore for PostgresStore {
                 .read(id, scope, now)
                 .await?
                 .filter(|r| scope.permits(r.owner.as_ref())))
+        })
+    }
+
+    /// One `SELECT … WHERE id = ANY($1)`, the owner and the expiry checked in the
+    /// database: a foreign or expired row is never sent.
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (any, owner) = match scope {
+                Scope::Any => (true, None),
+                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
+            };
+            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+            let rows: Vec<String> = sqlx::query_scalar(self.inner.sql.select_many.clone())
+                .bind(keys)
+                .bind(self.clock_arg(now))
+                .bind(any)
+                .bind(owner)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            let mut found = std::collections::HashMap::with_capacity(rows.len());
+            for text in rows {
+                let record: TaskRecord =
+                    serde_json::from_str(&text).map_err(StoreError::backend)?;
+                if scope.permits(record.owner.as_ref()) {
+                    found.insert(record.id, record);
+                }
+            }
+            // In the order asked, each id once.
+            Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
         })
     }
 
@@ -1689,13 +1734,20 @@ mod tests {
             &sql.select,
             &sql.select_owned,
             &sql.visible,
+            &sql.select_many,
             &sql.write,
             &sql.insert,
         ] {
             let text = statement.as_str();
             assert!(text.contains("clock_timestamp()"), "{text}");
         }
-        for statement in [&sql.select, &sql.select_owned, &sql.visible, &sql.write] {
+        for statement in [
+            &sql.select,
+            &sql.select_owned,
+            &sql.visible,
+            &sql.select_many,
+            &sql.write,
+        ] {
             assert!(
                 statement
                     .as_str()
