@@ -14,6 +14,8 @@
 //! | [`MAX_LISTEN_TASK_IDS`] | 1 000 | task ids one `subscriptions/listen` may name |
 //! | [`MAX_LISTEN_STREAMS_PER_OWNER`] | 16 | open listen streams with task ids per principal (`with_max_listen_streams_per_owner`) |
 //! | [`MAX_LISTEN_STREAMS`] | 1 000 | open listen streams with task ids in all (`with_max_listen_streams`) |
+//! | [`MAX_LISTEN_BYTES_PER_OWNER`] | 32 MiB | task notifications one principal's listen streams hold unwritten (`with_max_listen_bytes_per_owner`) |
+//! | [`MAX_LISTEN_BYTES`] | 256 MiB | task notifications all listen streams hold unwritten (`with_max_listen_bytes`) |
 //! | [`LISTEN_ACK_TIMEOUT`] | 5 s | wait for the inner listen stream's acknowledgment (`with_listen_ack_timeout`) |
 //! | [`KEEP_ALIVE`] | 15 s | keep-alive comments on idle listen streams |
 //! | [`MAX_KEEP_ALIVE`] | 1 hour | the longest keep-alive interval accepted |
@@ -70,6 +72,17 @@ pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
 pub const MAX_LISTEN_STREAMS_PER_OWNER: usize = 16;
 /// Most listen streams carrying task ids the layer holds open at once (1 000).
 pub const MAX_LISTEN_STREAMS: usize = 1_000;
+/// Most bytes of task notifications one principal's listen streams (or all
+/// anonymous callers' together) hold before their readers take them (32 MiB, four
+/// results of [`MAX_RESULT_BYTES`]). A change is counted once however many streams
+/// name it. A listen whose snapshot would pass it is refused with -32603 "Too many
+/// listen bytes"; an open stream whose change would pass it is ended with the
+/// listen result.
+pub const MAX_LISTEN_BYTES_PER_OWNER: usize = 32 * 1024 * 1024;
+/// Most bytes of task notifications all listen streams of the layer hold before
+/// their readers take them (256 MiB); past it, as for
+/// [`MAX_LISTEN_BYTES_PER_OWNER`].
+pub const MAX_LISTEN_BYTES: usize = 256 * 1024 * 1024;
 /// How long the layer waits for the inner service's listen stream to start with its
 /// acknowledgment (5 s); after it, the client gets the layer's own acknowledgment
 /// and a stream of task notifications alone.

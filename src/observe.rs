@@ -123,15 +123,6 @@ impl StoreCalls {
         timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
-    pub(crate) async fn visible(
-        &self,
-        ids: &[TaskId],
-        scope: Scope<'_>,
-        now: Timestamp,
-    ) -> Result<Vec<TaskId>, StoreError> {
-        timed("visible", self.timeout, self.store.visible(ids, scope, now)).await
-    }
-
     pub(crate) async fn get_many(
         &self,
         ids: &[TaskId],

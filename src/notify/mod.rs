@@ -112,7 +112,12 @@ impl<T: TaskNotifier + ?Sized> TaskNotifier for Arc<T> {
 /// acknowledgment listed the id. Delivery never waits: the change is left in the
 /// stream's slot for that task, replacing any older state the stream has not sent
 /// yet, so a slow or stalled client holds at most one pending state per task it
-/// named. Closing a stream removes it at once.
+/// named. Each change is serialized once and shared by every stream that names it,
+/// and what the streams hold is bounded in bytes, per principal and in total
+/// ([`with_max_listen_bytes_per_owner`](crate::TasksLayerBuilder::with_max_listen_bytes_per_owner),
+/// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)): a
+/// stream whose next change would pass a bound is ended with the listen result
+/// instead. Closing a stream removes it at once.
 ///
 /// Every layer has one, over the registry of that layer's streams; get it from
 /// [`TasksLayerBuilder::listen_notifier`](crate::TasksLayerBuilder::listen_notifier).
@@ -162,6 +167,15 @@ impl ListenNotifier {
     #[doc(hidden)]
     pub fn pending_counts(&self) -> Vec<usize> {
         self.registry.pending_counts()
+    }
+
+    /// The bytes of task notifications this layer's listen streams hold unwritten
+    /// now, and the most they have held at once: what
+    /// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)
+    /// bounds.
+    #[doc(hidden)]
+    pub fn held_bytes(&self) -> (usize, usize) {
+        self.registry.held_bytes()
     }
 }
 
