@@ -129,7 +129,12 @@ impl StoreCalls {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Vec<TaskRecord>, StoreError> {
-        timed("get_many", self.timeout, self.store.get_many(ids, scope, now)).await
+        timed(
+            "get_many",
+            self.timeout,
+            self.store.get_many(ids, scope, now),
+        )
+        .await
     }
 
     pub(crate) async fn update(

@@ -757,7 +757,10 @@ mod tests {
         registry.deliver(&big(a, "g", 2, 10));
         assert!(greedy.take_or_wait(Waker::noop()).is_none());
         let (held, peak) = registry.held_bytes();
-        assert!((6_000..7_000).contains(&held), "only the other principal's: {held}");
+        assert!(
+            (6_000..7_000).contains(&held),
+            "only the other principal's: {held}"
+        );
         assert!(peak < 16_000, "{peak}");
         // The other principal's stream is untouched.
         assert!(!other.is_ending());

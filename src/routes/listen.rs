@@ -145,8 +145,8 @@ where
             limit = limit.as_str(),
             "listen refused: the principal's listen streams hold too many bytes"
         );
-        let refused = RpcError::internal("Too many listen bytes")
-            .with_data(json!({"limit": limit.as_str()}));
+        let refused =
+            RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
         return Ok(reply(refused, id));
     }
     let agreed_ids: Vec<Value> = agreed

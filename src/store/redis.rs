@@ -763,7 +763,9 @@ impl TaskStore for RedisStore {
                 .await
                 .map_err(StoreError::backend)?;
             if exists.len() != unique.len() {
-                return Err(unexpected("the script answered the wrong number of replies"));
+                return Err(unexpected(
+                    "the script answered the wrong number of replies",
+                ));
             }
             Ok(unique
                 .into_iter()
