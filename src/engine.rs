@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use crate::backoff::Backoff;
 use crate::config::{Config, PrincipalFn};
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
@@ -447,13 +448,13 @@ impl Engine {
         }
         runtime.spawn(async move {
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
-            let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+            let mut backoff = RETRY;
             let found = loop {
+                let delay = backoff.next_delay();
                 match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
                     Ok(found) => break found,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
-                        delay = next_retry(delay);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
@@ -503,7 +504,7 @@ impl Engine {
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
-        let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+        let mut backoff = RETRY;
         loop {
             let answered = self
                 .wait_until(id, |task| match task {
@@ -521,8 +522,7 @@ impl Engine {
                 Ok(answer) => return answer,
                 Err(e) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = next_retry(delay);
+                    backoff.wait().await;
                 }
             }
         }
@@ -535,7 +535,7 @@ impl Engine {
         Cancelled {
             wait: self.wait_until(id, end_of),
             backoff: None,
-            delay_ms: FIRST_RETRY_MS,
+            retry: RETRY,
             settles: None,
         }
     }
@@ -623,7 +623,7 @@ const RECONCILE_FOR: Duration = Duration::from_secs(120);
 /// of this node are re-read. Ends when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
     let mut pending: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
-    let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+    let mut backoff = RETRY;
     let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
         let event = tokio::select! {
@@ -633,11 +633,10 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
                 let Some(engine) = engine.upgrade() else { return };
                 let failed = engine.recheck(std::mem::take(&mut pending)).await;
                 if failed.is_empty() {
-                    delay = Duration::from_millis(FIRST_RETRY_MS.into());
+                    backoff.reset();
                 } else {
                     pending.extend(failed);
-                    retry_at = Some(tokio::time::Instant::now() + delay);
-                    delay = next_retry(delay);
+                    retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
                 }
                 continue;
             }
@@ -662,7 +661,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
         let failed = engine.recheck(ids).await;
         if !failed.is_empty() {
             pending.extend(failed);
-            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + delay);
+            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + backoff.next_delay());
         }
     }
 }
@@ -796,16 +795,9 @@ fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
 /// this node's clock) before it reads it again.
 const EXPIRY_RECHECK_MS: u64 = 200;
 
-/// The first and the longest wait before a worker's wait reads its task again
-/// after a store error.
-const FIRST_RETRY_MS: u32 = 50;
-const LAST_RETRY_MS: u32 = 5_000;
-
-/// The pause after `delay` when a read of a waited-on task failed again: doubled,
-/// up to [`LAST_RETRY_MS`].
-fn next_retry(delay: Duration) -> Duration {
-    (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()))
-}
+/// The pauses before a read that failed is tried again: from 50 ms, doubling up
+/// to 5 s, with jitter.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
 /// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
@@ -818,7 +810,7 @@ fn next_retry(delay: Duration) -> Duration {
 pub struct Cancelled<'a> {
     wait: WaitUntil<'a, EndOf>,
     backoff: Option<Pin<Box<tokio::time::Sleep>>>,
-    delay_ms: u32,
+    retry: Backoff,
     settles: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
@@ -853,8 +845,7 @@ impl Future for Cancelled<'_> {
                 }
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
-                    let delay = Duration::from_millis(this.delay_ms.into());
-                    this.delay_ms = (this.delay_ms * 2).min(LAST_RETRY_MS);
+                    let delay = this.retry.next_delay();
                     this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
                 }
             }

@@ -15,6 +15,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{ConfigError, Limit, StoreError};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -1408,7 +1409,7 @@ struct Checkpoint {
 
 impl Relay {
     async fn run(mut self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
-        let mut backoff = LISTEN_BACKOFF_MIN;
+        let mut backoff = Backoff::new(LISTEN_BACKOFF_MIN, LISTEN_BACKOFF_MAX);
         loop {
             let connected = match first.take() {
                 Some(listener) => Ok(listener),
@@ -1428,27 +1429,27 @@ impl Relay {
                 }
                 Err(e) => e,
             };
+            let delay = backoff.next_delay();
             tracing::warn!(
                 error = %error,
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = delay.as_millis() as u64,
                 "mcp-tasks: the PostgreSQL change listener failed; reconnecting"
             );
             tokio::select! {
                 _ = &mut stop => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
-            backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
         }
     }
 
     /// Serves one connection, already listening: catches up, then forwards
     /// notifications and keeps the checkpoint, until the connection fails.
-    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Duration) -> sqlx::Error {
+    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Backoff) -> sqlx::Error {
         if let Err(e) = self.catch_up(&mut listener).await {
             return e;
         }
         self.ready.send_replace(true);
-        *backoff = LISTEN_BACKOFF_MIN;
+        backoff.reset();
         let mut checkpoint = tokio::time::interval(FEED_CHECKPOINT);
         checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         checkpoint.tick().await;

@@ -38,6 +38,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{BoxError, Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -993,7 +994,7 @@ struct ChangeStream {
 /// (or its sender, held by the store, is dropped), reconnecting with backoff and
 /// going on from the last entry read.
 async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
-    let mut delay = RECONNECT_MIN;
+    let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
     loop {
         let mut connected = false;
         tokio::select! {
@@ -1004,13 +1005,12 @@ async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
             },
         }
         if connected {
-            delay = RECONNECT_MIN;
+            backoff.reset();
         }
         tokio::select! {
             _ = &mut stop => return,
-            () = tokio::time::sleep(delay) => {}
+            () = backoff.wait() => {}
         }
-        delay = (delay * 2).min(RECONNECT_MAX);
     }
 }
 
