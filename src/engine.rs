@@ -72,6 +72,9 @@ pub(crate) struct Engine {
     /// The tasks being re-read in the background after a failed write (one re-read
     /// per task at a time).
     reconciling: Mutex<std::collections::HashSet<TaskId>>,
+    /// Every change another node made is re-read (a custom notifier wants them
+    /// all), not only those of tasks this node knows.
+    relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
     pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
@@ -100,6 +103,7 @@ impl Engine {
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
+            relay_all: false,
             _lease_stop: Mutex::new(None),
         }
     }
@@ -117,6 +121,30 @@ impl Engine {
     pub(crate) fn with_listen(mut self, listen: ListenNotifier) -> Self {
         self.listen = listen;
         self
+    }
+
+    /// Re-reads every change other nodes make, for a custom notifier.
+    pub(crate) fn relaying_all(mut self, all: bool) -> Self {
+        self.relay_all = all;
+        self
+    }
+
+    /// Whether this node has anyone to tell of a change to `id`: a worker waiting
+    /// on it or working on it, an `Auto` runner, a listen stream naming it, or a
+    /// hold. A task this node does not know is never re-read on its account.
+    pub(crate) fn knows(&self, id: &TaskId) -> bool {
+        self.waits.knows(id)
+            || self.listen.registry().names(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
     }
 
     pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {
@@ -416,8 +444,12 @@ impl Engine {
             Ok(updated) => updated,
             Err(e) => {
                 // The write may have landed with its answer lost: find out in the
-                // background, so the local runner, waiters and listen streams learn it.
-                self.reconcile(*id);
+                // background, so the local runner, waiters and listen streams learn
+                // it. Only for a task this node knows: nobody here would learn
+                // anything of another (an id a client made up, say).
+                if self.knows(id) {
+                    self.reconcile(*id);
+                }
                 return Err(e);
             }
         };
@@ -474,26 +506,48 @@ impl Engine {
         });
     }
 
-    /// Re-reads `ids` and tells everyone of each record found; the ids not read.
-    /// After the first failed read the rest are left for the retry: the store is
-    /// down, and each read would only wait out the store timeout.
-    async fn recheck(&self, ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
-        let mut failed = Vec::new();
-        for id in ids {
-            if !failed.is_empty() {
-                failed.push(id);
-                continue;
-            }
-            match self.store.get(&id, Scope::Any, Timestamp::now()).await {
-                Ok(Some(record)) => self.changed(&record),
-                Ok(None) => self.waits.wake(&id),
+    /// Re-reads `ids`, in batches of one store call each, and tells everyone of each
+    /// record found; the ids not read. After a failed batch the rest are left for
+    /// the retry: the store is down, and each call would only wait out the store
+    /// timeout.
+    async fn recheck(&self, ids: Vec<TaskId>) -> Vec<TaskId> {
+        let mut batches = ids.chunks(RECHECK_BATCH);
+        for batch in batches.by_ref() {
+            match self
+                .store
+                .get_many(batch, Scope::Any, Timestamp::now())
+                .await
+            {
+                Ok(found) => {
+                    let mut gone: std::collections::HashSet<&TaskId> = batch.iter().collect();
+                    for record in &found {
+                        gone.remove(&record.id);
+                        self.changed(record);
+                    }
+                    for id in gone {
+                        self.waits.wake(id);
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node; retrying");
-                    failed.push(id);
+                    tracing::warn!(error = %e, "mcp-tasks: could not read tasks changed on another node; retrying");
+                    let mut failed = batch.to_vec();
+                    failed.extend(batches.flatten());
+                    return failed;
                 }
             }
         }
-        failed
+        Vec::new()
+    }
+
+    /// Of `ids`, the ones to re-read after other nodes changed them: those this
+    /// node knows (all of them for a custom notifier), each once.
+    fn of_interest(&self, mut ids: Vec<TaskId>) -> Vec<TaskId> {
+        if !self.relay_all {
+            ids.retain(|id| self.knows(id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Waits until `id` has no outstanding input request and returns every answer
@@ -616,13 +670,19 @@ impl Engine {
 /// How long a background re-read after a failed write keeps trying.
 const RECONCILE_FOR: Duration = Duration::from_secs(120);
 
-/// Re-reads each task another node changed and tells this node's notifier, waiting
-/// workers and `Auto` runners. A read that fails is retried with a bounded backoff,
-/// so a store outage delays a change but never loses it. After missed changes
-/// every waiter re-reads its task, and the tasks of every runner and listen stream
-/// of this node are re-read. Ends when the layer is gone or the feed closes.
+/// How many tasks one re-read of other nodes' changes asks the store for at once.
+const RECHECK_BATCH: usize = 1_000;
+
+/// Re-reads the tasks other nodes changed that this node knows (a worker waits on
+/// it or works on it, an `Auto` runner, a listen stream names it; every task for a
+/// custom notifier) and tells this node's notifier, waiting workers and `Auto`
+/// runners. The changes waiting in the feed are read together, in one store call.
+/// A read that fails is retried with a bounded backoff, so a store outage delays a
+/// change but never loses it. After missed changes every waiter re-reads its task,
+/// and the tasks of every runner and listen stream of this node are re-read. Ends
+/// when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
-    let mut pending: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
+    let mut pending: Vec<TaskId> = Vec::new();
     let mut backoff = RETRY;
     let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
@@ -631,7 +691,8 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
             () = sleep_until_some(retry_at) => {
                 retry_at = None;
                 let Some(engine) = engine.upgrade() else { return };
-                let failed = engine.recheck(std::mem::take(&mut pending)).await;
+                let ids = engine.of_interest(std::mem::take(&mut pending));
+                let failed = engine.recheck(ids).await;
                 if failed.is_empty() {
                     backoff.reset();
                 } else {
@@ -644,21 +705,32 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
         let Some(engine) = engine.upgrade() else {
             return;
         };
-        let ids = match event {
-            Some(FeedEvent::Changed(id)) => vec![id],
-            Some(FeedEvent::Missed(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
-                );
-                engine.wake_all();
-                let mut ids = engine.running();
-                ids.extend(engine.listen.registry().task_ids());
-                ids
+        // This change and those already waiting behind it, read together.
+        let mut ids = Vec::new();
+        let mut next = event;
+        loop {
+            match next {
+                Some(FeedEvent::Changed(id)) => ids.push(id),
+                Some(FeedEvent::Missed(skipped)) => {
+                    tracing::warn!(
+                        skipped,
+                        "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
+                    );
+                    engine.wake_all();
+                    ids.extend(engine.running());
+                    ids.extend(engine.listen.registry().task_ids());
+                }
+                None => return,
             }
-            None => return,
-        };
-        let failed = engine.recheck(ids).await;
+            if ids.len() >= RECHECK_BATCH {
+                break;
+            }
+            match feed.try_recv() {
+                Some(event) => next = Some(event),
+                None => break,
+            }
+        }
+        let failed = engine.recheck(engine.of_interest(ids)).await;
         if !failed.is_empty() {
             pending.extend(failed);
             retry_at.get_or_insert_with(|| tokio::time::Instant::now() + backoff.next_delay());

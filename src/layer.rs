@@ -315,6 +315,8 @@ pub struct TasksLayerBuilder {
     lease_bound: Option<Duration>,
     lease_store: Option<Arc<dyn LeaseStore>>,
     node_id: Option<NodeId>,
+    /// A notifier of the application's own: told of every change other nodes make.
+    custom_notifier: bool,
 }
 
 impl TasksLayerBuilder {
@@ -354,6 +356,7 @@ impl TasksLayerBuilder {
             lease_bound: Some(defaults::WORKER_LEASE),
             lease_store: None,
             node_id: None,
+            custom_notifier: false,
         }
     }
 
@@ -729,6 +732,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_notifier(mut self, notifier: impl TaskNotifier) -> Self {
         self.notifier = Some(Arc::new(notifier));
+        self.custom_notifier = true;
         self
     }
 
@@ -743,6 +747,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn without_notifier(mut self) -> Self {
         self.notifier = None;
+        self.custom_notifier = false;
         self
     }
 
@@ -1142,6 +1147,7 @@ impl TasksLayerBuilder {
         );
         let engine = Engine::new(self.store, self.config, self.notifier, self.principal)
             .with_listen(self.listen)
+            .relaying_all(self.custom_notifier)
             .shared();
         let layer = TasksLayer { engine };
         if enabled && let Some(feed) = layer.engine.store.subscribe() {

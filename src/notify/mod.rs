@@ -36,8 +36,12 @@ pub(crate) mod registry;
 use registry::Registry;
 
 /// Told about every change to a task, right after the store write, in the process
-/// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), it is
-/// also told about changes other nodes made, once this node has re-read them.
+/// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), a
+/// notifier set with [`with_notifier`](crate::TasksLayerBuilder::with_notifier) is
+/// also told about every change other nodes made, once this node has re-read it.
+/// With the default [`ListenNotifier`] (or none), the layer re-reads only the tasks
+/// this node knows: named by one of its listen streams, waited on or worked on by
+/// one of its workers, or run by one of its `Auto` runners.
 ///
 /// [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
 ///

@@ -365,6 +365,11 @@ impl Registry {
         self.lock().streams.len()
     }
 
+    /// Whether some open stream names `task`.
+    pub(crate) fn names(&self, task: &TaskId) -> bool {
+        self.lock().by_task.contains_key(task)
+    }
+
     /// The ids some open stream named: what a re-check after missed changes re-reads.
     pub(crate) fn task_ids(&self) -> Vec<TaskId> {
         self.lock().by_task.keys().copied().collect()
