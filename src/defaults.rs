@@ -23,6 +23,7 @@
 //! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
 //! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
 //! | [`STORE_TIMEOUT`] | 5 s | one store call the layer makes (`with_store_timeout`) |
+//! | [`STATEMENT_TIMEOUT`] | 6 s | PostgreSQL's `statement_timeout` on the connections of `PostgresStore::connect`: an abandoned statement is cancelled in the database too |
 //! | [`WORKER_LEASE`] | 20 s | how long a node's lease on its tasks lasts without renewal (`with_worker_lease`) |
 //! | [`MIN_WORKER_LEASE`] | 100 ms | the shortest lease accepted |
 //!
@@ -101,6 +102,10 @@ pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 /// The longest one store call made by the layer may take (5 s): past it the call is
 /// dropped and a request gets -32603, so a store outage never hangs a client.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The `statement_timeout` `PostgresStore::connect` sets on its connections (6 s,
+/// a little above [`STORE_TIMEOUT`]): a statement the layer gave up on is
+/// cancelled in the database as well, instead of holding a connection and locks.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(6);
 /// How long a node's lease on the tasks it runs lasts without a renewal (20 s).
 /// The node renews every third of it; a surviving node fails the unfinished tasks
 /// of a node that stopped at most 1.25 times this after the stop (25 s).

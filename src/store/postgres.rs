@@ -280,9 +280,35 @@ impl PostgresStore {
 
     /// Connects a pool with sqlx's default settings (at most 10 connections), but an
     /// acquire timeout of [`STORE_TIMEOUT`](crate::defaults::STORE_TIMEOUT) (5 s, the
-    /// layer's default store timeout), to the database at `url`, on the table
+    /// layer's default store timeout) and a `statement_timeout` of
+    /// [`STATEMENT_TIMEOUT`](crate::defaults::STATEMENT_TIMEOUT) (6 s) on every
+    /// connection, to the database at `url`, on the table
     /// [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
     /// Fails with [`StoreError::Backend`] when the database cannot be reached.
+    ///
+    /// The layer gives up on a store call after its store timeout; the
+    /// `statement_timeout` makes PostgreSQL cancel the abandoned statement too,
+    /// instead of running it to the end for nobody. With a pool of your own
+    /// ([`new`](Self::new)), set it on the pool's connections the same way, a
+    /// little above the layer's
+    /// [`with_store_timeout`](crate::TasksLayerBuilder::with_store_timeout):
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    /// use mcp_tasks::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let options: PgConnectOptions = "postgres://app@db.internal/app".parse()?;
+    /// let pool = PgPoolOptions::new()
+    ///     .connect_with(options.options([("statement_timeout", "6s")]))
+    ///     .await?;
+    /// let store = PostgresStore::new(pool);
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`migrate`](Self::migrate) lifts the timeout for its own transaction.
     ///
     /// ```no_run
     /// use mcp_tasks::PostgresStore;
@@ -295,9 +321,11 @@ impl PostgresStore {
     /// # }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
+        let timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
         let pool = PgPoolOptions::new()
             .acquire_timeout(crate::defaults::STORE_TIMEOUT)
-            .connect(url)
+            .connect_with(options.options([("statement_timeout", timeout.as_str())]))
             .await
             .map_err(StoreError::backend)?;
         Ok(Self::new(pool))
@@ -440,6 +468,11 @@ impl PostgresStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+        // Upgrading a large table may take longer than a statement timeout allows.
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         sqlx::query(inner.sql.lock.clone())
             .bind(inner.lock_key)
             .bind(i32::MIN)
