@@ -425,8 +425,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
 
     /// The ids among `ids` whose records exist, have not expired at `now`, and are
     /// visible in `scope`, in the order given, each once: what `get` would find, for
-    /// many ids at once. The layer checks the task ids of one `subscriptions/listen`
-    /// (up to 1 000) with one call.
+    /// many ids at once, without the records (see [`get_many`](Self::get_many) for
+    /// them).
     ///
     /// The default calls [`get`](Self::get) for each id in turn; a store over a
     /// network overrides it with one round trip (the built-in stores do).
