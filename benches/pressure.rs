@@ -25,6 +25,12 @@
 //!   cargo bench --bench pressure --features postgres,redis,test-util
 //! ```
 
+// Without PostgreSQL and Redis only the tenant run on the memory store is built.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "redis")),
+    allow(dead_code, unused_imports)
+)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 
