@@ -15,6 +15,9 @@
 //! Printed per phase: requests answered, store calls made for them (one `update`
 //! each), background re-reads (`get`/`get_many`), and all store calls, per second.
 //!
+//! `PRESSURE_LISTEN=after` opens the streams once every task has completed instead,
+//! so that each listen's snapshot carries every result.
+//!
 //! `PRESSURE_STORE` picks the store: `memory` (tenant only), `postgres`
 //! (`DATABASE_URL`) or `redis` (`REDIS_URL`). One store per run, so that each run's
 //! memory is its own.
@@ -104,7 +107,32 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn tenant(store: Arc<dyn TaskStore>, name: &str) {
+/// Opens the greedy principal's streams, each naming every task; how many were
+/// accepted (the others were refused with a JSON-RPC error).
+async fn open_streams(
+    client: &support::http::Client,
+    named: &[&str],
+) -> (Vec<support::http::EventStream>, usize) {
+    let mut streams = Vec::with_capacity(STREAMS);
+    let mut accepted = 0;
+    for n in 0..STREAMS {
+        let mut stream = client.listen(Some("greedy"), json!(n), named).await;
+        let sse = stream.headers[http::header::CONTENT_TYPE]
+            .to_str()
+            .is_ok_and(|t| t.starts_with("text/event-stream"));
+        if sse {
+            let _ack = stream.next_message().await;
+            accepted += 1;
+        }
+        streams.push(stream);
+    }
+    (streams, accepted)
+}
+
+/// `listen_first`: the streams are open before the tasks complete (each change
+/// reaches them as it happens); otherwise they open after, each with a snapshot of
+/// every finished task.
+async fn tenant(store: Arc<dyn TaskStore>, name: &str, listen_first: bool) {
     let server = Server::listening_with(ListenSupport::NotFound, listen_builder(store)).await;
     let client = server.client();
     let mut ids = Vec::with_capacity(TASKS);
@@ -117,12 +145,11 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str) {
     }
     let bobs = client.create_task_id("job", json!({}), Some("bob")).await;
     let named: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut streams = Vec::with_capacity(STREAMS);
-    for n in 0..STREAMS {
-        let mut stream = client.listen(Some("greedy"), json!(n), &named).await;
-        let _ack = stream.next_message().await;
-        streams.push(stream);
-    }
+    let mut opened = if listen_first {
+        Some(open_streams(&client, &named).await)
+    } else {
+        None
+    };
     let text = "x".repeat(RESULT_BYTES);
     let before = rss();
     let peak = RssPeak::start();
@@ -147,6 +174,10 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str) {
         server.tasks.complete(&id, result).await.unwrap();
     }
     let completing = started.elapsed();
+    if opened.is_none() {
+        opened = Some(open_streams(&client, &named).await);
+    }
+    let (streams, accepted) = opened.unwrap_or_default();
     // What the streams hold settles once the connections stop taking bytes.
     tokio::time::sleep(Duration::from_secs(1)).await;
     polling.store(false, Ordering::Relaxed);
@@ -158,8 +189,9 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str) {
         "{name}: completions took {completing:?}, {} gets",
         took.len()
     );
+    let when = if listen_first { "before" } else { "after" };
     println!(
-        "| {name} | {} | {STREAMS} × {TASKS} ids | {} | {} | {} | {} |",
+        "| {name} | {} | {when} | {accepted} of {STREAMS} | {} | {} | {} | {} |",
         mib((TASKS * RESULT_BYTES) as u64),
         mib(peak.saturating_sub(before)),
         mib(held_peak as u64),
@@ -252,6 +284,7 @@ async fn slow(store: impl TaskStore, proxy: &support::proxy::Proxy, name: &str) 
 fn main() {
     let mode = std::env::var("PRESSURE").unwrap_or_else(|_| "tenant".into());
     let which = std::env::var("PRESSURE_STORE").unwrap_or_else(|_| "memory".into());
+    let listen_first = std::env::var("PRESSURE_LISTEN").map_or(true, |v| v != "after");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -261,7 +294,7 @@ fn main() {
         match (mode.as_str(), which.as_str()) {
             ("tenant", "memory") => {
                 print_tenant_head();
-                tenant(Arc::new(MemoryStore::new()), "memory").await;
+                tenant(Arc::new(MemoryStore::new()), "memory", listen_first).await;
             }
             #[cfg(all(feature = "postgres", feature = "test-util"))]
             ("tenant", "postgres") => {
@@ -269,13 +302,13 @@ fn main() {
                     .await
                     .expect("DATABASE_URL");
                 print_tenant_head();
-                tenant(Arc::new(store), "PostgreSQL").await;
+                tenant(Arc::new(store), "PostgreSQL", listen_first).await;
             }
             #[cfg(all(feature = "redis", feature = "test-util"))]
             ("tenant", "redis") => {
                 let store = support::stores::redis::scratch().await.expect("REDIS_URL");
                 print_tenant_head();
-                tenant(Arc::new(store), "Redis").await;
+                tenant(Arc::new(store), "Redis", listen_first).await;
             }
             #[cfg(all(feature = "postgres", feature = "test-util"))]
             ("slow", "postgres") => {
@@ -305,9 +338,9 @@ fn main() {
 
 fn print_tenant_head() {
     println!(
-        "| store | stored (MiB) | streams | peak RSS over start (MiB) | peak held by the layer (MiB) | other principal's `tasks/get` p50 (ms) | p99 (ms) |"
+        "| store | stored (MiB) | streams opened | streams accepted | peak RSS over start (MiB) | peak held by the layer (MiB) | other principal's `tasks/get` p50 (ms) | p99 (ms) |"
     );
-    println!("|---|---:|---|---:|---:|---:|---:|");
+    println!("|---|---:|---|---|---:|---:|---:|---:|");
 }
 
 fn print_slow_head() {
