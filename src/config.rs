@@ -38,6 +38,8 @@ pub(crate) struct Config {
     pub(crate) listen_ack_timeout: Duration,
     pub(crate) keep_alive: Duration,
     pub(crate) store_timeout: Duration,
+    /// Refuse to create or read tasks for a request without a principal.
+    pub(crate) require_principal: bool,
 }
 
 impl Config {

@@ -77,6 +77,8 @@ pub(crate) struct Engine {
     relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
     pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set once this layer has warned about a task without a principal.
+    anonymous_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -105,6 +107,7 @@ impl Engine {
             reconciling: Mutex::default(),
             relay_all: false,
             _lease_stop: Mutex::new(None),
+            anonymous_warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -152,6 +155,39 @@ impl Engine {
             Some(f) => f(parts),
             None => parts.extensions.get::<Principal>().cloned(),
         }
+    }
+
+    /// Whether a request of `owner` may have tasks: always with a principal; without
+    /// one, refused (-32603) under
+    /// [`with_require_principal`](crate::TasksLayerBuilder::with_require_principal),
+    /// and otherwise allowed after one warning per layer.
+    pub(crate) fn admit_owner(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        self.refuse_anonymous(owner)?;
+        if owner.is_none()
+            && !self
+                .anonymous_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "a task was made or read without a Principal: anonymous tasks are shared by \
+                 every unauthenticated caller. If requests are authenticated, the \
+                 authentication layer is probably placed below TasksLayer (it must run \
+                 first, as an outer layer); with_require_principal() refuses anonymous tasks"
+            );
+        }
+        Ok(())
+    }
+
+    /// The refusal of [`admit_owner`](Self::admit_owner) alone, with no warning.
+    pub(crate) fn refuse_anonymous(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        if owner.is_some() || !self.config.require_principal {
+            return Ok(());
+        }
+        observe::task_refused("principal_required");
+        Err(
+            RpcError::internal("Tasks require an authenticated principal")
+                .with_data(serde_json::json!({"reason": "principal_required"})),
+        )
     }
 
     /// Registers the background runner of an auto task, so that cancelling the
@@ -352,6 +388,45 @@ impl Engine {
         log.release.insert(*id);
     }
 
+    /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
+    /// runner is aborted, its hold dropped, and its waiting worker re-reads the
+    /// task (failed by the claim), so `cancelled()` resolves.
+    pub(crate) fn stop_lost(&self, id: &TaskId) {
+        if let Some(runner) = self.take_runner(id) {
+            runner.abort();
+        }
+        self.release(id);
+        self.waits.wake(id);
+        self.wake_if_idle();
+    }
+
+    /// Gives up the explicit holds ([`hold`](Self::hold)) of tasks the store has
+    /// ended or no longer has (they expired, or ended on a node whose change this
+    /// one never saw).
+    pub(crate) async fn release_ended_holds(&self) {
+        let held: Vec<TaskId> = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        for id in held {
+            if self.has_ended(&id).await {
+                self.release(&id);
+            }
+        }
+    }
+
+    /// Whether the store has `id` ended or gone (`false` when it cannot tell).
+    pub(crate) async fn has_ended(&self, id: &TaskId) -> bool {
+        match self.store.get(id, Scope::Any, Timestamp::now()).await {
+            Ok(None) => true,
+            Ok(Some(record)) => record.status.is_terminal(),
+            Err(_) => false,
+        }
+    }
+
     /// The hold changes recorded since the last call.
     pub(crate) fn take_lease_log(&self) -> LeaseLog {
         std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
@@ -462,6 +537,50 @@ impl Engine {
             self.changed(&u.record);
         }
         Ok(updated)
+    }
+
+    /// A create whose outcome is unknown (the store failed or timed out after it may
+    /// have committed): fails the task, if it was stored, by a compensating write
+    /// once the store answers, so it never stays `working` with no worker on it.
+    /// The task is held meanwhile, so a survivor fails it if this node dies first.
+    /// A create still on its way lands within the store timeout: the task is looked
+    /// for twice, that far apart, before it is taken for never stored.
+    fn compensate_create(&self, id: TaskId) {
+        let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.hold(id);
+        runtime.spawn(async move {
+            let fail = Transition::Fail {
+                error: ErrorObject::new(RpcError::INTERNAL_ERROR, CREATE_UNCONFIRMED),
+                message: Some(CREATE_UNCONFIRMED.to_owned()),
+            };
+            let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
+            let mut backoff = RETRY;
+            let mut absent = 0;
+            loop {
+                let delay = backoff.next_delay();
+                match engine.update(&id, Scope::Any, &fail).await {
+                    Ok(Some(_)) => break,
+                    Ok(None) if absent == 0 => {
+                        absent += 1;
+                        tokio::time::sleep(engine.config.store_timeout).await;
+                    }
+                    Ok(None) => break,
+                    Err(_) if tokio::time::Instant::now() + delay < deadline => {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose create was not confirmed");
+                        break;
+                    }
+                }
+            }
+            engine.release(&id);
+        });
     }
 
     /// Re-reads `id` in the background until the store answers (with a bounded
@@ -658,6 +777,8 @@ impl Engine {
             }
             Err(e) => {
                 tracing::error!(error = %e, "task store failed to create a task");
+                // It may have been stored all the same, with no worker to run it.
+                self.compensate_create(record.id);
                 return Err(RpcError::internal_error());
             }
         }
@@ -666,6 +787,10 @@ impl Engine {
         Ok(record)
     }
 }
+
+/// The message of a task failed because its create was not confirmed by the store.
+pub(crate) const CREATE_UNCONFIRMED: &str =
+    "Task creation not confirmed: the store failed while storing it";
 
 /// How long a background re-read after a failed write keeps trying.
 const RECONCILE_FOR: Duration = Duration::from_secs(120);

@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::store::{Janitor, LeaseStore, NodeId, TaskStore};
+use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
 use crate::task::{ErrorObject, Principal, Scope, Transition};
 use crate::wire::RpcError;
 use crate::worker::Tasks;
@@ -348,6 +348,7 @@ impl TasksLayerBuilder {
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
                 store_timeout: defaults::STORE_TIMEOUT,
+                require_principal: false,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -706,6 +707,37 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// Refuses tasks to anonymous requests: a request without a [`Principal`] may
+    /// not create, read, answer, cancel or listen to tasks (default: it may, and
+    /// sees only anonymous tasks).
+    ///
+    /// The refusal is -32603 with the message "Tasks require an authenticated
+    /// principal" and `error.data` `{"reason": "principal_required"}`, with HTTP 200,
+    /// after the capability check: a tool that would become a task (`Required`,
+    /// `Auto`, or a handler asking for one) is answered with it, and so are
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` and a listen naming task ids. A
+    /// call that stays synchronous is not affected. It is a server-side refusal,
+    /// not a challenge: answering 401 is the authentication layer's job, with the
+    /// `WWW-Authenticate` header only it can fill in; a request that reaches this
+    /// layer without a principal means that layer let it through, most often
+    /// because it sits below `TasksLayer` instead of above it.
+    ///
+    /// Without this setting, the first task a layer sees made or read without a
+    /// principal logs one `tracing` warning naming that likely cause.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_require_principal()
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn with_require_principal(mut self) -> Self {
+        self.config.require_principal = true;
+        self
+    }
+
     /// The hook told about every task change, in place of the default
     /// [`ListenNotifier`] (which sends `notifications/tasks` to listen streams). Any
     /// `Fn(&TaskRecord) + Send + Sync` is a [`TaskNotifier`].
@@ -983,9 +1015,11 @@ impl TasksLayerBuilder {
     /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
     /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
     /// its lease every third of `bound`. When a node stops (killed, out of memory,
-    /// cut off from the store for longer than `bound`), a surviving node fails its
-    /// unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead of
-    /// leaving them to their TTL.
+    /// cut off alone from the store for longer than `bound`), a surviving node fails
+    /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
+    /// of leaving them to their TTL. A store outage every node shares fails nothing,
+    /// however long: a node claims another's lease only while its own renewals run
+    /// without a break (README, "Worker leases").
     ///
     /// ```
     /// use std::time::Duration;
@@ -1136,7 +1170,7 @@ impl TasksLayerBuilder {
                 .or_else(|| self.store.leases())
                 .map(|store| Leasing {
                     store,
-                    node: self.node_id.take().unwrap_or_else(NodeId::random),
+                    lease: LeaseId::new(self.node_id.take().unwrap_or_else(NodeId::random)),
                     bound,
                 }),
             None => None,

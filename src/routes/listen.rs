@@ -26,7 +26,7 @@ use crate::notify::registry::Subscription;
 use crate::observe::{self, Outcome};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp};
 use crate::wire::sse::{self, Splitter};
-use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RpcError};
+use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RawObject, RpcError};
 
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -57,14 +57,18 @@ where
     parts
         .extensions
         .insert(TaskContext::refused(TaskRefused::NotToolCall));
-    let requested = envelope
-        .param("notifications")
-        .and_then(|n| n.get("taskIds"));
-    let (Some(requested), Some(subscription_id)) = (requested, id.filter(|v| !v.is_null())) else {
+    let requested = requested_task_ids(envelope);
+    let (Some(requested), Some(subscription_id)) =
+        (requested.as_ref(), id.filter(|v| !v.is_null()))
+    else {
         return forward(inner, parts, bytes, id).await;
     };
     if !declared {
         return Ok(reply(RpcError::tasks_extension_required(), id));
+    }
+    let owner = engine.principal(&parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return Ok(reply(e, id));
     }
     let requested = match requested.as_array() {
         Some(ids)
@@ -84,7 +88,6 @@ where
     // Register before reading the tasks, so that no change made while they are
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
-    let owner = engine.principal(&parts);
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
     if engine.notifier.is_some() {
         let mut seen = HashSet::with_capacity(requested.len());
@@ -265,16 +268,21 @@ fn merged<B>(mut head: http::response::Parts, body: ListenBody) -> Response<Resp
     Response::from_parts(head, ResponseBody::boxed(Box::pin(body)))
 }
 
+/// `params.notifications.taskIds`, read without decoding the rest of the params
+/// (`Null` when present but not JSON this side can hold, so that it is refused).
+fn requested_task_ids(envelope: &Envelope<'_>) -> Option<Value> {
+    let notifications = RawObject::parse(envelope.raw_param("notifications")?.as_bytes())?;
+    let ids = notifications.get("taskIds")?;
+    Some(serde_json::from_str(ids.get()).unwrap_or(Value::Null))
+}
+
 /// The request body with `params.notifications.taskIds` removed: the inner service
-/// never sees the extension's field.
+/// never sees the extension's field, and sees every other value as the client
+/// wrote it.
 fn without_task_ids(bytes: &[u8]) -> Option<Bytes> {
-    let mut message: Value = serde_json::from_slice(bytes).ok()?;
-    message
-        .get_mut("params")?
-        .get_mut("notifications")?
-        .as_object_mut()?
-        .remove("taskIds")?;
-    serde_json::to_vec(&message).ok().map(Bytes::from)
+    let mut message = RawObject::parse(bytes)?;
+    let removed = message.edit(&["params", "notifications"], |n| n.remove("taskIds"));
+    removed.then(|| Bytes::from(message.to_vec()))
 }
 
 fn object_entry<'a>(value: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {

@@ -86,7 +86,11 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///
 /// A second table, `<table>_counts` (`scope bytea`, `shard smallint`, `n bigint`),
 /// counts the rows: 32 shards for the whole table and up to 32 per owner, updated in
-/// the same transaction as every insert and delete.
+/// the same transaction as every insert and delete. An owner's rows at zero are
+/// deleted by the delete that took them there (a sweep or a create's pruning), so a
+/// principal without tasks keeps no row; writers take counter rows in one order
+/// (the row cap's first, then the owner's, each by shard), so a create racing that
+/// delete is counted, never lost.
 ///
 /// Upgrading from the previous layout (`owner text`, `record jsonb`, no counters)
 /// rewrites the table once, under `migrate`'s lock: stop nodes of the older version
@@ -196,6 +200,7 @@ struct Statements {
     lock_scope: SqlStr,
     lock_counts: SqlStr,
     uncount: SqlStr,
+    drop_empty: SqlStr,
     prune_all: SqlStr,
     prune_owner: SqlStr,
     prune_unowned: SqlStr,
@@ -691,7 +696,19 @@ impl PostgresStore {
                 self.locked_shard(&mut tx, ROWS_SCOPE, max, Limit::Rows)
                     .await?
             }
-            None => pick_shard(bytes[2], None),
+            None => {
+                // Locked before the owner's rows below: every writer takes the row
+                // cap's counters first, or a create on the fast path and this one
+                // would each wait for the other.
+                let shard = pick_shard(bytes[2], None);
+                sqlx::query(inner.sql.lock_counts.clone())
+                    .bind([ROWS_SCOPE])
+                    .bind([shard])
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::backend)?;
+                shard
+            }
         };
         let owner_shard = match limits.max_per_owner {
             Some(max) => {
@@ -862,6 +879,11 @@ impl PostgresStore {
             .bind(&scopes)
             .bind(&shards)
             .bind(&counts)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        sqlx::query(inner.sql.drop_empty.clone())
+            .bind(&scopes)
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
@@ -1052,14 +1074,25 @@ impl Statements {
             lock_scope: sql(format!(
                 "SELECT shard, n FROM {c} WHERE scope = $1 ORDER BY shard FOR UPDATE"
             )),
+            // The shards of the row cap that lost rows, and every counter row of the
+            // owners that did (to drop those left at zero), in the one order every
+            // writer takes them in.
             lock_counts: sql(format!(
-                "SELECT 1 FROM {c} JOIN unnest($1::bytea[], $2::smallint[]) AS d(scope, shard) \
-                 USING (scope, shard) ORDER BY scope, shard FOR UPDATE OF {c}"
+                "SELECT 1 FROM {c} WHERE scope = ANY($1::bytea[]) AND (scope <> '\\x00'::bytea \
+                     OR (scope, shard) IN (SELECT d.scope, d.shard \
+                         FROM unnest($1::bytea[], $2::smallint[]) AS d(scope, shard))) \
+                 ORDER BY scope, shard FOR UPDATE OF {c}"
             )),
             uncount: sql(format!(
                 "UPDATE {c} SET n = {c}.n - d.k \
                  FROM unnest($1::bytea[], $2::smallint[], $3::bigint[]) AS d(scope, shard, k) \
                  WHERE {c}.scope = d.scope AND {c}.shard = d.shard"
+            )),
+            // An owner's counter rows at zero: a principal without tasks keeps no row
+            // (a create brings its row back with `INSERT … ON CONFLICT`). The row cap's
+            // own rows stay.
+            drop_empty: sql(format!(
+                "DELETE FROM {c} WHERE scope = ANY($1::bytea[]) AND scope <> '\\x00'::bytea AND n = 0"
             )),
             prune_all: prune("true"),
             prune_owner: prune("owner = $4"),
@@ -1384,14 +1417,15 @@ impl TaskStore for PostgresStore {
         })
     }
 
-    /// Leases in the tables `T_nodes` and `T_holds` beside the task table `T`
-    /// (created by [`migrate`](PostgresStore::migrate)), on the same pool, with
-    /// deadlines on the database's clock.
+    /// Leases in the tables `T_leases` and `T_lease_holds` beside the task table
+    /// `T` (created by [`migrate`](PostgresStore::migrate)), on a pool of two
+    /// connections of their own (the store pool's settings), so renewals never
+    /// wait behind requests.
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
-        Some(Arc::new(PgLeases {
-            pool: self.inner.pool.clone(),
-            sql: self.inner.leases.clone(),
-        }))
+        Some(Arc::new(PgLeases::new(
+            self.inner.pool.clone(),
+            self.inner.leases.clone(),
+        )))
     }
 
     /// Starts the background listener on first use (it needs a tokio runtime; without

@@ -14,8 +14,9 @@
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
 //! | `P changes` | stream | an entry `c` = `<node>:<id>` after every write, trimmed to about 100 000 entries (`MAXLEN ~`). |
-//! | `P nodes` | sorted set | worker leases: node id → deadline (ms, Redis's clock). |
-//! | `P holds:<node>` | set | the task ids one node holds a worker lease on. |
+//! | `P leases` | set | worker leases: `<incarnation hex>:<node id>` of each. |
+//! | `P lease:<lease>` | hash | one lease's renewal count, lease length (ms) and claim. |
+//! | `P holds:<lease>` | set | the task ids one lease holds. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
@@ -871,11 +872,13 @@ impl TaskStore for RedisStore {
         })
     }
 
-    /// Leases under the same prefix (`P nodes`, `P holds:<node>`), on the same
-    /// connection, with deadlines on Redis's clock.
+    /// Leases under the same prefix (`P leases`, `P lease:<lease>`,
+    /// `P holds:<lease>`), on a connection of their own when the store has a
+    /// client ([`with_change_feed`](Self::with_change_feed)), else on the store's.
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
         Some(Arc::new(RedisLeases::new(
             self.conn.clone(),
+            self.feed.as_ref().map(|feed| feed.client.clone()),
             &self.keys.prefix,
         )))
     }
