@@ -113,3 +113,40 @@ async fn a_greedy_tenant_on_redis_stays_within_the_byte_bound() {
     };
     greedy_tenant_stays_within_the_byte_bound(Arc::new(store)).await;
 }
+
+/// A listen whose snapshot alone would pass the principal's bound is refused with
+/// a JSON-RPC error naming the bound; a smaller one is accepted.
+#[tokio::test]
+async fn a_listen_whose_snapshot_passes_the_bound_is_refused() {
+    let builder =
+        listen_builder(Arc::new(MemoryStore::new())).with_max_listen_bytes_per_owner(64 * 1024);
+    let server = Server::listening_with(ListenSupport::NotFound, builder).await;
+    let client = server.client();
+    let big = client.create_task_id("job", json!({}), Some("alice")).await;
+    let small = client.create_task_id("job", json!({}), Some("alice")).await;
+    let result = json!({"content": [{"type": "text", "text": "x".repeat(128 * 1024)}]});
+    server
+        .tasks
+        .complete(&big.parse().unwrap(), result)
+        .await
+        .unwrap();
+
+    let refused = client
+        .listen(Some("alice"), json!(1), &[&big, &small])
+        .await;
+    assert_eq!(refused.status, 200);
+    let answer = refused.json().await;
+    assert_eq!(answer["id"], 1);
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    assert_eq!(answer["error"]["message"], "Too many listen bytes");
+    assert_eq!(
+        answer["error"]["data"],
+        json!({"limit": "listen_bytes_per_owner"})
+    );
+    assert_eq!(server.listen.held_bytes().0, 0, "nothing is kept");
+
+    let mut accepted = client.listen(Some("alice"), json!(2), &[&small]).await;
+    let ack = accepted.next_message().await;
+    assert_eq!(ack["params"]["notifications"]["taskIds"], json!([small]));
+    assert_eq!(accepted.next_message().await["params"]["taskId"], small);
+}
