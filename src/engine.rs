@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use crate::backoff::Backoff;
 use crate::config::{Config, PrincipalFn};
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
@@ -71,6 +72,9 @@ pub(crate) struct Engine {
     /// The tasks being re-read in the background after a failed write (one re-read
     /// per task at a time).
     reconciling: Mutex<std::collections::HashSet<TaskId>>,
+    /// Every change another node made is re-read (a custom notifier wants them
+    /// all), not only those of tasks this node knows.
+    relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
     pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     /// Set once this layer has warned about a task without a principal.
@@ -101,6 +105,7 @@ impl Engine {
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
+            relay_all: false,
             _lease_stop: Mutex::new(None),
             anonymous_warned: std::sync::atomic::AtomicBool::new(false),
         }
@@ -119,6 +124,30 @@ impl Engine {
     pub(crate) fn with_listen(mut self, listen: ListenNotifier) -> Self {
         self.listen = listen;
         self
+    }
+
+    /// Re-reads every change other nodes make, for a custom notifier.
+    pub(crate) fn relaying_all(mut self, all: bool) -> Self {
+        self.relay_all = all;
+        self
+    }
+
+    /// Whether this node has anyone to tell of a change to `id`: a worker waiting
+    /// on it or working on it, an `Auto` runner, a listen stream naming it, or a
+    /// hold. A task this node does not know is never re-read on its account.
+    pub(crate) fn knows(&self, id: &TaskId) -> bool {
+        self.waits.knows(id)
+            || self.listen.registry().names(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
     }
 
     pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {
@@ -490,8 +519,12 @@ impl Engine {
             Ok(updated) => updated,
             Err(e) => {
                 // The write may have landed with its answer lost: find out in the
-                // background, so the local runner, waiters and listen streams learn it.
-                self.reconcile(*id);
+                // background, so the local runner, waiters and listen streams learn
+                // it. Only for a task this node knows: nobody here would learn
+                // anything of another (an id a client made up, say).
+                if self.knows(id) {
+                    self.reconcile(*id);
+                }
                 return Err(e);
             }
         };
@@ -526,9 +559,10 @@ impl Engine {
                 message: Some(CREATE_UNCONFIRMED.to_owned()),
             };
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
-            let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+            let mut backoff = RETRY;
             let mut absent = 0;
             loop {
+                let delay = backoff.next_delay();
                 match engine.update(&id, Scope::Any, &fail).await {
                     Ok(Some(_)) => break,
                     Ok(None) if absent == 0 => {
@@ -538,7 +572,6 @@ impl Engine {
                     Ok(None) => break,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
-                        delay = next_retry(delay);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose create was not confirmed");
@@ -566,13 +599,13 @@ impl Engine {
         }
         runtime.spawn(async move {
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
-            let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+            let mut backoff = RETRY;
             let found = loop {
+                let delay = backoff.next_delay();
                 match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
                     Ok(found) => break found,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
-                        delay = next_retry(delay);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
@@ -592,26 +625,48 @@ impl Engine {
         });
     }
 
-    /// Re-reads `ids` and tells everyone of each record found; the ids not read.
-    /// After the first failed read the rest are left for the retry: the store is
-    /// down, and each read would only wait out the store timeout.
-    async fn recheck(&self, ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
-        let mut failed = Vec::new();
-        for id in ids {
-            if !failed.is_empty() {
-                failed.push(id);
-                continue;
-            }
-            match self.store.get(&id, Scope::Any, Timestamp::now()).await {
-                Ok(Some(record)) => self.changed(&record),
-                Ok(None) => self.waits.wake(&id),
+    /// Re-reads `ids`, in batches of one store call each, and tells everyone of each
+    /// record found; the ids not read. After a failed batch the rest are left for
+    /// the retry: the store is down, and each call would only wait out the store
+    /// timeout.
+    async fn recheck(&self, ids: Vec<TaskId>) -> Vec<TaskId> {
+        let mut batches = ids.chunks(RECHECK_BATCH);
+        for batch in batches.by_ref() {
+            match self
+                .store
+                .get_many(batch, Scope::Any, Timestamp::now())
+                .await
+            {
+                Ok(found) => {
+                    let mut gone: std::collections::HashSet<&TaskId> = batch.iter().collect();
+                    for record in &found {
+                        gone.remove(&record.id);
+                        self.changed(record);
+                    }
+                    for id in gone {
+                        self.waits.wake(id);
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node; retrying");
-                    failed.push(id);
+                    tracing::warn!(error = %e, "mcp-tasks: could not read tasks changed on another node; retrying");
+                    let mut failed = batch.to_vec();
+                    failed.extend(batches.flatten());
+                    return failed;
                 }
             }
         }
-        failed
+        Vec::new()
+    }
+
+    /// Of `ids`, the ones to re-read after other nodes changed them: those this
+    /// node knows (all of them for a custom notifier), each once.
+    fn of_interest(&self, mut ids: Vec<TaskId>) -> Vec<TaskId> {
+        if !self.relay_all {
+            ids.retain(|id| self.knows(id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Waits until `id` has no outstanding input request and returns every answer
@@ -622,7 +677,7 @@ impl Engine {
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
-        let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+        let mut backoff = RETRY;
         loop {
             let answered = self
                 .wait_until(id, |task| match task {
@@ -640,8 +695,7 @@ impl Engine {
                 Ok(answer) => return answer,
                 Err(e) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = next_retry(delay);
+                    backoff.wait().await;
                 }
             }
         }
@@ -654,7 +708,7 @@ impl Engine {
         Cancelled {
             wait: self.wait_until(id, end_of),
             backoff: None,
-            delay_ms: FIRST_RETRY_MS,
+            retry: RETRY,
             settles: None,
         }
     }
@@ -741,14 +795,20 @@ pub(crate) const CREATE_UNCONFIRMED: &str =
 /// How long a background re-read after a failed write keeps trying.
 const RECONCILE_FOR: Duration = Duration::from_secs(120);
 
-/// Re-reads each task another node changed and tells this node's notifier, waiting
-/// workers and `Auto` runners. A read that fails is retried with a bounded backoff,
-/// so a store outage delays a change but never loses it. After missed changes
-/// every waiter re-reads its task, and the tasks of every runner and listen stream
-/// of this node are re-read. Ends when the layer is gone or the feed closes.
+/// How many tasks one re-read of other nodes' changes asks the store for at once.
+const RECHECK_BATCH: usize = 1_000;
+
+/// Re-reads the tasks other nodes changed that this node knows (a worker waits on
+/// it or works on it, an `Auto` runner, a listen stream names it; every task for a
+/// custom notifier) and tells this node's notifier, waiting workers and `Auto`
+/// runners. The changes waiting in the feed are read together, in one store call.
+/// A read that fails is retried with a bounded backoff, so a store outage delays a
+/// change but never loses it. After missed changes every waiter re-reads its task,
+/// and the tasks of every runner and listen stream of this node are re-read. Ends
+/// when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
-    let mut pending: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
-    let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+    let mut pending: Vec<TaskId> = Vec::new();
+    let mut backoff = RETRY;
     let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
         let event = tokio::select! {
@@ -756,13 +816,13 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
             () = sleep_until_some(retry_at) => {
                 retry_at = None;
                 let Some(engine) = engine.upgrade() else { return };
-                let failed = engine.recheck(std::mem::take(&mut pending)).await;
+                let ids = engine.of_interest(std::mem::take(&mut pending));
+                let failed = engine.recheck(ids).await;
                 if failed.is_empty() {
-                    delay = Duration::from_millis(FIRST_RETRY_MS.into());
+                    backoff.reset();
                 } else {
                     pending.extend(failed);
-                    retry_at = Some(tokio::time::Instant::now() + delay);
-                    delay = next_retry(delay);
+                    retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
                 }
                 continue;
             }
@@ -770,24 +830,35 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
         let Some(engine) = engine.upgrade() else {
             return;
         };
-        let ids = match event {
-            Some(FeedEvent::Changed(id)) => vec![id],
-            Some(FeedEvent::Missed(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
-                );
-                engine.wake_all();
-                let mut ids = engine.running();
-                ids.extend(engine.listen.registry().task_ids());
-                ids
+        // This change and those already waiting behind it, read together.
+        let mut ids = Vec::new();
+        let mut next = event;
+        loop {
+            match next {
+                Some(FeedEvent::Changed(id)) => ids.push(id),
+                Some(FeedEvent::Missed(skipped)) => {
+                    tracing::warn!(
+                        skipped,
+                        "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
+                    );
+                    engine.wake_all();
+                    ids.extend(engine.running());
+                    ids.extend(engine.listen.registry().task_ids());
+                }
+                None => return,
             }
-            None => return,
-        };
-        let failed = engine.recheck(ids).await;
+            if ids.len() >= RECHECK_BATCH {
+                break;
+            }
+            match feed.try_recv() {
+                Some(event) => next = Some(event),
+                None => break,
+            }
+        }
+        let failed = engine.recheck(engine.of_interest(ids)).await;
         if !failed.is_empty() {
             pending.extend(failed);
-            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + delay);
+            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + backoff.next_delay());
         }
     }
 }
@@ -921,16 +992,9 @@ fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
 /// this node's clock) before it reads it again.
 const EXPIRY_RECHECK_MS: u64 = 200;
 
-/// The first and the longest wait before a worker's wait reads its task again
-/// after a store error.
-const FIRST_RETRY_MS: u32 = 50;
-const LAST_RETRY_MS: u32 = 5_000;
-
-/// The pause after `delay` when a read of a waited-on task failed again: doubled,
-/// up to [`LAST_RETRY_MS`].
-fn next_retry(delay: Duration) -> Duration {
-    (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()))
-}
+/// The pauses before a read that failed is tried again: from 50 ms, doubling up
+/// to 5 s, with jitter.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
 /// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
@@ -943,7 +1007,7 @@ fn next_retry(delay: Duration) -> Duration {
 pub struct Cancelled<'a> {
     wait: WaitUntil<'a, EndOf>,
     backoff: Option<Pin<Box<tokio::time::Sleep>>>,
-    delay_ms: u32,
+    retry: Backoff,
     settles: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
@@ -978,8 +1042,7 @@ impl Future for Cancelled<'_> {
                 }
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
-                    let delay = Duration::from_millis(this.delay_ms.into());
-                    this.delay_ms = (this.delay_ms * 2).min(LAST_RETRY_MS);
+                    let delay = this.retry.next_delay();
                     this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
                 }
             }

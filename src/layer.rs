@@ -315,6 +315,8 @@ pub struct TasksLayerBuilder {
     lease_bound: Option<Duration>,
     lease_store: Option<Arc<dyn LeaseStore>>,
     node_id: Option<NodeId>,
+    /// A notifier of the application's own: told of every change other nodes make.
+    custom_notifier: bool,
 }
 
 impl TasksLayerBuilder {
@@ -342,6 +344,8 @@ impl TasksLayerBuilder {
                 max_listen_task_ids: defaults::MAX_LISTEN_TASK_IDS,
                 max_listen_streams_per_owner: defaults::MAX_LISTEN_STREAMS_PER_OWNER,
                 max_listen_streams: defaults::MAX_LISTEN_STREAMS,
+                max_listen_bytes_per_owner: defaults::MAX_LISTEN_BYTES_PER_OWNER,
+                max_listen_bytes: defaults::MAX_LISTEN_BYTES,
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
                 store_timeout: defaults::STORE_TIMEOUT,
@@ -354,6 +358,7 @@ impl TasksLayerBuilder {
             lease_bound: Some(defaults::WORKER_LEASE),
             lease_store: None,
             node_id: None,
+            custom_notifier: false,
         }
     }
 
@@ -787,6 +792,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_notifier(mut self, notifier: impl TaskNotifier) -> Self {
         self.notifier = Some(Arc::new(notifier));
+        self.custom_notifier = true;
         self
     }
 
@@ -801,6 +807,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn without_notifier(mut self) -> Self {
         self.notifier = None;
+        self.custom_notifier = false;
         self
     }
 
@@ -930,6 +937,54 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_max_listen_streams(mut self, max: usize) -> Self {
         self.config.max_listen_streams = max;
+        self
+    }
+
+    /// The most bytes of task notifications one principal's listen streams (all
+    /// anonymous callers together counting as one) hold before their readers take
+    /// them (default [`defaults::MAX_LISTEN_BYTES_PER_OWNER`], 32 MiB). A change is
+    /// serialized once and counted once, however many streams name it, until the
+    /// last of them has written it. A listen whose snapshot would pass the bound is
+    /// answered -32603 "Too many listen bytes" with `error.data`
+    /// `{"limit": "listen_bytes_per_owner"}`; an open stream whose next change would
+    /// pass it drops what it holds and ends with the listen result, so a reader that
+    /// stalls never makes the node hold more. Keep it above
+    /// [`with_max_result_bytes`](Self::with_max_result_bytes), or a finished task's
+    /// notification never fits. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_bytes_per_owner(64 * 1024 * 1024)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_listen_bytes_per_owner(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_bytes_per_owner"));
+    /// ```
+    pub fn with_max_listen_bytes_per_owner(mut self, max: usize) -> Self {
+        self.config.max_listen_bytes_per_owner = max;
+        self
+    }
+
+    /// The most bytes of task notifications all listen streams of the layer hold
+    /// before their readers take them (default [`defaults::MAX_LISTEN_BYTES`],
+    /// 256 MiB); past it, as for
+    /// [`with_max_listen_bytes_per_owner`](Self::with_max_listen_bytes_per_owner),
+    /// with `{"limit": "listen_bytes_total"}`. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_bytes(1024 * 1024 * 1024)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_listen_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_bytes"));
+    /// ```
+    pub fn with_max_listen_bytes(mut self, max: usize) -> Self {
+        self.config.max_listen_bytes = max;
         self
     }
 
@@ -1069,6 +1124,12 @@ impl TasksLayerBuilder {
         if c.max_listen_streams == 0 {
             return Err(ConfigError::ZeroLimit("max_listen_streams"));
         }
+        if c.max_listen_bytes_per_owner == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_bytes_per_owner"));
+        }
+        if c.max_listen_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_bytes"));
+        }
         if c.store_timeout.is_zero() {
             return Err(ConfigError::ZeroDuration("store_timeout"));
         }
@@ -1142,8 +1203,13 @@ impl TasksLayerBuilder {
                 }),
             None => None,
         };
+        self.listen.registry().set_byte_bounds(
+            self.config.max_listen_bytes_per_owner,
+            self.config.max_listen_bytes,
+        );
         let engine = Engine::new(self.store, self.config, self.notifier, self.principal)
             .with_listen(self.listen)
+            .relaying_all(self.custom_notifier)
             .shared();
         let layer = TasksLayer { engine };
         if enabled && let Some(feed) = layer.engine.store.subscribe() {

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backoff::Backoff;
 use crate::engine::Engine;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
 use crate::task::{ErrorObject, Scope, TaskId, Transition};
@@ -31,6 +32,13 @@ const GATHER: Duration = Duration::from_millis(20);
 
 /// The shortest pause before a renewal that failed is tried again.
 const RETRY_MIN: Duration = Duration::from_millis(50);
+
+/// The pauses between failed renewals: from a tenth of the renewal period (at least
+/// [`RETRY_MIN`]) up to the period itself, jittered so nodes that lost the store
+/// together do not come back in step.
+fn renew_retries(renew_every: Duration) -> Backoff {
+    Backoff::new(RETRY_MIN.max(renew_every / 10), renew_every)
+}
 
 /// How often, in leases, the explicit holds are checked against the store: a hold
 /// whose task expired, or ended where this node did not see it, is given up.
@@ -136,6 +144,7 @@ impl Leasing {
         // the whole set is sent; otherwise only what changed since the last one.
         let mut replace = true;
         let mut held = Held::default();
+        let mut retries = renew_retries(self.renew_every());
         if let Some(engine) = engine.upgrade() {
             engine.start_leasing();
         }
@@ -172,6 +181,7 @@ impl Leasing {
                     replace = false;
                     lock(health).renewed(Instant::now());
                     held.set(strong.leased().len());
+                    retries.reset();
                     self.renew_every()
                 }
                 Ok(Ok(Renewed::Lost { tasks })) => {
@@ -189,7 +199,7 @@ impl Leasing {
                     tracing::warn!(error = %e, "mcp-tasks: could not renew this node's worker lease; retrying");
                     replace = true;
                     lock(health).broken();
-                    RETRY_MIN.max(self.renew_every() / 10)
+                    retries.next_delay()
                 }
                 Err(_) => {
                     tracing::warn!(
@@ -197,7 +207,7 @@ impl Leasing {
                     );
                     replace = true;
                     lock(health).broken();
-                    RETRY_MIN.max(self.renew_every() / 10)
+                    retries.next_delay()
                 }
             };
             drop(strong);

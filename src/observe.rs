@@ -123,13 +123,18 @@ impl StoreCalls {
         timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
-    pub(crate) async fn visible(
+    pub(crate) async fn get_many(
         &self,
         ids: &[TaskId],
         scope: Scope<'_>,
         now: Timestamp,
-    ) -> Result<Vec<TaskId>, StoreError> {
-        timed("visible", self.timeout, self.store.visible(ids, scope, now)).await
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        timed(
+            "get_many",
+            self.timeout,
+            self.store.get_many(ids, scope, now),
+        )
+        .await
     }
 
     pub(crate) async fn update(

@@ -29,6 +29,7 @@ use tower_service::Service;
 use super::progress::{self, ProgressSink};
 use super::task_tools::{AsToolResult, task_result};
 use super::{Reply, reply};
+use crate::backoff::Backoff;
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
 use crate::defaults::AUTO_EXPIRY_MARGIN;
@@ -630,14 +631,14 @@ impl<S> Runner<S> {
     /// gone (or expired before the store came back); otherwise the update and
     /// whether an earlier attempt failed (and so may have been stored).
     async fn write(&mut self, task: &TaskId, transition: &Transition) -> Option<(Updated, bool)> {
-        let mut delay = RETRY_FIRST;
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_LAST);
         let mut retried = false;
         loop {
             match self.engine.update(task, Scope::Any, transition).await {
                 Ok(updated) => return updated.map(|u| (u, retried)),
                 Err(e) => {
                     tracing::warn!(error = %e, "task store failed to write an auto task; retrying");
-                    if !self.pause(&mut delay).await {
+                    if !self.pause(backoff.next_delay()).await {
                         tracing::error!("an auto task expired before the store came back");
                         return None;
                     }
@@ -647,11 +648,9 @@ impl<S> Runner<S> {
         }
     }
 
-    /// Sleeps `delay` (doubled for the next time, up to [`RETRY_LAST`]); `false`
-    /// when the task expires first, so there is nothing left to retry for.
-    async fn pause(&mut self, delay: &mut Duration) -> bool {
-        let wait = *delay;
-        *delay = (*delay * 2).min(RETRY_LAST);
+    /// Sleeps `wait`; `false` when the task expires first, so there is nothing left
+    /// to retry for.
+    async fn pause(&mut self, wait: Duration) -> bool {
         if let Some(at) = self.expires_at {
             let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
             if u128::from(left) <= wait.as_millis() {

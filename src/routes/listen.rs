@@ -3,7 +3,7 @@
 //! service's stream (or serves a tasks-only stream when the inner service has no
 //! listen support).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -24,7 +24,7 @@ use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::notify::registry::Subscription;
 use crate::observe::{self, Outcome};
-use crate::task::{Scope, TaskId, Timestamp};
+use crate::task::{Scope, TaskId, TaskRecord, Timestamp};
 use crate::wire::sse::{self, Splitter};
 use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RawObject, RpcError};
 
@@ -118,11 +118,13 @@ where
             return Ok(reply(refused, id));
         }
     };
-    // All the ids in one store round trip.
-    let now = Timestamp::now();
-    let agreed = match engine
+    // The snapshot: each task's state as it is now, all in one owner-scoped store
+    // round trip, queued to follow the acknowledgment, so that a change made before
+    // the stream opened is not missed. Read after registering: a change delivered
+    // meanwhile is as new or newer, and an older state is never queued after it.
+    let records = match engine
         .store
-        .visible(&candidates, Scope::Owner(owner.as_ref()), now)
+        .get_many(&candidates, Scope::Owner(owner.as_ref()), Timestamp::now())
         .await
     {
         Ok(found) => {
@@ -131,32 +133,24 @@ where
             let mut kept = HashSet::with_capacity(found.len());
             found
                 .into_iter()
-                .filter(|t| asked.contains(t) && kept.insert(*t))
+                .filter(|r| asked.contains(&r.id) && kept.insert(r.id))
                 .collect()
         }
         Err(e) => {
-            tracing::error!(error = %e, "task store failed while checking listen ids");
+            tracing::error!(error = %e, "task store failed while reading the listen snapshot");
             Vec::new()
         }
     };
+    let agreed: Vec<TaskId> = records.iter().map(|r: &TaskRecord| r.id).collect();
     subscription.retain(&agreed);
-    // The snapshot: each agreed task's state as it is now, queued to follow the
-    // acknowledgment, so that a change made before the stream opened is not missed.
-    // Read after registering: a change delivered meanwhile is as new or newer, and an
-    // older state is never queued after it.
-    for task in &agreed {
-        match engine
-            .store
-            .get(task, Scope::Owner(owner.as_ref()), now)
-            .await
-        {
-            Ok(Some(record)) => subscription.offer(record),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "task store failed while reading a listen snapshot");
-                break;
-            }
-        }
+    if let Err(limit) = subscription.snapshot(records) {
+        tracing::warn!(
+            limit = limit.as_str(),
+            "listen refused: the principal's listen streams hold too many bytes"
+        );
+        let refused =
+            RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
+        return Ok(reply(refused, id));
     }
     let agreed_ids: Vec<Value> = agreed
         .iter()
@@ -450,6 +444,9 @@ struct ListenBody {
     /// The start of every task notification on this stream, up to the task's
     /// own fields (made on first use).
     prefix: Bytes,
+    /// Task notifications taken from the subscription and not yet handed to the
+    /// connection: each a prefix, then the change's shared bytes.
+    queued: VecDeque<Bytes>,
     /// The inner service ended the stream.
     finished: bool,
 }
@@ -463,6 +460,7 @@ impl ListenBody {
             events: Splitter::new(),
             idle: None,
             prefix: Bytes::new(),
+            queued: VecDeque::new(),
             finished: false,
         };
         body.events.push(&rest);
@@ -489,29 +487,24 @@ impl ListenBody {
         }
     }
 
-    /// The pending task notifications as SSE events, or `None` after arranging to
-    /// be woken by the next one.
+    /// The next piece of the pending task notifications, or `None` after arranging
+    /// to be woken by the next one. A change's bytes are shared, never copied: the
+    /// frame holds the change until the connection has written it.
     fn notifications(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        if let Some(next) = self.queued.pop_front() {
+            return Some(next);
+        }
         let changes = self.stream.subscription.take_or_wait(cx.waker())?;
         if self.prefix.is_empty() {
             self.prefix = notification_prefix(&self.stream.subscription_id);
         }
-        let mut out = BytesMut::new();
-        let mut sent = 0;
+        observe::notifications_sent(changes.len());
         for change in changes {
-            // `{"taskId":…}` becomes `<prefix>"taskId":…}}`: the task's JSON is
-            // written once per change, whatever the number of streams.
-            let Some(task) = change.detailed().and_then(|t| t.strip_prefix(b"{")) else {
-                continue;
-            };
-            out.reserve(self.prefix.len() + task.len() + 3);
-            out.extend_from_slice(&self.prefix);
-            out.extend_from_slice(task);
-            out.extend_from_slice(b"}\n\n");
-            sent += 1;
+            // `{"taskId":…}` is sent as `<prefix>"taskId":…}}`.
+            self.queued.push_back(self.prefix.clone());
+            self.queued.push_back(change.frame());
         }
-        observe::notifications_sent(sent);
-        (!out.is_empty()).then(|| out.freeze())
+        self.queued.pop_front()
     }
 }
 
@@ -643,9 +636,10 @@ mod tests {
         let mut r = record(task, None, 1, "hi");
         r.result = Some(json!({"content": []}));
         b.stream.subscription.registry().deliver(&r);
-        let bytes = b
-            .notifications(&mut Context::from_waker(Waker::noop()))
-            .unwrap();
+        let mut bytes = BytesMut::new();
+        while let Some(piece) = b.notifications(&mut Context::from_waker(Waker::noop())) {
+            bytes.extend_from_slice(&piece);
+        }
         let text = std::str::from_utf8(&bytes).unwrap();
         assert_eq!(text.matches('\n').count(), 2);
         let line = text.strip_prefix("data: ").unwrap().trim_end();

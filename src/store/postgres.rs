@@ -15,6 +15,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{ConfigError, Limit, StoreError};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -125,7 +126,8 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///   and decides on the exact sums with every shard row of both caps locked: near a
 ///   cap (and only there) creates wait for each other. The shares add up to the cap,
 ///   so the caps are exact across nodes.
-/// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
+/// - `visible` and `get_many` check or read all the ids of one listen in one
+///   `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
 /// # Several nodes
@@ -203,6 +205,7 @@ struct Statements {
     prune_owner: SqlStr,
     prune_unowned: SqlStr,
     visible: SqlStr,
+    select_many: SqlStr,
     select: SqlStr,
     select_owned: SqlStr,
     write: SqlStr,
@@ -282,9 +285,35 @@ impl PostgresStore {
 
     /// Connects a pool with sqlx's default settings (at most 10 connections), but an
     /// acquire timeout of [`STORE_TIMEOUT`](crate::defaults::STORE_TIMEOUT) (5 s, the
-    /// layer's default store timeout), to the database at `url`, on the table
+    /// layer's default store timeout) and a `statement_timeout` of
+    /// [`STATEMENT_TIMEOUT`](crate::defaults::STATEMENT_TIMEOUT) (6 s) on every
+    /// connection, to the database at `url`, on the table
     /// [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
     /// Fails with [`StoreError::Backend`] when the database cannot be reached.
+    ///
+    /// The layer gives up on a store call after its store timeout; the
+    /// `statement_timeout` makes PostgreSQL cancel the abandoned statement too,
+    /// instead of running it to the end for nobody. With a pool of your own
+    /// ([`new`](Self::new)), set it on the pool's connections the same way, a
+    /// little above the layer's
+    /// [`with_store_timeout`](crate::TasksLayerBuilder::with_store_timeout):
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    /// use mcp_tasks::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let options: PgConnectOptions = "postgres://app@db.internal/app".parse()?;
+    /// let pool = PgPoolOptions::new()
+    ///     .connect_with(options.options([("statement_timeout", "6s")]))
+    ///     .await?;
+    /// let store = PostgresStore::new(pool);
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`migrate`](Self::migrate) lifts the timeout for its own transaction.
     ///
     /// ```no_run
     /// use mcp_tasks::PostgresStore;
@@ -297,9 +326,11 @@ impl PostgresStore {
     /// # }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
+        let timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
         let pool = PgPoolOptions::new()
             .acquire_timeout(crate::defaults::STORE_TIMEOUT)
-            .connect(url)
+            .connect_with(options.options([("statement_timeout", timeout.as_str())]))
             .await
             .map_err(StoreError::backend)?;
         Ok(Self::new(pool))
@@ -442,6 +473,11 @@ impl PostgresStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+        // Upgrading a large table may take longer than a statement timeout allows.
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         sqlx::query(inner.sql.lock.clone())
             .bind(inner.lock_key)
             .bind(i32::MIN)
@@ -1066,6 +1102,11 @@ impl Statements {
                  AND ($3 OR owner IS NOT DISTINCT FROM $4)",
                 clock = clock(2),
             )),
+            select_many: sql(format!(
+                "WITH {clock} SELECT record::text FROM {t} WHERE id = ANY($1) AND {live} \
+                 AND ($3 OR owner IS NOT DISTINCT FROM $4)",
+                clock = clock(2),
+            )),
             select: sql(format!(
                 "WITH {clock} SELECT revision, record::text FROM {t} WHERE id = $1 AND {live}",
                 clock = clock(2),
@@ -1261,6 +1302,44 @@ impl TaskStore for PostgresStore {
         })
     }
 
+    /// One `SELECT … WHERE id = ANY($1)`, the owner and the expiry checked in the
+    /// database: a foreign or expired row is never sent.
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (any, owner) = match scope {
+                Scope::Any => (true, None),
+                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
+            };
+            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+            let rows: Vec<String> = sqlx::query_scalar(self.inner.sql.select_many.clone())
+                .bind(keys)
+                .bind(self.clock_arg(now))
+                .bind(any)
+                .bind(owner)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            let mut found = std::collections::HashMap::with_capacity(rows.len());
+            for text in rows {
+                let record: TaskRecord =
+                    serde_json::from_str(&text).map_err(StoreError::backend)?;
+                if scope.permits(record.owner.as_ref()) {
+                    found.insert(record.id, record);
+                }
+            }
+            // In the order asked, each id once.
+            Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+        })
+    }
+
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],
@@ -1397,7 +1476,7 @@ struct Checkpoint {
 
 impl Relay {
     async fn run(mut self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
-        let mut backoff = LISTEN_BACKOFF_MIN;
+        let mut backoff = Backoff::new(LISTEN_BACKOFF_MIN, LISTEN_BACKOFF_MAX);
         loop {
             let connected = match first.take() {
                 Some(listener) => Ok(listener),
@@ -1417,27 +1496,27 @@ impl Relay {
                 }
                 Err(e) => e,
             };
+            let delay = backoff.next_delay();
             tracing::warn!(
                 error = %error,
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = delay.as_millis() as u64,
                 "mcp-tasks: the PostgreSQL change listener failed; reconnecting"
             );
             tokio::select! {
                 _ = &mut stop => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
-            backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
         }
     }
 
     /// Serves one connection, already listening: catches up, then forwards
     /// notifications and keeps the checkpoint, until the connection fails.
-    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Duration) -> sqlx::Error {
+    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Backoff) -> sqlx::Error {
         if let Err(e) = self.catch_up(&mut listener).await {
             return e;
         }
         self.ready.send_replace(true);
-        *backoff = LISTEN_BACKOFF_MIN;
+        backoff.reset();
         let mut checkpoint = tokio::time::interval(FEED_CHECKPOINT);
         checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         checkpoint.tick().await;
@@ -1723,13 +1802,20 @@ mod tests {
             &sql.select,
             &sql.select_owned,
             &sql.visible,
+            &sql.select_many,
             &sql.write,
             &sql.insert,
         ] {
             let text = statement.as_str();
             assert!(text.contains("clock_timestamp()"), "{text}");
         }
-        for statement in [&sql.select, &sql.select_owned, &sql.visible, &sql.write] {
+        for statement in [
+            &sql.select,
+            &sql.select_owned,
+            &sql.visible,
+            &sql.select_many,
+            &sql.write,
+        ] {
             assert!(
                 statement
                     .as_str()

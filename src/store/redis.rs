@@ -39,6 +39,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{BoxError, Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -246,6 +247,37 @@ end
 return found
 "#;
 
+/// Which ids exist, without their records. KEYS: owners, expiry, then one task
+/// key per id.
+/// ARGV: the scope ('' for any owner, else the owner tag), now ('' when the
+/// server's native expiry decides), then the ids.
+/// Answers, per id, 1 if the record exists, is visible in the scope and (with a
+/// `now`) has not expired by its expiry score, 0 otherwise.
+const EXISTING: &str = r#"
+local found = {}
+local now = nil
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+end
+for i = 3, #KEYS do
+  local id = ARGV[i]
+  local seen = redis.call('EXISTS', KEYS[i]) == 1
+  if seen and ARGV[1] ~= '' then
+    local own = redis.call('HGET', KEYS[i], 'own')
+    if not own then
+      own = redis.call('HGET', KEYS[1], id)
+    end
+    seen = own == ARGV[1]
+  end
+  if seen and now then
+    local expires = redis.call('ZSCORE', KEYS[2], id)
+    seen = not expires or tonumber(expires) > now
+  end
+  found[i - 2] = seen and 1 or 0
+end
+return found
+"#;
+
 const CAS_GONE: i64 = 0;
 const CAS_WRITTEN: i64 = 1;
 
@@ -254,6 +286,7 @@ struct Scripts {
     cas: Script,
     cleanup: Script,
     get_visible: Script,
+    existing: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
@@ -261,6 +294,7 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     cas: Script::new(&[CLOCK_FN, CAS].concat()),
     cleanup: Script::new(&[CLOCK_FN, DROP_FN, CLEANUP].concat()),
     get_visible: Script::new(GET_VISIBLE),
+    existing: Script::new(EXISTING),
 });
 
 /// A store in Redis, shared by every node that uses the same server and key prefix.
@@ -287,7 +321,7 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   any owner when the row cap is hit, the owner's own (from per-owner indexes)
 ///   when its cap is, so the per-owner cap is exact.
 /// - **Ownership.** Every record keeps its owner tag in a field of its own; an
-///   owner-scoped `get`, `update` or `visible` compares it in a server-side script
+///   owner-scoped `get`, `get_many`, `update` or `visible` compares it in a server-side script
 ///   and gets nothing back for a foreign record, so a foreign id costs what an
 ///   unknown one costs (one round trip, nothing decoded).
 /// - **Other nodes.** Every write appends `<node>:<task id>` to the stream
@@ -698,15 +732,60 @@ impl TaskStore for RedisStore {
         })
     }
 
-    /// One round trip for all the ids: a pipeline of `HGET`s for [`Scope::Any`], the
-    /// owner-checking script for [`Scope::Owner`] (foreign records stay on the
-    /// server).
+    /// One round trip for all the ids: a script that answers which exist (and are
+    /// the owner's, for [`Scope::Owner`]); no record leaves the server.
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
+            if unique.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut invocation = SCRIPTS.existing.key(&self.keys.owners);
+            invocation.key(&self.keys.expiry);
+            for id in &unique {
+                invocation.key(self.keys.task(&id.to_string()));
+            }
+            invocation.arg(match scope {
+                Scope::Any => String::new(),
+                Scope::Owner(owner) => owner_tag(owner),
+            });
+            invocation.arg(self.clock_arg(now));
+            for id in &unique {
+                invocation.arg(id.to_string());
+            }
+            let mut conn = self.conn.clone();
+            let exists: Vec<i64> = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            if exists.len() != unique.len() {
+                return Err(unexpected(
+                    "the script answered the wrong number of replies",
+                ));
+            }
+            Ok(unique
+                .into_iter()
+                .zip(exists)
+                .filter_map(|(id, found)| (found == 1).then_some(id))
+                .collect())
+        })
+    }
+
+    /// One round trip for all the ids: a pipeline of `HGET`s for [`Scope::Any`], the
+    /// owner-checking script for [`Scope::Owner`] (foreign records stay on the
+    /// server).
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
         Box::pin(async move {
             let mut seen = std::collections::HashSet::with_capacity(ids.len());
             let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
@@ -728,6 +807,7 @@ impl TaskStore for RedisStore {
                 }
                 Scope::Owner(owner) => self.owned(&unique, owner).await?,
             };
+            let stored: Vec<Option<String>> = stored;
             if stored.len() != unique.len() {
                 return Err(unexpected(
                     "a pipeline answered the wrong number of replies",
@@ -738,7 +818,7 @@ impl TaskStore for RedisStore {
                 let Some(json) = json else { continue };
                 let record = decode(&json)?;
                 if record.id == id && self.sees(&record, scope, now) {
-                    found.push(id);
+                    found.push(record);
                 }
             }
             Ok(found)
@@ -917,7 +997,7 @@ struct ChangeStream {
 /// (or its sender, held by the store, is dropped), reconnecting with backoff and
 /// going on from the last entry read.
 async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
-    let mut delay = RECONNECT_MIN;
+    let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
     loop {
         let mut connected = false;
         tokio::select! {
@@ -928,13 +1008,12 @@ async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
             },
         }
         if connected {
-            delay = RECONNECT_MIN;
+            backoff.reset();
         }
         tokio::select! {
             _ = &mut stop => return,
-            () = tokio::time::sleep(delay) => {}
+            () = backoff.wait() => {}
         }
-        delay = (delay * 2).min(RECONNECT_MAX);
     }
 }
 
