@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
-use crate::wire::{Envelope, RpcError, result_response_raw};
+use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition, write_value};
+use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with};
 
 /// What a `tasks/*` request is answered with.
 #[allow(clippy::large_enum_variant)] // made once per request and answered at once
@@ -25,16 +25,19 @@ impl Answer {
     pub(crate) fn to_response(&self, engine: &Engine, id: Option<&RawValue>) -> Response<Bytes> {
         let server_info = engine.config.server_info.as_ref();
         match self {
-            Answer::Task(task) => result_response_raw(
-                id,
-                &TaskJson::detailed(task).as_result("complete", server_info),
-            ),
-            Answer::Done => {
-                let mut ack = Map::with_capacity(2);
-                ack.insert("resultType".into(), Value::String("complete".into()));
-                engine.result_meta(&mut ack);
-                result_response_raw(id, &ack)
-            }
+            Answer::Task(task) => result_response_with(ReplyId::Raw(id), |out| {
+                TaskJson::detailed(task)
+                    .as_result("complete", server_info)
+                    .write_json(out);
+            }),
+            Answer::Done => result_response_with(ReplyId::Raw(id), |out| {
+                out.extend_from_slice(br#"{"resultType":"complete""#);
+                if let Some(info) = server_info {
+                    out.extend_from_slice(br#","_meta":"#);
+                    write_value(out, &ServerInfoMeta(info));
+                }
+                out.push(b'}');
+            }),
         }
     }
 }

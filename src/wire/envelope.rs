@@ -34,7 +34,43 @@ pub(crate) struct Envelope<'a> {
     jsonrpc_ok: bool,
     pub(crate) method: Cow<'a, str>,
     raw_params: Option<&'a str>,
+    /// The params members every owned route reads, found in one walk at parse.
+    known: Known<'a>,
     params: OnceLock<Option<Value>>,
+}
+
+/// The members of `params` the layer reads on every owned request, as raw text,
+/// found in one walk of the object (the last one when a key repeats).
+#[derive(Debug, Clone, Copy, Default)]
+struct Known<'a> {
+    meta: Option<&'a str>,
+    task_id: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+/// The keys of [`Known`], in its field order.
+const KNOWN_KEYS: [&str; 3] = ["_meta", "taskId", "name"];
+
+impl<'a> Known<'a> {
+    fn of(params: Option<&'a str>) -> Self {
+        let Some([meta, task_id, name]) = params.map(|p| members(p, KNOWN_KEYS)) else {
+            return Known::default();
+        };
+        Known {
+            meta,
+            task_id,
+            name,
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<Option<&'a str>> {
+        match key {
+            "_meta" => Some(self.meta),
+            "taskId" => Some(self.task_id),
+            "name" => Some(self.name),
+            _ => None,
+        }
+    }
 }
 
 /// Any JSON object, read in one pass without copying a member; fields it does not
@@ -79,6 +115,26 @@ fn is_object(raw: &str) -> bool {
 /// is enough; on text that is not JSON it answers `None` or a wrong slice, never a
 /// panic.
 fn member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
+    let [found] = members(object, [key]);
+    found
+}
+
+/// [`member`] for several keys in one walk of the object.
+fn members<'a, const N: usize>(object: &'a str, keys: [&str; N]) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    let _ = walk(object, |key, value| {
+        for (slot, wanted) in found.iter_mut().zip(keys) {
+            if key_is(key, wanted) {
+                *slot = Some(value);
+            }
+        }
+    });
+    found
+}
+
+/// Calls `each` with every member of a JSON object (its raw key and raw value),
+/// in order; `None` where the text stops being an object.
+fn walk<'a>(object: &'a str, mut each: impl FnMut(&'a str, &'a str)) -> Option<()> {
     let bytes = object.as_bytes();
     let mut at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
@@ -86,32 +142,33 @@ fn member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
     }
     at = skip_space(bytes, at + 1);
     if bytes.get(at) == Some(&b'}') {
-        return None;
+        return Some(());
     }
-    let mut found = None;
     loop {
         let key_end = string_end(bytes, at)?;
-        let matches = key_is(object.get(at..key_end)?, key);
+        let key = object.get(at..key_end)?;
         at = skip_space(bytes, key_end);
         if bytes.get(at) != Some(&b':') {
             return None;
         }
         let start = skip_space(bytes, at + 1);
         let end = value_end(bytes, start)?;
-        if matches {
-            found = Some(object.get(start..end)?);
-        }
+        each(key, object.get(start..end)?);
         at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
-            _ => return found,
+            _ => return Some(()),
         }
     }
 }
 
 /// Whether a raw key (a JSON string) decodes to `key`.
 fn key_is(raw: &str, key: &str) -> bool {
-    as_str(raw).is_some_and(|text| text == key)
+    // Most keys are written without escapes: compare the bytes first.
+    match raw.get(1..raw.len().saturating_sub(1)) {
+        Some(inner) if !inner.contains('\\') => inner == key,
+        _ => as_str(raw).is_some_and(|text| text == key),
+    }
 }
 
 fn skip_space(bytes: &[u8], mut at: usize) -> usize {
@@ -204,12 +261,14 @@ impl<'a> Envelope<'a> {
         let Some(method) = raw.method.map(RawValue::get).and_then(as_str) else {
             return Ok(None);
         };
+        let raw_params = raw.params.map(RawValue::get);
         Ok(Some(Envelope {
             id: raw.id.and_then(|raw| serde_json::from_str(raw.get()).ok()),
             raw_id: raw.id,
             jsonrpc_ok: raw.jsonrpc.map(RawValue::get).and_then(as_str).as_deref() == Some("2.0"),
             method,
-            raw_params: raw.params.map(RawValue::get),
+            raw_params,
+            known: Known::of(raw_params),
             params: OnceLock::new(),
         }))
     }
@@ -264,7 +323,10 @@ impl<'a> Envelope<'a> {
     }
 
     fn raw_param(&self, key: &str) -> Option<&'a str> {
-        self.raw_params.and_then(|params| member(params, key))
+        match self.known.get(key) {
+            Some(known) => known,
+            None => self.raw_params.and_then(|params| member(params, key)),
+        }
     }
 
     fn meta(&self) -> Option<&'a str> {
@@ -297,10 +359,12 @@ impl<'a> Envelope<'a> {
         let meta = self
             .meta()
             .ok_or_else(|| RpcError::missing_meta("Missing params._meta"))?;
-        let version = member(meta, META_PROTOCOL_VERSION)
+        let [version, capabilities] =
+            members(meta, [META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES]);
+        let version = version
             .and_then(as_str)
             .ok_or_else(|| RpcError::missing_meta("Missing _meta protocolVersion"))?;
-        let capabilities = member(meta, META_CLIENT_CAPABILITIES)
+        let capabilities = capabilities
             .filter(|c| is_object(c))
             .ok_or_else(|| RpcError::missing_meta("Missing _meta clientCapabilities"))?;
         if header_version.as_bytes().trim_ascii() != version.as_bytes() {
@@ -546,6 +610,14 @@ mod tests {
             let found: Value = serde_json::from_str(member(&text, key).unwrap()).unwrap();
             assert_eq!(&found, value, "{key}");
         }
+
+        // Several keys in one walk answer as one walk per key does.
+        let keys = ["a", "eA", "b", "n", "missing", "z"];
+        let found = members(object, keys);
+        for (key, value) in keys.iter().zip(found) {
+            assert_eq!(value, member(object, key), "{key}");
+        }
+        assert_eq!(members("[1]", ["a"]), [None]);
 
         assert_eq!(as_str(r#""plain""#), Some(Cow::Borrowed("plain")));
         assert_eq!(

@@ -74,18 +74,68 @@ fn render(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
     Bytes::from(out)
 }
 
+/// The id a reply echoes: as the client wrote it, or as the layer read it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReplyId<'a> {
+    Raw(Option<&'a RawValue>),
+    Value(Option<&'a Value>),
+}
+
+/// Scratch space for [`result_response_with`], one per thread: a reply is written
+/// here, then copied once into bytes of exactly its length.
+const SCRATCH_KEPT: usize = 16 * 1024;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A JSON-RPC success response, HTTP 200, whose result `write` appends as JSON
+/// text. The body is one allocation of exactly its size: it is written in a
+/// per-thread scratch buffer (kept up to 16 KiB) and copied out.
+pub(crate) fn result_response_with(
+    id: ReplyId<'_>,
+    write: impl FnOnce(&mut Vec<u8>),
+) -> Response<Bytes> {
+    let fill = |out: &mut Vec<u8>| {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        match id {
+            ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.get().as_bytes()),
+            ReplyId::Value(Some(value)) => crate::task::write_value(out, value),
+            ReplyId::Raw(None) | ReplyId::Value(None) => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"result\":");
+        write(out);
+        out.push(b'}');
+    };
+    let mut fill = Some(fill);
+    let body = SCRATCH
+        .try_with(|scratch| {
+            let mut out = scratch.try_borrow_mut().ok()?;
+            out.clear();
+            (fill.take()?)(&mut out);
+            let body = Bytes::from(out.to_vec());
+            if out.capacity() > SCRATCH_KEPT {
+                *out = Vec::new();
+            }
+            Some(body)
+        })
+        .ok()
+        .flatten();
+    let body = match (body, fill) {
+        (Some(body), _) => body,
+        (None, Some(fill)) => {
+            let mut out = Vec::with_capacity(512);
+            fill(&mut out);
+            Bytes::from(out)
+        }
+        (None, None) => unreachable!("the scratch buffer wrote the reply"),
+    };
+    json_response(StatusCode::OK, body)
+}
+
 /// A JSON-RPC success response with the layer's result, HTTP 200.
 pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) -> Response<Bytes> {
     json_response(StatusCode::OK, message_body(id, Member::Result, &result))
-}
-
-/// A JSON-RPC success response echoing the raw request id, its result written
-/// straight from `result`.
-pub(crate) fn result_response_raw(
-    id: Option<&RawValue>,
-    result: &impl Serialize,
-) -> Response<Bytes> {
-    json_response(StatusCode::OK, message_body_raw(id, Member::Result, result))
 }
 
 #[cfg(test)]
@@ -110,7 +160,7 @@ mod tests {
     #[test]
     fn a_raw_id_is_echoed_as_written() {
         let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
-        let response = result_response_raw(Some(&id), &Map::new());
+        let response = result_response_with(ReplyId::Raw(Some(&id)), |out| out.extend(b"{}"));
         let text = std::str::from_utf8(response.body()).unwrap();
         assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
         let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
