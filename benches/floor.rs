@@ -415,7 +415,11 @@ fn request(method: &str, id: &TaskId) -> Bytes {
     );
     let (wire_method, name, params) = match method {
         "get" => ("tasks/get", id.to_string(), format!(r#""taskId":"{id}""#)),
-        "cancel" => ("tasks/cancel", id.to_string(), format!(r#""taskId":"{id}""#)),
+        "cancel" => (
+            "tasks/cancel",
+            id.to_string(),
+            format!(r#""taskId":"{id}""#),
+        ),
         "update" => (
             "tasks/update",
             id.to_string(),

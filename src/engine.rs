@@ -384,7 +384,7 @@ impl Engine {
         id: crate::wire::ReplyId<'_>,
     ) -> http::Response<bytes::Bytes> {
         let server_info = self.config.server_info.as_ref();
-        crate::wire::result_response_with(id, |out| {
+        crate::wire::result_response_with(id, http::HeaderMap::new(), |out| {
             crate::task::TaskJson::summary(task)
                 .as_result("task", server_info)
                 .write_json(out);

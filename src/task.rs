@@ -954,7 +954,9 @@ impl TaskJson<'_> {
         }
         out.extend_from_slice(b"\"taskId\":\"");
         let mut id = [0u8; TaskId::LEN];
-        let n = URL_SAFE_NO_PAD.encode_slice(task.id.0, &mut id).unwrap_or(0);
+        let n = URL_SAFE_NO_PAD
+            .encode_slice(task.id.0, &mut id)
+            .unwrap_or(0);
         out.extend_from_slice(&id[..n]);
         out.extend_from_slice(b"\",\"status\":\"");
         out.extend_from_slice(task.status.as_str().as_bytes());
@@ -1296,7 +1298,7 @@ mod tests {
             999,
             1_000,
             86_399_999,
-            951_782_400_000, // 2000-02-29
+            951_782_400_000,   // 2000-02-29
             4_107_542_400_000, // 2100-03-01
             LAST_RFC3339_MS - 1_000,
             LAST_RFC3339_MS,

@@ -2,7 +2,7 @@
 //! to the caller, never reaching the inner service.
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -21,16 +21,22 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
-    /// The JSON-RPC response echoing `id`.
-    pub(crate) fn to_response(&self, engine: &Engine, id: Option<&RawValue>) -> Response<Bytes> {
+    /// The JSON-RPC response echoing `id`, in `headers` (cleared first: the
+    /// request's map, reused).
+    pub(crate) fn to_response(
+        &self,
+        engine: &Engine,
+        id: Option<&RawValue>,
+        headers: HeaderMap,
+    ) -> Response<Bytes> {
         let server_info = engine.config.server_info.as_ref();
         match self {
-            Answer::Task(task) => result_response_with(ReplyId::Raw(id), |out| {
+            Answer::Task(task) => result_response_with(ReplyId::Raw(id), headers, |out| {
                 TaskJson::detailed(task)
                     .as_result("complete", server_info)
                     .write_json(out);
             }),
-            Answer::Done => result_response_with(ReplyId::Raw(id), |out| {
+            Answer::Done => result_response_with(ReplyId::Raw(id), headers, |out| {
                 out.extend_from_slice(br#"{"resultType":"complete""#);
                 if let Some(info) = server_info {
                     out.extend_from_slice(br#","_meta":"#);

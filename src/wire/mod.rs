@@ -41,9 +41,7 @@ pub(crate) mod sse;
 pub(crate) use envelope::Envelope;
 pub use error::RpcError;
 pub(crate) use headers::{HeaderRoute, check_media_types, is_owned_method, route_by_headers};
-pub(crate) use reply::{
-    ReplyId, ServerInfoMeta, result_response, result_response_with,
-};
+pub(crate) use reply::{ReplyId, ServerInfoMeta, result_response, result_response_with};
 
 /// The tasks extension's identifier, as declared by clients and advertised by servers.
 pub const EXTENSION_ID: &str = "io.modelcontextprotocol/tasks";

@@ -1,7 +1,7 @@
 //! The one place a JSON-RPC reply or error becomes an HTTP response.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -91,9 +91,12 @@ thread_local! {
 
 /// A JSON-RPC success response, HTTP 200, whose result `write` appends as JSON
 /// text. The body is one allocation of exactly its size: it is written in a
-/// per-thread scratch buffer (kept up to 16 KiB) and copied out.
+/// per-thread scratch buffer (kept up to 16 KiB) and copied out. `headers` is
+/// cleared and becomes the response's (with its `Content-Type`): passing the
+/// request's own map, which has room already, saves allocating another.
 pub(crate) fn result_response_with(
     id: ReplyId<'_>,
+    mut headers: HeaderMap,
     write: impl FnOnce(&mut Vec<u8>),
 ) -> Response<Bytes> {
     let fill = |out: &mut Vec<u8>| {
@@ -130,7 +133,14 @@ pub(crate) fn result_response_with(
         }
         (None, None) => unreachable!("the scratch buffer wrote the reply"),
     };
-    json_response(StatusCode::OK, body)
+    headers.clear();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let mut response = Response::new(body);
+    *response.headers_mut() = headers;
+    response
 }
 
 /// A JSON-RPC success response with the layer's result, HTTP 200.
@@ -160,7 +170,9 @@ mod tests {
     #[test]
     fn a_raw_id_is_echoed_as_written() {
         let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
-        let response = result_response_with(ReplyId::Raw(Some(&id)), |out| out.extend(b"{}"));
+        let response = result_response_with(ReplyId::Raw(Some(&id)), HeaderMap::new(), |out| {
+            out.extend(b"{}")
+        });
         let text = std::str::from_utf8(response.body()).unwrap();
         assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
         let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
