@@ -60,6 +60,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_announce;
+#[cfg(feature = "postgres")]
 mod postgres_leases;
 #[cfg(feature = "redis")]
 mod redis;
