@@ -20,10 +20,11 @@ use super::{
 
 /// A parsed JSON-RPC request (only what the layer needs), borrowing the body.
 ///
-/// Parsing allocates next to nothing: the members are slices of the body, and the
-/// route reads the few params it needs in place ([`param_str`](Self::param_str), the
-/// validation order). The whole params become a [`Value`] only when a route asks
-/// for one ([`params`](Self::params)), once.
+/// One pass reads the envelope and, typed and borrowed from the body, the params
+/// every owned route reads (`taskId`, `name`, `_meta`'s version and capabilities);
+/// a typical request allocates nothing. Another member is found in place when a
+/// route asks for it ([`param_str`](Self::param_str)), and the whole params become
+/// a [`Value`] only when a route asks for one ([`params`](Self::params)), once.
 #[derive(Debug)]
 pub(crate) struct Envelope<'a> {
     /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
