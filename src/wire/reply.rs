@@ -94,12 +94,12 @@ thread_local! {
 /// per-thread scratch buffer (kept up to 16 KiB) and copied out. `headers` is
 /// cleared and becomes the response's (with its `Content-Type`): passing the
 /// request's own map, which has room already, saves allocating another.
-pub(crate) fn result_response_with(
+pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
     id: ReplyId<'_>,
     mut headers: HeaderMap,
-    write: impl FnOnce(&mut Vec<u8>),
+    write: W,
 ) -> Response<Bytes> {
-    let fill = |out: &mut Vec<u8>| {
+    let fill = |out: &mut Vec<u8>, write: W| {
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         match id {
             ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.get().as_bytes()),
@@ -110,12 +110,12 @@ pub(crate) fn result_response_with(
         write(out);
         out.push(b'}');
     };
-    let mut fill = Some(fill);
-    let body = SCRATCH
+    let mut write = Some(write);
+    let written = SCRATCH
         .try_with(|scratch| {
             let mut out = scratch.try_borrow_mut().ok()?;
             out.clear();
-            (fill.take()?)(&mut out);
+            fill(&mut out, write.take()?);
             let body = Bytes::from(out.to_vec());
             if out.capacity() > SCRATCH_KEPT {
                 *out = Vec::new();
@@ -124,14 +124,17 @@ pub(crate) fn result_response_with(
         })
         .ok()
         .flatten();
-    let body = match (body, fill) {
+    // Without the scratch buffer (a nested reply, or a thread being torn down), a
+    // buffer of its own.
+    let body = match (written, write) {
         (Some(body), _) => body,
-        (None, Some(fill)) => {
+        (None, write) => {
             let mut out = Vec::with_capacity(512);
-            fill(&mut out);
+            if let Some(write) = write {
+                fill(&mut out, write);
+            }
             Bytes::from(out)
         }
-        (None, None) => unreachable!("the scratch buffer wrote the reply"),
     };
     headers.clear();
     headers.insert(
