@@ -33,9 +33,13 @@ pub(crate) struct Config {
     pub(crate) max_listen_task_ids: usize,
     pub(crate) max_listen_streams_per_owner: usize,
     pub(crate) max_listen_streams: usize,
+    pub(crate) max_listen_bytes_per_owner: usize,
+    pub(crate) max_listen_bytes: usize,
     pub(crate) listen_ack_timeout: Duration,
     pub(crate) keep_alive: Duration,
     pub(crate) store_timeout: Duration,
+    /// Refuse to create or read tasks for a request without a principal.
+    pub(crate) require_principal: bool,
 }
 
 impl Config {

@@ -14,6 +14,8 @@
 //! | [`MAX_LISTEN_TASK_IDS`] | 1 000 | task ids one `subscriptions/listen` may name |
 //! | [`MAX_LISTEN_STREAMS_PER_OWNER`] | 16 | open listen streams with task ids per principal (`with_max_listen_streams_per_owner`) |
 //! | [`MAX_LISTEN_STREAMS`] | 1 000 | open listen streams with task ids in all (`with_max_listen_streams`) |
+//! | [`MAX_LISTEN_BYTES_PER_OWNER`] | 32 MiB | task notifications one principal's listen streams hold unwritten (`with_max_listen_bytes_per_owner`) |
+//! | [`MAX_LISTEN_BYTES`] | 256 MiB | task notifications all listen streams hold unwritten (`with_max_listen_bytes`) |
 //! | [`LISTEN_ACK_TIMEOUT`] | 5 s | wait for the inner listen stream's acknowledgment (`with_listen_ack_timeout`) |
 //! | [`KEEP_ALIVE`] | 15 s | keep-alive comments on idle listen streams |
 //! | [`MAX_KEEP_ALIVE`] | 1 hour | the longest keep-alive interval accepted |
@@ -21,6 +23,7 @@
 //! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
 //! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
 //! | [`STORE_TIMEOUT`] | 5 s | one store call the layer makes (`with_store_timeout`) |
+//! | [`STATEMENT_TIMEOUT`] | 6 s | PostgreSQL's `statement_timeout` on the connections of `PostgresStore::connect`: an abandoned statement is cancelled in the database too |
 //! | [`WORKER_LEASE`] | 20 s | how long a node's lease on its tasks lasts without renewal (`with_worker_lease`) |
 //! | [`MIN_WORKER_LEASE`] | 100 ms | the shortest lease accepted |
 //!
@@ -70,6 +73,17 @@ pub const MAX_LISTEN_TASK_IDS: usize = 1_000;
 pub const MAX_LISTEN_STREAMS_PER_OWNER: usize = 16;
 /// Most listen streams carrying task ids the layer holds open at once (1 000).
 pub const MAX_LISTEN_STREAMS: usize = 1_000;
+/// Most bytes of task notifications one principal's listen streams (or all
+/// anonymous callers' together) hold before their readers take them (32 MiB, four
+/// results of [`MAX_RESULT_BYTES`]). A change is counted once however many streams
+/// name it. A listen whose snapshot would pass it is refused with -32603 "Too many
+/// listen bytes"; an open stream whose change would pass it is ended with the
+/// listen result.
+pub const MAX_LISTEN_BYTES_PER_OWNER: usize = 32 * 1024 * 1024;
+/// Most bytes of task notifications all listen streams of the layer hold before
+/// their readers take them (256 MiB); past it, as for
+/// [`MAX_LISTEN_BYTES_PER_OWNER`].
+pub const MAX_LISTEN_BYTES: usize = 256 * 1024 * 1024;
 /// How long the layer waits for the inner service's listen stream to start with its
 /// acknowledgment (5 s); after it, the client gets the layer's own acknowledgment
 /// and a stream of task notifications alone.
@@ -88,6 +102,10 @@ pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 /// The longest one store call made by the layer may take (5 s): past it the call is
 /// dropped and a request gets -32603, so a store outage never hangs a client.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The `statement_timeout` `PostgresStore::connect` sets on its connections (6 s,
+/// a little above [`STORE_TIMEOUT`]): a statement the layer gave up on is
+/// cancelled in the database as well, instead of holding a connection and locks.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(6);
 /// How long a node's lease on the tasks it runs lasts without a renewal (20 s).
 /// The node renews every third of it; a surviving node fails the unfinished tasks
 /// of a node that stopped at most 1.25 times this after the stop (25 s).

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use crate::backoff::Backoff;
 use crate::config::{Config, PrincipalFn};
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
@@ -71,8 +72,13 @@ pub(crate) struct Engine {
     /// The tasks being re-read in the background after a failed write (one re-read
     /// per task at a time).
     reconciling: Mutex<std::collections::HashSet<TaskId>>,
+    /// Every change another node made is re-read (a custom notifier wants them
+    /// all), not only those of tasks this node knows.
+    relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
     pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    /// Set once this layer has warned about a task without a principal.
+    anonymous_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -99,7 +105,9 @@ impl Engine {
             _janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
+            relay_all: false,
             _lease_stop: Mutex::new(None),
+            anonymous_warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -118,11 +126,68 @@ impl Engine {
         self
     }
 
+    /// Re-reads every change other nodes make, for a custom notifier.
+    pub(crate) fn relaying_all(mut self, all: bool) -> Self {
+        self.relay_all = all;
+        self
+    }
+
+    /// Whether this node has anyone to tell of a change to `id`: a worker waiting
+    /// on it or working on it, an `Auto` runner, a listen stream naming it, or a
+    /// hold. A task this node does not know is never re-read on its account.
+    pub(crate) fn knows(&self, id: &TaskId) -> bool {
+        self.waits.knows(id)
+            || self.listen.registry().names(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
+    }
+
     pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {
         match &self.principal {
             Some(f) => f(parts),
             None => parts.extensions.get::<Principal>().cloned(),
         }
+    }
+
+    /// Whether a request of `owner` may have tasks: always with a principal; without
+    /// one, refused (-32603) under
+    /// [`with_require_principal`](crate::TasksLayerBuilder::with_require_principal),
+    /// and otherwise allowed after one warning per layer.
+    pub(crate) fn admit_owner(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        self.refuse_anonymous(owner)?;
+        if owner.is_none()
+            && !self
+                .anonymous_warned
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "a task was made or read without a Principal: anonymous tasks are shared by \
+                 every unauthenticated caller. If requests are authenticated, the \
+                 authentication layer is probably placed below TasksLayer (it must run \
+                 first, as an outer layer); with_require_principal() refuses anonymous tasks"
+            );
+        }
+        Ok(())
+    }
+
+    /// The refusal of [`admit_owner`](Self::admit_owner) alone, with no warning.
+    pub(crate) fn refuse_anonymous(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
+        if owner.is_some() || !self.config.require_principal {
+            return Ok(());
+        }
+        observe::task_refused("principal_required");
+        Err(
+            RpcError::internal("Tasks require an authenticated principal")
+                .with_data(serde_json::json!({"reason": "principal_required"})),
+        )
     }
 
     /// Registers the background runner of an auto task, so that cancelling the
@@ -323,6 +388,45 @@ impl Engine {
         log.release.insert(*id);
     }
 
+    /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
+    /// runner is aborted, its hold dropped, and its waiting worker re-reads the
+    /// task (failed by the claim), so `cancelled()` resolves.
+    pub(crate) fn stop_lost(&self, id: &TaskId) {
+        if let Some(runner) = self.take_runner(id) {
+            runner.abort();
+        }
+        self.release(id);
+        self.waits.wake(id);
+        self.wake_if_idle();
+    }
+
+    /// Gives up the explicit holds ([`hold`](Self::hold)) of tasks the store has
+    /// ended or no longer has (they expired, or ended on a node whose change this
+    /// one never saw).
+    pub(crate) async fn release_ended_holds(&self) {
+        let held: Vec<TaskId> = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect();
+        for id in held {
+            if self.has_ended(&id).await {
+                self.release(&id);
+            }
+        }
+    }
+
+    /// Whether the store has `id` ended or gone (`false` when it cannot tell).
+    pub(crate) async fn has_ended(&self, id: &TaskId) -> bool {
+        match self.store.get(id, Scope::Any, Timestamp::now()).await {
+            Ok(None) => true,
+            Ok(Some(record)) => record.status.is_terminal(),
+            Err(_) => false,
+        }
+    }
+
     /// The hold changes recorded since the last call.
     pub(crate) fn take_lease_log(&self) -> LeaseLog {
         std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
@@ -430,8 +534,12 @@ impl Engine {
             Ok(updated) => updated,
             Err(e) => {
                 // The write may have landed with its answer lost: find out in the
-                // background, so the local runner, waiters and listen streams learn it.
-                self.reconcile(*id);
+                // background, so the local runner, waiters and listen streams learn
+                // it. Only for a task this node knows: nobody here would learn
+                // anything of another (an id a client made up, say).
+                if self.knows(id) {
+                    self.reconcile(*id);
+                }
                 return Err(e);
             }
         };
@@ -444,6 +552,50 @@ impl Engine {
             self.changed(&u.record);
         }
         Ok(updated)
+    }
+
+    /// A create whose outcome is unknown (the store failed or timed out after it may
+    /// have committed): fails the task, if it was stored, by a compensating write
+    /// once the store answers, so it never stays `working` with no worker on it.
+    /// The task is held meanwhile, so a survivor fails it if this node dies first.
+    /// A create still on its way lands within the store timeout: the task is looked
+    /// for twice, that far apart, before it is taken for never stored.
+    fn compensate_create(&self, id: TaskId) {
+        let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.hold(id);
+        runtime.spawn(async move {
+            let fail = Transition::Fail {
+                error: ErrorObject::new(RpcError::INTERNAL_ERROR, CREATE_UNCONFIRMED),
+                message: Some(CREATE_UNCONFIRMED.to_owned()),
+            };
+            let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
+            let mut backoff = RETRY;
+            let mut absent = 0;
+            loop {
+                let delay = backoff.next_delay();
+                match engine.update(&id, Scope::Any, &fail).await {
+                    Ok(Some(_)) => break,
+                    Ok(None) if absent == 0 => {
+                        absent += 1;
+                        tokio::time::sleep(engine.config.store_timeout).await;
+                    }
+                    Ok(None) => break,
+                    Err(_) if tokio::time::Instant::now() + delay < deadline => {
+                        tokio::time::sleep(delay).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose create was not confirmed");
+                        break;
+                    }
+                }
+            }
+            engine.release(&id);
+        });
     }
 
     /// Re-reads `id` in the background until the store answers (with a bounded
@@ -462,13 +614,13 @@ impl Engine {
         }
         runtime.spawn(async move {
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
-            let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+            let mut backoff = RETRY;
             let found = loop {
+                let delay = backoff.next_delay();
                 match engine.store.get(&id, Scope::Any, Timestamp::now()).await {
                     Ok(found) => break found,
                     Err(_) if tokio::time::Instant::now() + delay < deadline => {
                         tokio::time::sleep(delay).await;
-                        delay = next_retry(delay);
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
@@ -488,26 +640,48 @@ impl Engine {
         });
     }
 
-    /// Re-reads `ids` and tells everyone of each record found; the ids not read.
-    /// After the first failed read the rest are left for the retry: the store is
-    /// down, and each read would only wait out the store timeout.
-    async fn recheck(&self, ids: impl IntoIterator<Item = TaskId>) -> Vec<TaskId> {
-        let mut failed = Vec::new();
-        for id in ids {
-            if !failed.is_empty() {
-                failed.push(id);
-                continue;
-            }
-            match self.store.get(&id, Scope::Any, Timestamp::now()).await {
-                Ok(Some(record)) => self.changed(&record),
-                Ok(None) => self.waits.wake(&id),
+    /// Re-reads `ids`, in batches of one store call each, and tells everyone of each
+    /// record found; the ids not read. After a failed batch the rest are left for
+    /// the retry: the store is down, and each call would only wait out the store
+    /// timeout.
+    async fn recheck(&self, ids: Vec<TaskId>) -> Vec<TaskId> {
+        let mut batches = ids.chunks(RECHECK_BATCH);
+        for batch in batches.by_ref() {
+            match self
+                .store
+                .get_many(batch, Scope::Any, Timestamp::now())
+                .await
+            {
+                Ok(found) => {
+                    let mut gone: std::collections::HashSet<&TaskId> = batch.iter().collect();
+                    for record in &found {
+                        gone.remove(&record.id);
+                        self.changed(record);
+                    }
+                    for id in gone {
+                        self.waits.wake(id);
+                    }
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task changed on another node; retrying");
-                    failed.push(id);
+                    tracing::warn!(error = %e, "mcp-tasks: could not read tasks changed on another node; retrying");
+                    let mut failed = batch.to_vec();
+                    failed.extend(batches.flatten());
+                    return failed;
                 }
             }
         }
-        failed
+        Vec::new()
+    }
+
+    /// Of `ids`, the ones to re-read after other nodes changed them: those this
+    /// node knows (all of them for a custom notifier), each once.
+    fn of_interest(&self, mut ids: Vec<TaskId>) -> Vec<TaskId> {
+        if !self.relay_all {
+            ids.retain(|id| self.knows(id));
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Waits until `id` has no outstanding input request and returns every answer
@@ -518,7 +692,7 @@ impl Engine {
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
-        let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+        let mut backoff = RETRY;
         loop {
             let answered = self
                 .wait_until(id, |task| match task {
@@ -536,8 +710,7 @@ impl Engine {
                 Ok(answer) => return answer,
                 Err(e) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = next_retry(delay);
+                    backoff.wait().await;
                 }
             }
         }
@@ -550,7 +723,7 @@ impl Engine {
         Cancelled {
             wait: self.wait_until(id, end_of),
             backoff: None,
-            delay_ms: FIRST_RETRY_MS,
+            retry: RETRY,
             settles: None,
         }
     }
@@ -619,6 +792,8 @@ impl Engine {
             }
             Err(e) => {
                 tracing::error!(error = %e, "task store failed to create a task");
+                // It may have been stored all the same, with no worker to run it.
+                self.compensate_create(record.id);
                 return Err(RpcError::internal_error());
             }
         }
@@ -628,17 +803,27 @@ impl Engine {
     }
 }
 
+/// The message of a task failed because its create was not confirmed by the store.
+pub(crate) const CREATE_UNCONFIRMED: &str =
+    "Task creation not confirmed: the store failed while storing it";
+
 /// How long a background re-read after a failed write keeps trying.
 const RECONCILE_FOR: Duration = Duration::from_secs(120);
 
-/// Re-reads each task another node changed and tells this node's notifier, waiting
-/// workers and `Auto` runners. A read that fails is retried with a bounded backoff,
-/// so a store outage delays a change but never loses it. After missed changes
-/// every waiter re-reads its task, and the tasks of every runner and listen stream
-/// of this node are re-read. Ends when the layer is gone or the feed closes.
+/// How many tasks one re-read of other nodes' changes asks the store for at once.
+const RECHECK_BATCH: usize = 1_000;
+
+/// Re-reads the tasks other nodes changed that this node knows (a worker waits on
+/// it or works on it, an `Auto` runner, a listen stream names it; every task for a
+/// custom notifier) and tells this node's notifier, waiting workers and `Auto`
+/// runners. The changes waiting in the feed are read together, in one store call.
+/// A read that fails is retried with a bounded backoff, so a store outage delays a
+/// change but never loses it. After missed changes every waiter re-reads its task,
+/// and the tasks of every runner and listen stream of this node are re-read. Ends
+/// when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
-    let mut pending: std::collections::HashSet<TaskId> = std::collections::HashSet::new();
-    let mut delay = Duration::from_millis(FIRST_RETRY_MS.into());
+    let mut pending: Vec<TaskId> = Vec::new();
+    let mut backoff = RETRY;
     let mut retry_at: Option<tokio::time::Instant> = None;
     loop {
         let event = tokio::select! {
@@ -646,13 +831,13 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
             () = sleep_until_some(retry_at) => {
                 retry_at = None;
                 let Some(engine) = engine.upgrade() else { return };
-                let failed = engine.recheck(std::mem::take(&mut pending)).await;
+                let ids = engine.of_interest(std::mem::take(&mut pending));
+                let failed = engine.recheck(ids).await;
                 if failed.is_empty() {
-                    delay = Duration::from_millis(FIRST_RETRY_MS.into());
+                    backoff.reset();
                 } else {
                     pending.extend(failed);
-                    retry_at = Some(tokio::time::Instant::now() + delay);
-                    delay = next_retry(delay);
+                    retry_at = Some(tokio::time::Instant::now() + backoff.next_delay());
                 }
                 continue;
             }
@@ -660,24 +845,35 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
         let Some(engine) = engine.upgrade() else {
             return;
         };
-        let ids = match event {
-            Some(FeedEvent::Changed(id)) => vec![id],
-            Some(FeedEvent::Missed(skipped)) => {
-                tracing::warn!(
-                    skipped,
-                    "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
-                );
-                engine.wake_all();
-                let mut ids = engine.running();
-                ids.extend(engine.listen.registry().task_ids());
-                ids
+        // This change and those already waiting behind it, read together.
+        let mut ids = Vec::new();
+        let mut next = event;
+        loop {
+            match next {
+                Some(FeedEvent::Changed(id)) => ids.push(id),
+                Some(FeedEvent::Missed(skipped)) => {
+                    tracing::warn!(
+                        skipped,
+                        "mcp-tasks: changes from other nodes were missed; re-reading every task waited on here"
+                    );
+                    engine.wake_all();
+                    ids.extend(engine.running());
+                    ids.extend(engine.listen.registry().task_ids());
+                }
+                None => return,
             }
-            None => return,
-        };
-        let failed = engine.recheck(ids).await;
+            if ids.len() >= RECHECK_BATCH {
+                break;
+            }
+            match feed.try_recv() {
+                Some(event) => next = Some(event),
+                None => break,
+            }
+        }
+        let failed = engine.recheck(engine.of_interest(ids)).await;
         if !failed.is_empty() {
             pending.extend(failed);
-            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + delay);
+            retry_at.get_or_insert_with(|| tokio::time::Instant::now() + backoff.next_delay());
         }
     }
 }
@@ -811,16 +1007,9 @@ fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
 /// this node's clock) before it reads it again.
 const EXPIRY_RECHECK_MS: u64 = 200;
 
-/// The first and the longest wait before a worker's wait reads its task again
-/// after a store error.
-const FIRST_RETRY_MS: u32 = 50;
-const LAST_RETRY_MS: u32 = 5_000;
-
-/// The pause after `delay` when a read of a waited-on task failed again: doubled,
-/// up to [`LAST_RETRY_MS`].
-fn next_retry(delay: Duration) -> Duration {
-    (delay * 2).min(Duration::from_millis(LAST_RETRY_MS.into()))
-}
+/// The pauses before a read that failed is tried again: from 50 ms, doubling up
+/// to 5 s, with jitter.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
 /// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
@@ -833,7 +1022,7 @@ fn next_retry(delay: Duration) -> Duration {
 pub struct Cancelled<'a> {
     wait: WaitUntil<'a, EndOf>,
     backoff: Option<Pin<Box<tokio::time::Sleep>>>,
-    delay_ms: u32,
+    retry: Backoff,
     settles: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
@@ -868,8 +1057,7 @@ impl Future for Cancelled<'_> {
                 }
                 Poll::Ready(Err(e)) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
-                    let delay = Duration::from_millis(this.delay_ms.into());
-                    this.delay_ms = (this.delay_ms * 2).min(LAST_RETRY_MS);
+                    let delay = this.retry.next_delay();
                     this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
                 }
             }

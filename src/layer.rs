@@ -15,7 +15,7 @@ use crate::error::ConfigError;
 use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
-use crate::store::{Janitor, LeaseStore, NodeId, TaskStore};
+use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
 use crate::task::{ErrorObject, Principal, Scope, Transition};
 use crate::wire::RpcError;
 use crate::worker::Tasks;
@@ -315,6 +315,8 @@ pub struct TasksLayerBuilder {
     lease_bound: Option<Duration>,
     lease_store: Option<Arc<dyn LeaseStore>>,
     node_id: Option<NodeId>,
+    /// A notifier of the application's own: told of every change other nodes make.
+    custom_notifier: bool,
 }
 
 impl TasksLayerBuilder {
@@ -341,9 +343,12 @@ impl TasksLayerBuilder {
                 max_listen_task_ids: defaults::MAX_LISTEN_TASK_IDS,
                 max_listen_streams_per_owner: defaults::MAX_LISTEN_STREAMS_PER_OWNER,
                 max_listen_streams: defaults::MAX_LISTEN_STREAMS,
+                max_listen_bytes_per_owner: defaults::MAX_LISTEN_BYTES_PER_OWNER,
+                max_listen_bytes: defaults::MAX_LISTEN_BYTES,
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
                 store_timeout: defaults::STORE_TIMEOUT,
+                require_principal: false,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -352,6 +357,7 @@ impl TasksLayerBuilder {
             lease_bound: Some(defaults::WORKER_LEASE),
             lease_store: None,
             node_id: None,
+            custom_notifier: false,
         }
     }
 
@@ -701,6 +707,37 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// Refuses tasks to anonymous requests: a request without a [`Principal`] may
+    /// not create, read, answer, cancel or listen to tasks (default: it may, and
+    /// sees only anonymous tasks).
+    ///
+    /// The refusal is -32603 with the message "Tasks require an authenticated
+    /// principal" and `error.data` `{"reason": "principal_required"}`, with HTTP 200,
+    /// after the capability check: a tool that would become a task (`Required`,
+    /// `Auto`, or a handler asking for one) is answered with it, and so are
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` and a listen naming task ids. A
+    /// call that stays synchronous is not affected. It is a server-side refusal,
+    /// not a challenge: answering 401 is the authentication layer's job, with the
+    /// `WWW-Authenticate` header only it can fill in; a request that reaches this
+    /// layer without a principal means that layer let it through, most often
+    /// because it sits below `TasksLayer` instead of above it.
+    ///
+    /// Without this setting, the first task a layer sees made or read without a
+    /// principal logs one `tracing` warning naming that likely cause.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_require_principal()
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn with_require_principal(mut self) -> Self {
+        self.config.require_principal = true;
+        self
+    }
+
     /// The hook told about every task change, in place of the default
     /// [`ListenNotifier`] (which sends `notifications/tasks` to listen streams). Any
     /// `Fn(&TaskRecord) + Send + Sync` is a [`TaskNotifier`].
@@ -727,6 +764,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_notifier(mut self, notifier: impl TaskNotifier) -> Self {
         self.notifier = Some(Arc::new(notifier));
+        self.custom_notifier = true;
         self
     }
 
@@ -741,6 +779,7 @@ impl TasksLayerBuilder {
     /// ```
     pub fn without_notifier(mut self) -> Self {
         self.notifier = None;
+        self.custom_notifier = false;
         self
     }
 
@@ -873,6 +912,54 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// The most bytes of task notifications one principal's listen streams (all
+    /// anonymous callers together counting as one) hold before their readers take
+    /// them (default [`defaults::MAX_LISTEN_BYTES_PER_OWNER`], 32 MiB). A change is
+    /// serialized once and counted once, however many streams name it, until the
+    /// last of them has written it. A listen whose snapshot would pass the bound is
+    /// answered -32603 "Too many listen bytes" with `error.data`
+    /// `{"limit": "listen_bytes_per_owner"}`; an open stream whose next change would
+    /// pass it drops what it holds and ends with the listen result, so a reader that
+    /// stalls never makes the node hold more. Keep it above
+    /// [`with_max_result_bytes`](Self::with_max_result_bytes), or a finished task's
+    /// notification never fits. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_bytes_per_owner(64 * 1024 * 1024)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_listen_bytes_per_owner(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_bytes_per_owner"));
+    /// ```
+    pub fn with_max_listen_bytes_per_owner(mut self, max: usize) -> Self {
+        self.config.max_listen_bytes_per_owner = max;
+        self
+    }
+
+    /// The most bytes of task notifications all listen streams of the layer hold
+    /// before their readers take them (default [`defaults::MAX_LISTEN_BYTES`],
+    /// 256 MiB); past it, as for
+    /// [`with_max_listen_bytes_per_owner`](Self::with_max_listen_bytes_per_owner),
+    /// with `{"limit": "listen_bytes_total"}`. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_max_listen_bytes(1024 * 1024 * 1024)
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_listen_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_listen_bytes"));
+    /// ```
+    pub fn with_max_listen_bytes(mut self, max: usize) -> Self {
+        self.config.max_listen_bytes = max;
+        self
+    }
+
     /// How long the layer waits for the inner service's listen response and its
     /// first message, the acknowledgment (default [`defaults::LISTEN_ACK_TIMEOUT`],
     /// 5 s). After it the inner stream is dropped and the client gets the layer's own
@@ -928,9 +1015,11 @@ impl TasksLayerBuilder {
     /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
     /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
     /// its lease every third of `bound`. When a node stops (killed, out of memory,
-    /// cut off from the store for longer than `bound`), a surviving node fails its
-    /// unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead of
-    /// leaving them to their TTL.
+    /// cut off alone from the store for longer than `bound`), a surviving node fails
+    /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
+    /// of leaving them to their TTL. A store outage every node shares fails nothing,
+    /// however long: a node claims another's lease only while its own renewals run
+    /// without a break (README, "Worker leases").
     ///
     /// ```
     /// use std::time::Duration;
@@ -1007,6 +1096,12 @@ impl TasksLayerBuilder {
         if c.max_listen_streams == 0 {
             return Err(ConfigError::ZeroLimit("max_listen_streams"));
         }
+        if c.max_listen_bytes_per_owner == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_bytes_per_owner"));
+        }
+        if c.max_listen_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_listen_bytes"));
+        }
         if c.store_timeout.is_zero() {
             return Err(ConfigError::ZeroDuration("store_timeout"));
         }
@@ -1075,13 +1170,18 @@ impl TasksLayerBuilder {
                 .or_else(|| self.store.leases())
                 .map(|store| Leasing {
                     store,
-                    node: self.node_id.take().unwrap_or_else(NodeId::random),
+                    lease: LeaseId::new(self.node_id.take().unwrap_or_else(NodeId::random)),
                     bound,
                 }),
             None => None,
         };
+        self.listen.registry().set_byte_bounds(
+            self.config.max_listen_bytes_per_owner,
+            self.config.max_listen_bytes,
+        );
         let engine = Engine::new(self.store, self.config, self.notifier, self.principal)
             .with_listen(self.listen)
+            .relaying_all(self.custom_notifier)
             .shared();
         let layer = TasksLayer { engine };
         if enabled && let Some(feed) = layer.engine.store.subscribe() {

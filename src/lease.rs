@@ -1,17 +1,30 @@
 //! The layer's side of worker leases: the keeper renews this node's lease with the
-//! tasks it runs, and the sweeper fails the unfinished tasks of nodes whose leases
-//! lapsed (see [`LeaseStore`]).
+//! tasks it runs, and the sweeper claims the leases of nodes it has watched stand
+//! still, and fails their unfinished tasks (see [`LeaseStore`]).
+//!
+//! The rule that keeps a live node's work safe: a lease is claimed only when its
+//! renewal count has not moved for its own lease length, measured on the watching
+//! node's monotonic clock, while the watcher's own renewals succeeded without a
+//! break (a failure, or a gap longer than their regular course) for that whole
+//! time and for twice that lease since the watcher's last break. An outage every node shares breaks every node's renewals, so nobody
+//! claims anybody; a clock step moves no count. The claim itself is one atomic
+//! store call that re-checks the count.
 
-use std::sync::{Arc, Weak};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::backoff::Backoff;
 use crate::engine::Engine;
-use crate::store::{LeaseStore, NodeId, Renewal};
+use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
 use crate::task::{ErrorObject, Scope, TaskId, Transition};
 use crate::wire::RpcError;
 
 /// The message of a task failed because the node running it stopped renewing.
-pub(crate) const WORKER_LOST: &str = "Task worker lost: the node running it stopped";
+pub(crate) const WORKER_LOST: &str =
+    "Task worker lost: the node running it stopped or lost its lease";
 
 /// After new work starts, how long the keeper waits for more before it sends the
 /// holds: creates that arrive together share one round trip.
@@ -20,12 +33,75 @@ const GATHER: Duration = Duration::from_millis(20);
 /// The shortest pause before a renewal that failed is tried again.
 const RETRY_MIN: Duration = Duration::from_millis(50);
 
+/// The pauses between failed renewals: from a tenth of the renewal period (at least
+/// [`RETRY_MIN`]) up to the period itself, jittered so nodes that lost the store
+/// together do not come back in step.
+fn renew_retries(renew_every: Duration) -> Backoff {
+    Backoff::new(RETRY_MIN.max(renew_every / 10), renew_every)
+}
+
+/// How often, in leases, the explicit holds are checked against the store: a hold
+/// whose task expired, or ended where this node did not see it, is given up.
+const HOLDS_CHECK_EVERY: u32 = 8;
+
+/// The shortest pause between two sweeps.
+const SWEEP_MIN: Duration = Duration::from_millis(10);
+
 /// One node's leases, as the builder configured them.
 #[derive(Clone, Debug)]
 pub(crate) struct Leasing {
     pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) node: NodeId,
+    pub(crate) lease: LeaseId,
     pub(crate) bound: Duration,
+}
+
+/// What the keeper tells the sweeper: the lease it renews now, and since when
+/// its renewals have succeeded without a break (`None` while broken). A break is a
+/// renewal that failed, or a gap between two successes longer than the keeper
+/// leaves in its regular course (this process did not run: a paused host, a
+/// starved machine).
+#[derive(Debug)]
+struct Health {
+    lease: LeaseId,
+    unbroken_since: Option<Instant>,
+    last_ok: Option<Instant>,
+    /// The longest regular gap between two successful renewals.
+    max_gap: Duration,
+}
+
+impl Health {
+    fn stale(&self, now: Instant) -> bool {
+        self.last_ok
+            .is_none_or(|ok| now.saturating_duration_since(ok) > self.max_gap)
+    }
+
+    /// A renewal succeeded at `now`.
+    fn renewed(&mut self, now: Instant) {
+        if self.stale(now) || self.unbroken_since.is_none() {
+            self.unbroken_since = Some(now);
+        }
+        self.last_ok = Some(now);
+    }
+
+    /// A renewal failed.
+    fn broken(&mut self) {
+        self.unbroken_since = None;
+    }
+
+    /// Since when the renewals have been unbroken, as of `now`.
+    fn unbroken_since(&mut self, now: Instant) -> Option<Instant> {
+        if self.stale(now) {
+            self.unbroken_since = None;
+        }
+        self.unbroken_since
+    }
+}
+
+/// What the sweeper saw of one lease: its count, and when it first saw it.
+#[derive(Debug, Clone, Copy)]
+struct Watch {
+    renewals: u64,
+    since: Instant,
 }
 
 impl Leasing {
@@ -33,29 +109,42 @@ impl Leasing {
         self.bound / 3
     }
 
-    fn sweep_every(&self) -> Duration {
+    /// How long a renewal may take: shorter than the lease, so a renewal stuck on a
+    /// stalled connection is given up and retried on a fresh one in time.
+    fn renew_timeout(&self) -> Duration {
         self.bound / 4
     }
 
-    /// Keeps this node's lease and sweeps lapsed ones until `stop` resolves or the
+    /// Keeps this node's lease and sweeps other nodes' until `stop` resolves or the
     /// layer is gone.
     pub(crate) async fn run(
         self,
         engine: Weak<Engine>,
         stop: impl std::future::Future<Output = ()>,
     ) {
+        let health = Mutex::new(Health {
+            lease: self.lease.clone(),
+            unbroken_since: None,
+            last_ok: None,
+            max_gap: self.renew_every() + self.renew_timeout() + self.bound / 8,
+        });
         tokio::select! {
             _ = stop => {}
-            _ = self.keep(engine.clone()) => {}
-            _ = self.sweep(engine) => {}
+            _ = self.keep(engine.clone(), &health) => {}
+            _ = self.sweep(engine, &health) => {}
         }
     }
 
     /// Renews this node's lease with the tasks `engine` runs until the layer is gone.
-    async fn keep(&self, engine: Weak<Engine>) {
+    async fn keep(&self, engine: Weak<Engine>, health: &Mutex<Health>) {
+        let mut lease = self.lease.clone();
+        // The first renewal of an incarnation creates its lease.
+        let mut first = true;
         // The store's copy is unknown at first, and after any failed renewal: then
         // the whole set is sent; otherwise only what changed since the last one.
         let mut replace = true;
+        let mut held = Held::default();
+        let mut retries = renew_retries(self.renew_every());
         if let Some(engine) = engine.upgrade() {
             engine.start_leasing();
         }
@@ -76,42 +165,52 @@ impl Leasing {
                     log.release.into_iter().collect(),
                 )
             };
-            drop(strong);
             let renewal = Renewal {
-                node: &self.node,
+                lease: &lease,
                 bound: self.bound,
+                first,
                 hold: &hold,
                 release: &release,
                 replace,
             };
-            let next = match tokio::time::timeout(self.renew_every(), self.store.renew(renewal))
-                .await
-            {
-                Ok(Ok(known)) => {
-                    if !known && !replace {
-                        // The node was declared lapsed and forgotten: its set starts over.
-                        tracing::warn!(
-                            "mcp-tasks: this node's worker lease had lapsed; renewing it with every task it runs"
-                        );
-                        replace = true;
-                        continue;
-                    }
+            let outcome =
+                tokio::time::timeout(self.renew_timeout(), self.store.renew(renewal)).await;
+            let next = match outcome {
+                Ok(Ok(Renewed::New | Renewed::Renewed)) => {
+                    first = false;
                     replace = false;
+                    lock(health).renewed(Instant::now());
+                    held.set(strong.leased().len());
+                    retries.reset();
                     self.renew_every()
+                }
+                Ok(Ok(Renewed::Lost { tasks })) => {
+                    lost(&strong, tasks).await;
+                    // A new incarnation takes over the work this node still runs.
+                    lease = LeaseId::new(lease.node.clone());
+                    first = true;
+                    replace = true;
+                    let mut health = lock(health);
+                    health.lease = lease.clone();
+                    health.broken();
+                    continue;
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "mcp-tasks: could not renew this node's worker lease; retrying");
                     replace = true;
-                    RETRY_MIN.max(self.renew_every() / 10)
+                    lock(health).broken();
+                    retries.next_delay()
                 }
                 Err(_) => {
                     tracing::warn!(
                         "mcp-tasks: renewing this node's worker lease timed out; retrying"
                     );
                     replace = true;
-                    RETRY_MIN.max(self.renew_every() / 10)
+                    lock(health).broken();
+                    retries.next_delay()
                 }
             };
+            drop(strong);
             tokio::select! {
                 _ = tokio::time::sleep(next) => {}
                 _ = poked => tokio::time::sleep(GATHER).await,
@@ -119,64 +218,186 @@ impl Leasing {
         }
     }
 
-    /// Fails the unfinished tasks of lapsed nodes, on a timer, until the layer is
-    /// gone.
-    async fn sweep(&self, engine: Weak<Engine>) {
-        let mut timer = tokio::time::interval(self.sweep_every());
-        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    /// Watches the other leases and claims dead ones, on a timer, until the layer
+    /// is gone.
+    async fn sweep(&self, engine: Weak<Engine>, health: &Mutex<Health>) {
+        let mut seen: HashMap<LeaseId, Watch> = HashMap::new();
+        let mut every = self.bound / 8;
+        let mut holds_checked = Instant::now();
         loop {
-            timer.tick().await;
+            tokio::time::sleep(every.max(SWEEP_MIN)).await;
             let Some(engine) = engine.upgrade() else {
                 return;
             };
-            self.sweep_once(&engine).await;
+            let (_, shortest) = self.sweep_once(&engine, health, &mut seen).await;
+            every = shortest.min(self.bound) / 8;
+            if holds_checked.elapsed() >= self.bound * HOLDS_CHECK_EVERY {
+                holds_checked = Instant::now();
+                engine.release_ended_holds().await;
+            }
         }
     }
 
-    /// One sweep: every lapsed node but this one has its unfinished tasks failed,
-    /// then is forgotten. Returns how many tasks it failed.
-    pub(crate) async fn sweep_once(&self, engine: &Engine) -> usize {
-        let lapsed = match tokio::time::timeout(self.sweep_every(), self.store.lapsed()).await {
-            Ok(Ok(lapsed)) => lapsed,
+    /// One sweep: reads every lease, notes which counts moved, and claims and fails
+    /// the holds of each lease claimable by the rule (or claimed already, by a node
+    /// that may have died before it finished). Returns how many tasks it failed,
+    /// and the shortest lease length seen.
+    async fn sweep_once(
+        &self,
+        engine: &Engine,
+        health: &Mutex<Health>,
+        seen: &mut HashMap<LeaseId, Watch>,
+    ) -> (usize, Duration) {
+        let leases = match tokio::time::timeout(self.renew_timeout(), self.store.leases()).await {
+            Ok(Ok(leases)) => leases,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not read lapsed worker leases");
+                tracing::warn!(error = %e, "mcp-tasks: could not read the worker leases");
+                return (0, self.bound);
+            }
+            Err(_) => {
+                tracing::warn!("mcp-tasks: reading the worker leases timed out");
+                return (0, self.bound);
+            }
+        };
+        let now = Instant::now();
+        let (own, unbroken_since) = {
+            let mut health = lock(health);
+            (health.lease.clone(), health.unbroken_since(now))
+        };
+        seen.retain(|lease, _| leases.iter().any(|state| &state.lease == lease));
+        let mut shortest = self.bound;
+        let mut failed = 0;
+        for state in leases {
+            if state.lease == own {
+                continue;
+            }
+            shortest = shortest.min(state.bound);
+            if !state.claimed {
+                let watch = seen.entry(state.lease.clone()).or_insert(Watch {
+                    renewals: state.renewals,
+                    since: now,
+                });
+                if watch.renewals != state.renewals {
+                    *watch = Watch {
+                        renewals: state.renewals,
+                        since: now,
+                    };
+                    continue;
+                }
+                if !claimable(watch, state.bound, unbroken_since, now) {
+                    continue;
+                }
+            }
+            failed += self.recover(engine, &state.lease, state.renewals).await;
+        }
+        (failed, shortest)
+    }
+
+    /// Claims `lease` if its count is still `renewals` (or it is claimed already),
+    /// fails its holds, and forgets it once every one is failed. Returns how many
+    /// tasks it failed.
+    async fn recover(&self, engine: &Engine, lease: &LeaseId, renewals: u64) -> usize {
+        let claimed =
+            tokio::time::timeout(self.renew_timeout(), self.store.claim(lease, renewals)).await;
+        let tasks = match claimed {
+            Ok(Ok(Some(tasks))) => tasks,
+            // Renewed since: alive.
+            Ok(Ok(None)) => return 0,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "mcp-tasks: could not claim a dead node's worker lease");
                 return 0;
             }
             Err(_) => {
-                tracing::warn!("mcp-tasks: reading lapsed worker leases timed out");
+                tracing::warn!("mcp-tasks: claiming a dead node's worker lease timed out");
                 return 0;
             }
         };
         let mut failed = 0;
-        for node in lapsed {
-            if node.node == self.node {
-                // This node is alive: its own lease lapsed during an outage, and the
-                // keeper renews it once the store answers.
-                continue;
+        let mut complete = true;
+        for id in &tasks {
+            match fail_lost(engine, id).await {
+                Ok(true) => failed += 1,
+                Ok(false) => {}
+                Err(()) => complete = false,
             }
-            let mut complete = true;
-            for id in &node.tasks {
-                match fail_lost(engine, id).await {
-                    Ok(true) => failed += 1,
-                    Ok(false) => {}
-                    Err(()) => complete = false,
-                }
-            }
-            if complete && let Err(e) = self.store.forget(&node.node).await {
-                tracing::warn!(error = %e, "mcp-tasks: could not remove a lapsed worker lease");
-            }
-            tracing::warn!(
-                node = %node.node,
-                held = node.tasks.len(),
-                "mcp-tasks: a node stopped renewing its worker lease; its unfinished tasks are failed"
-            );
         }
+        crate::observe::lease_recovered(failed);
+        if complete {
+            match tokio::time::timeout(self.renew_timeout(), self.store.forget(lease)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "mcp-tasks: could not remove a claimed worker lease");
+                }
+                Err(_) => tracing::warn!("mcp-tasks: removing a claimed worker lease timed out"),
+            }
+        }
+        tracing::warn!(
+            node = %lease.node,
+            held = tasks.len(),
+            failed,
+            "mcp-tasks: a node stopped renewing its worker lease; its unfinished tasks are failed"
+        );
         failed
     }
 }
 
+/// Whether a lease whose count stood still since `watch.since` may be claimed at
+/// `now`: still for its whole `bound`, while this node's own renewals have been
+/// unbroken since before that, and for twice `bound` since its last break.
+fn claimable(
+    watch: &Watch,
+    bound: Duration,
+    unbroken_since: Option<Instant>,
+    now: Instant,
+) -> bool {
+    let Some(unbroken_since) = unbroken_since else {
+        return false;
+    };
+    now >= watch.since + bound && now >= unbroken_since + bound * 2
+}
+
+fn lock(health: &Mutex<Health>) -> std::sync::MutexGuard<'_, Health> {
+    health.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The held-tasks gauge's share of this node: moved by the difference, so that
+/// several layers in one process add up.
+#[derive(Debug, Default)]
+struct Held(usize);
+
+impl Held {
+    fn set(&mut self, count: usize) {
+        crate::observe::held_tasks(self.0, count);
+        self.0 = count;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+/// This node's lease was claimed while it could not reach the store: the work on
+/// the claimed tasks stops now. `tasks` is `None` when the claim is over and the
+/// store no longer knows which: then the work on every task found ended stops.
+async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
+    crate::observe::lease_lost();
+    let known = tasks.is_some();
+    let ids = tasks.unwrap_or_else(|| engine.leased());
+    tracing::warn!(
+        tasks = ids.len(),
+        "mcp-tasks: this node lost its worker lease (other nodes judged it dead while it could not reach the store); the work on its claimed tasks stops"
+    );
+    for id in ids {
+        if known || engine.has_ended(&id).await {
+            engine.stop_lost(&id);
+        }
+    }
+}
+
 /// Fails `id` as lost; `Ok(true)` when this changed it (`Ok(false)`: it had ended or
-/// is gone), `Err` when the store failed, so the node's lease is kept for the next
+/// is gone), `Err` when the store failed, so the claimed lease is kept for the next
 /// sweep.
 async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
     let fail = Transition::Fail {
@@ -202,9 +423,9 @@ mod tests {
     use crate::TaskStore;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
-    use crate::store::NodeId;
     use crate::store::{
-        BoxFuture, CreateLimits, LapsedNode, LeaseStore, MemoryLeases, MemoryStore, Renewal,
+        BoxFuture, CreateLimits, LeaseId, LeaseState, LeaseStore, MemoryLeases, MemoryStore,
+        NodeId, Renewal, Renewed,
     };
     use crate::task::{Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp};
     use crate::wire::RpcError;
@@ -251,6 +472,10 @@ mod tests {
                 .unwrap_or_else(|p| p.into_inner())
                 .take(),
         );
+    }
+
+    async fn all(leases: &impl LeaseStore) -> Vec<LeaseState> {
+        leases.leases().await.expect("read")
     }
 
     #[tokio::test(start_paused = true)]
@@ -307,92 +532,208 @@ mod tests {
             stored(&store, &finished).await.status,
             TaskStatus::Completed
         );
-        // The lapsed node is forgotten once its tasks are failed.
+        // The claimed lease is forgotten once its tasks are failed: only b's is left.
         tokio::time::sleep(BOUND).await;
-        assert!(leases.lapsed().await.expect("read").is_empty());
+        assert_eq!(all(&leases).await.len(), 1);
     }
 
-    /// Leases that fail every renewal while `down` is set.
+    /// Leases that fail every call while `down` is set.
     #[derive(Debug, Clone, Default)]
     struct Outage {
         inner: MemoryLeases,
         down: Arc<AtomicBool>,
     }
 
-    impl LeaseStore for Outage {
-        fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<bool, StoreError>> {
-            if self.down.load(Ordering::Acquire) {
-                return Box::pin(std::future::ready(Err(StoreError::backend(
-                    std::io::Error::other("store unreachable"),
-                ))));
+    impl Outage {
+        fn over(&self, down: &Arc<AtomicBool>) -> Outage {
+            Outage {
+                inner: self.inner.clone(),
+                down: down.clone(),
             }
-            self.inner.renew(renewal)
         }
 
-        fn lapsed(&self) -> BoxFuture<'_, Result<Vec<LapsedNode>, StoreError>> {
-            self.inner.lapsed()
-        }
-
-        fn forget<'a>(&'a self, node: &'a NodeId) -> BoxFuture<'a, Result<(), StoreError>> {
-            self.inner.forget(node)
+        fn unreachable<T: Send + 'static>(
+            &self,
+        ) -> Option<BoxFuture<'static, Result<T, StoreError>>> {
+            self.down.load(Ordering::Acquire).then(|| {
+                Box::pin(std::future::ready(Err(StoreError::backend(
+                    std::io::Error::other("store unreachable"),
+                )))) as BoxFuture<'static, _>
+            })
         }
     }
 
-    /// A node over [`Outage`] leases running one task, after its first renewals.
-    async fn one_node_at_work() -> (Arc<MemoryStore>, Outage, TasksLayer, TaskId) {
+    impl LeaseStore for Outage {
+        fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.renew(renewal))
+        }
+
+        fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+            self.unreachable().unwrap_or_else(|| self.inner.leases())
+        }
+
+        fn claim<'a>(
+            &'a self,
+            lease: &'a LeaseId,
+            renewals: u64,
+        ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.claim(lease, renewals))
+        }
+
+        fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.forget(lease))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_every_node_shares_fails_nothing_whatever_its_length() {
         let store = Arc::new(MemoryStore::new());
         let leases = Outage::default();
         let a = node(&store, leases.clone());
+        let b = node(&store, leases.clone());
+        let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
+        a.engine.register_work(on_a);
+        b.engine.register_work(on_b);
+        tokio::time::sleep(BOUND * 3).await;
+        for outage in [1, 3, 10] {
+            leases.down.store(true, Ordering::Release);
+            tokio::time::sleep(BOUND * outage).await;
+            leases.down.store(false, Ordering::Release);
+            tokio::time::sleep(BOUND * 4).await;
+            for id in [&on_a, &on_b] {
+                assert_eq!(
+                    stored(&store, id).await.status,
+                    TaskStatus::Working,
+                    "an outage of {outage} leases failed a live node's task"
+                );
+            }
+        }
+        // Both leases are alive and unclaimed, under their first incarnations.
+        let leases = all(&leases.inner).await;
+        assert_eq!(leases.len(), 2);
+        assert!(leases.iter().all(|lease| !lease.claimed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_freeze_of_every_node_fails_nothing() {
+        // Both nodes stop running for ten leases at once (a paused host, a starved
+        // machine), then go on: whichever runs first must not claim the other.
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let a = node(&store, leases.clone());
+        let b = node(&store, leases.clone());
+        let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
+        a.engine.register_work(on_a);
+        b.engine.register_work(on_b);
+        tokio::time::sleep(BOUND * 3).await;
+        for _ in 0..5 {
+            tokio::time::advance(BOUND * 10).await;
+            tokio::time::sleep(BOUND * 3).await;
+        }
+        for id in [&on_a, &on_b] {
+            assert_eq!(stored(&store, id).await.status, TaskStatus::Working);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_cut_off_alone_loses_its_work_and_learns_it_on_its_next_renewal() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Outage::default();
+        let cut = Arc::new(AtomicBool::new(false));
+        let a = node(&store, leases.over(&cut));
+        let _b = node(&store, leases.clone());
         let running = working_task(&store).await;
         a.engine.register_work(running);
-        tokio::time::sleep(BOUND).await;
-        (store, leases, a, running)
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_node_never_fails_its_own_work_when_its_lease_lapsed_in_an_outage() {
-        let (store, leases, _node, running) = one_node_at_work().await;
-
-        leases.down.store(true, Ordering::Release);
         tokio::time::sleep(BOUND * 3).await;
-        let lapsed = leases.inner.lapsed().await.expect("read");
-        assert_eq!(lapsed.len(), 1, "the lease lapsed during the outage");
-        assert_eq!(lapsed[0].tasks, vec![running]);
-        assert_eq!(stored(&store, &running).await.status, TaskStatus::Working);
 
-        leases.down.store(false, Ordering::Release);
-        tokio::time::sleep(BOUND).await;
-        assert!(
-            leases.inner.lapsed().await.expect("read").is_empty(),
-            "renewed"
+        cut.store(true, Ordering::Release);
+        let cut_at = tokio::time::Instant::now();
+        tokio::time::sleep(BOUND * 3).await;
+        assert_eq!(stored(&store, &running).await.status, TaskStatus::Failed);
+        let ended = tokio::time::timeout(BOUND, a.handle().cancelled(&running)).await;
+        assert_eq!(
+            ended,
+            Ok(TaskEnd::Failed),
+            "the cut-off node's worker sees the failure"
         );
-        assert_eq!(stored(&store, &running).await.status, TaskStatus::Working);
-    }
+        let _ = cut_at;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_node_forgotten_while_alive_renews_with_every_task_it_runs() {
-        let (_, leases, a, running) = one_node_at_work().await;
-
-        // Cut off long enough for another node to declare it lost and forget it,
-        // then back.
-        leases.down.store(true, Ordering::Release);
-        tokio::time::sleep(BOUND * 2).await;
-        let lapsed = leases.inner.lapsed().await.expect("read");
-        leases
-            .inner
-            .forget(&lapsed[0].node)
-            .await
-            .expect("forgotten");
-        leases.down.store(false, Ordering::Release);
+        cut.store(false, Ordering::Release);
         tokio::time::sleep(BOUND).await;
-
-        // Back, it holds its whole set again: were it to stop now, a survivor
-        // would find its task.
+        // Back, it renews under a new incarnation; the claimed lease is gone.
+        let now = all(&leases.inner).await;
+        assert_eq!(now.len(), 2, "{now:?}");
+        assert!(now.iter().all(|lease| !lease.claimed));
+        // Its later work is leased again: were it to stop now, it would be failed.
+        let later = working_task(&store).await;
+        a.engine.register_work(later);
+        tokio::time::sleep(BOUND).await;
         crash(&a);
         tokio::time::sleep(BOUND * 2).await;
-        let lapsed = leases.inner.lapsed().await.expect("read");
-        assert_eq!(lapsed.len(), 1);
-        assert_eq!(lapsed[0].tasks, vec![running]);
+        assert_eq!(stored(&store, &later).await.status, TaskStatus::Failed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_restart_under_the_same_node_id_fails_the_predecessors_work() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let host = NodeId::new("host-1").expect("a valid id");
+        let named = |store: &Arc<MemoryStore>| {
+            TasksLayer::builder(store.clone())
+                .with_worker_lease(BOUND)
+                .with_lease_store(leases.clone())
+                .with_node_id(host.clone())
+                .without_janitor()
+                .build()
+                .expect("a valid layer")
+        };
+        let first = named(&store);
+        let lost = working_task(&store).await;
+        first.engine.register_work(lost);
+        tokio::time::sleep(BOUND).await;
+        crash(&first);
+
+        // The same host comes back at once, alone.
+        let restarted = tokio::time::Instant::now();
+        let second = named(&store);
+        let own = working_task(&store).await;
+        second.engine.register_work(own);
+        let end = tokio::time::timeout(BOUND * 4, second.handle().cancelled(&lost)).await;
+        assert_eq!(end, Ok(TaskEnd::Failed), "the predecessor's work is failed");
+        assert!(
+            restarted.elapsed() <= BOUND * 2 + BOUND / 4 + GATHER,
+            "failed {:?} after the restart",
+            restarted.elapsed()
+        );
+        assert_eq!(stored(&store, &own).await.status, TaskStatus::Working);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_ends_when_its_task_ends_out_of_sight() {
+        let store = Arc::new(MemoryStore::new());
+        let a = node(&store, MemoryLeases::new());
+        let (expiring, ended) = (TaskId::random(), working_task(&store).await);
+        // Long expired.
+        let mut record = TaskRecord::new(expiring, None, Timestamp::from_millis(1));
+        record.ttl_ms = Some(1);
+        store
+            .create(record, CreateLimits::default())
+            .await
+            .expect("created");
+        a.handle().hold(expiring);
+        a.handle().hold(ended);
+        // Ended by a write this node never saw.
+        let cancel = crate::task::Transition::Cancel;
+        store
+            .update(&ended, Scope::Any, &cancel, Timestamp::now())
+            .await
+            .expect("cancelled");
+        assert_eq!(a.engine.leased().len(), 2);
+        tokio::time::sleep(BOUND * (super::HOLDS_CHECK_EVERY + 1)).await;
+        assert!(a.engine.leased().is_empty(), "{:?}", a.engine.leased());
     }
 
     #[tokio::test(start_paused = true)]
@@ -416,13 +757,36 @@ mod tests {
         a.engine.forget_work(&twice);
         tokio::time::sleep(BOUND).await;
         crash(&a);
-        tokio::time::sleep(BOUND * 2).await;
-        let lapsed = leases.lapsed().await.expect("read");
-        let mut held = lapsed[0].tasks.clone();
-        held.sort_unstable();
+        let state = all(&leases).await.remove(0);
+        let held = leases
+            .claim(&state.lease, state.renewals)
+            .await
+            .expect("claimed")
+            .expect("not renewed since the crash");
         let mut expected = vec![twice, explicit];
         expected.sort_unstable();
         assert_eq!(held, expected);
+    }
+
+    #[test]
+    fn a_lease_is_claimable_only_after_standing_still_for_its_bound_while_the_watcher_was_unbroken()
+    {
+        use super::{Watch, claimable};
+        let start = tokio::time::Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let watch = Watch {
+            renewals: 7,
+            since: at(5_000),
+        };
+        let bound = BOUND;
+        // Unbroken for long: claimable one bound after the count was first seen.
+        assert!(!claimable(&watch, bound, Some(at(0)), at(5_999)));
+        assert!(claimable(&watch, bound, Some(at(0)), at(6_000)));
+        // Broken now: never.
+        assert!(!claimable(&watch, bound, None, at(60_000)));
+        // Back from a break: only two bounds after it, whatever was seen before.
+        assert!(!claimable(&watch, bound, Some(at(5_500)), at(7_499)));
+        assert!(claimable(&watch, bound, Some(at(5_500)), at(7_500)));
     }
 
     #[test]

@@ -128,13 +128,18 @@ impl StoreCalls {
         timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
-    pub(crate) async fn visible(
+    pub(crate) async fn get_many(
         &self,
         ids: &[TaskId],
         scope: Scope<'_>,
         now: Timestamp,
-    ) -> Result<Vec<TaskId>, StoreError> {
-        timed("visible", self.timeout, self.store.visible(ids, scope, now)).await
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        timed(
+            "get_many",
+            self.timeout,
+            self.store.get_many(ids, scope, now),
+        )
+        .await
     }
 
     pub(crate) async fn update(
@@ -253,7 +258,7 @@ pub(crate) fn task_created() {
 }
 
 /// A call that would have become a task did not: `reason` is a fixed word (a limit's
-/// name, `shutting_down`, `extension_required`).
+/// name, `shutting_down`, `extension_required`, `principal_required`).
 pub(crate) fn task_refused(reason: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("mcp_tasks_refused_total", "reason" => reason).increment(1);
@@ -293,6 +298,28 @@ pub(crate) fn janitor_swept(removed: usize) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = removed;
+}
+
+/// This node's sweeper failed `failed` tasks of a lease it claimed.
+pub(crate) fn lease_recovered(failed: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_lease_recovered_total").increment(failed as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = failed;
+}
+
+/// This node learned that other nodes claimed its lease.
+pub(crate) fn lease_lost() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_leases_lost_total").increment(1);
+}
+
+/// This node's share of the held-tasks gauge went from `was` to `now`.
+pub(crate) fn held_tasks(was: usize, now: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("mcp_tasks_held_tasks").increment(now as f64 - was as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (was, now);
 }
 
 /// The live things a process holds, each a gauge moved up and down by those that

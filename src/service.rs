@@ -20,7 +20,8 @@ use crate::observe::{self, Outcome};
 use crate::routes::{self, Reply, forward, reply};
 use crate::task::Scope;
 use crate::wire::{
-    Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, route_by_headers,
+    Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, names_owned_method,
+    route_by_headers,
 };
 use crate::worker::Tasks;
 
@@ -254,8 +255,18 @@ where
             ));
         }
     };
+    // Under an owned `Mcp-Method` the layer answers for the body: the inner
+    // service never judges (and never words the refusal of) what claims a method
+    // the layer owns.
+    let owned_header = names_owned_method(&parts.headers);
     let envelope = match Envelope::parse(&bytes) {
         Ok(Some(envelope)) => envelope,
+        Ok(None) if owned_header => {
+            return Ok(reply(
+                RpcError::invalid_request("Invalid Request: the body is not one JSON-RPC request"),
+                None,
+            ));
+        }
         Ok(None) => return forward(inner, parts, bytes, None).await,
         Err(e) => return Ok(reply(e, None)),
     };
@@ -266,6 +277,10 @@ where
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     if !is_owned_method(&envelope.method) {
+        if owned_header {
+            let mismatch = RpcError::header_mismatch("Mcp-Method header does not match the body");
+            return Ok(reply(mismatch, envelope.id.as_ref()));
+        }
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     // Never an id or a principal here: the method, how it ended, and where the
@@ -299,6 +314,12 @@ where
     if is_tasks_method(&envelope.method) {
         return Ok(answer_tasks(&engine, parts, &envelope).await);
     }
+    if let Err(e) = envelope.check_strict() {
+        observe::outcome(Outcome::Error(e.code()));
+        return Ok(e
+            .to_response_raw(envelope.valid_raw_id())
+            .map(ResponseBody::full));
+    }
     let id = envelope.id.as_ref();
     let declared = match envelope.validate(&parts.headers) {
         Ok(declared) => declared.0,
@@ -325,6 +346,11 @@ where
             if mode == TaskMode::Required && !declared {
                 observe::task_refused("extension_required");
                 return Ok(reply(RpcError::tasks_extension_required(), id));
+            }
+            if mode == TaskMode::Required
+                && let Err(e) = engine.refuse_anonymous(engine.principal(&parts).as_ref())
+            {
+                return Ok(reply(e, id));
             }
             let context = match (mode, declared) {
                 (TaskMode::Never, _) => TaskContext::refused(TaskRefused::ToolNeverTask),
@@ -387,6 +413,9 @@ async fn answer_tasks<B>(
         return error(RpcError::tasks_extension_required());
     }
     let owner = engine.principal(&parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return error(e);
+    }
     match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
         Ok(answer) => {
             observe::outcome(Outcome::Result);

@@ -162,6 +162,11 @@ impl Waits {
         true
     }
 
+    /// Whether anyone here waits on `id` or works on it.
+    pub(crate) fn knows(&self, id: &TaskId) -> bool {
+        self.lock().tasks.contains_key(id)
+    }
+
     /// Whether work runs on `id` in this process.
     pub(crate) fn is_working(&self, id: &TaskId) -> bool {
         self.lock()

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -530,7 +531,29 @@ struct HandleInner {
     id: TaskId,
     /// Set once nothing is left to fail: the task ended, is gone, or was detached.
     settled: AtomicBool,
+    /// Status text waiting for the store, written by one writer at a time.
+    progress: std::sync::Mutex<Progress>,
 }
+
+/// The status text of a handle's task on its way to the store: the newest text
+/// wins, and a slow store never holds the work up for longer than
+/// [`PROGRESS_WAIT`].
+#[derive(Default)]
+struct Progress {
+    /// The newest text not written yet.
+    pending: Option<String>,
+    /// A writer is running.
+    writing: bool,
+    /// A refusal the writer met after its caller stopped waiting, for the next call.
+    refused: Option<TaskError>,
+}
+
+/// How long [`TaskHandle::progress`] waits for its write before it lets the work go
+/// on (the write goes on in the background).
+const PROGRESS_WAIT: Duration = Duration::from_millis(100);
+
+/// The pause before a progress write that met a store error is tried again.
+const PROGRESS_RETRY: Duration = Duration::from_millis(200);
 
 impl TaskHandle {
     fn new(tasks: Tasks, id: TaskId) -> Self {
@@ -539,6 +562,7 @@ impl TaskHandle {
                 tasks,
                 id,
                 settled: AtomicBool::new(false),
+                progress: std::sync::Mutex::default(),
             }),
         }
     }
@@ -573,10 +597,32 @@ impl TaskHandle {
         self.observe(outcome)
     }
 
-    /// [`Tasks::progress`] on this task.
+    /// [`Tasks::progress`] on this task, without holding the work up on a slow
+    /// store: it waits at most 100 ms for the write, which then goes on in the
+    /// background. Texts sent while a write is on its way are coalesced (the
+    /// newest wins, and is written once the store answers; a store error is retried
+    /// every 200 ms while the handle lives, never returned). A refusal (the task
+    /// ended) is returned by this call, or by the next one when it came late.
     pub async fn progress(&self, message: impl Into<String>) -> Result<(), TaskError> {
-        let outcome = self.inner.tasks.progress(&self.inner.id, message).await;
-        self.observe(outcome)
+        let written = {
+            let mut progress = lock(&self.inner.progress);
+            if let Some(refused) = progress.refused.take() {
+                return self.observe(Err(refused));
+            }
+            progress.pending = Some(message.into());
+            if progress.writing {
+                return Ok(());
+            }
+            progress.writing = true;
+            let (tell, written) = tokio::sync::oneshot::channel();
+            tokio::spawn(write_progress(Arc::downgrade(&self.inner), tell));
+            written
+        };
+        match tokio::time::timeout(PROGRESS_WAIT, written).await {
+            Ok(Ok(outcome)) => self.observe(outcome),
+            // Still on its way, or the handle is gone.
+            _ => Ok(()),
+        }
     }
 
     /// [`Tasks::complete`] of this task.
@@ -680,6 +726,58 @@ impl Drop for HandleInner {
             )
             .await
         });
+    }
+}
+
+fn lock(progress: &std::sync::Mutex<Progress>) -> std::sync::MutexGuard<'_, Progress> {
+    progress.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes a handle's pending status text until none is left, telling the first
+/// caller how its write went (if it still waits).
+async fn write_progress(
+    handle: std::sync::Weak<HandleInner>,
+    tell: tokio::sync::oneshot::Sender<Result<(), TaskError>>,
+) {
+    let mut tell = Some(tell);
+    loop {
+        let Some(inner) = handle.upgrade() else {
+            return;
+        };
+        let Some(text) = ({
+            let mut progress = lock(&inner.progress);
+            let text = progress.pending.take();
+            progress.writing = text.is_some();
+            text
+        }) else {
+            return;
+        };
+        match inner.tasks.progress(&inner.id, text.clone()).await {
+            Err(TaskError::Store(_)) => {
+                // Not written: kept unless a newer text came meanwhile.
+                lock(&inner.progress).pending.get_or_insert(text);
+                drop(tell.take());
+                drop(inner);
+                tokio::time::sleep(PROGRESS_RETRY).await;
+            }
+            Err(refused) => {
+                let mut progress = lock(&inner.progress);
+                progress.pending = None;
+                progress.writing = false;
+                // Told to the caller if it still waits, else kept for the next call.
+                let unheard = match tell.take() {
+                    Some(tell) => tell.send(Err(refused)).err(),
+                    None => Some(Err(refused)),
+                };
+                progress.refused = unheard.and_then(Result::err);
+                return;
+            }
+            Ok(()) => {
+                if let Some(tell) = tell.take() {
+                    let _ = tell.send(Ok(()));
+                }
+            }
+        }
     }
 }
 
@@ -810,5 +908,91 @@ mod tests {
 
     fn waiting_works(layer: &TasksLayer) -> usize {
         layer.engine.work_count()
+    }
+
+    /// A memory store whose updates wait while `stalled` is set, counting them.
+    #[derive(Debug, Default)]
+    struct Stalling {
+        store: MemoryStore,
+        stalled: std::sync::Arc<tokio::sync::watch::Sender<bool>>,
+        updates: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::TaskStore for Stalling {
+        fn create<'a>(
+            &'a self,
+            record: TaskRecord,
+            limits: CreateLimits,
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+            self.store.create(record, limits)
+        }
+
+        fn get<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            now: Timestamp,
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+            self.store.get(id, scope, now)
+        }
+
+        fn update<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            transition: &'a Transition,
+            now: Timestamp,
+        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
+        {
+            Box::pin(async move {
+                self.updates.fetch_add(1, Ordering::SeqCst);
+                let _ = self.stalled.subscribe().wait_for(|stalled| !stalled).await;
+                self.store.update(id, scope, transition, now).await
+            })
+        }
+
+        fn cleanup<'a>(
+            &'a self,
+            now: Timestamp,
+            retention: Duration,
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+            self.store.cleanup(now, retention)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_on_a_slow_store_returns_promptly_and_the_newest_text_wins() {
+        let store = std::sync::Arc::new(Stalling::default());
+        let layer = TasksLayer::builder(store.clone())
+            .without_janitor()
+            .with_store_timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let tasks = layer.handle();
+        let id = stored_task(&layer).await;
+        let handle = TaskHandle::new(tasks.clone(), id);
+
+        store.stalled.send_replace(true);
+        let started = tokio::time::Instant::now();
+        for step in ["one", "two", "three"] {
+            handle.progress(step).await.unwrap();
+        }
+        assert!(
+            started.elapsed() <= PROGRESS_WAIT,
+            "three progress calls on a stalled store took {:?}",
+            started.elapsed()
+        );
+        store.stalled.send_replace(false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let task = tasks.status(&id).await.unwrap();
+        assert_eq!(task.status_message.as_deref(), Some("three"));
+        // The first write, then the newest text: the one in between never went out.
+        assert_eq!(store.updates.load(Ordering::SeqCst), 2);
+
+        // A refusal met in the background comes with the next call.
+        tasks.apply(&id, Transition::Cancel).await.unwrap();
+        let refused = handle.progress("late").await.unwrap_err();
+        assert!(refused.is_terminal());
+        handle.detach();
     }
 }

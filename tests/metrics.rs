@@ -15,6 +15,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use mcp_tasks::body::RequestBody;
+use mcp_tasks::store::{
+    BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, Renewal, Renewed,
+};
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
 use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskMode, TaskSpec, TasksLayer};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -260,6 +263,9 @@ async fn each_metric_moves_with_the_event_it_counts() {
     });
     ids.push(task);
 
+    // --- worker leases: a node cut off from its leases loses its task to the other
+    leases_move_their_metrics(&metrics).await;
+
     // No label carries a task id or a principal.
     let text = metrics.0.render();
     for id in &ids {
@@ -272,4 +278,103 @@ async fn each_metric_moves_with_the_event_it_counts() {
         !text.contains("alice"),
         "a principal in the metrics:\n{text}"
     );
+}
+
+/// Leases that answer with an error while `down` is set.
+#[derive(Debug, Clone, Default)]
+struct CutLeases {
+    inner: MemoryLeases,
+    down: Arc<AtomicBool>,
+}
+
+impl CutLeases {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(StoreError::backend("the store is unreachable"));
+        }
+        Ok(())
+    }
+}
+
+impl LeaseStore for CutLeases {
+    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+        match self.check() {
+            Ok(()) => self.inner.renew(renewal),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+        match self.check() {
+            Ok(()) => self.inner.leases(),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn claim<'a>(
+        &'a self,
+        lease: &'a LeaseId,
+        renewals: u64,
+    ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+        match self.check() {
+            Ok(()) => self.inner.claim(lease, renewals),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+
+    fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        match self.check() {
+            Ok(()) => self.inner.forget(lease),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+/// Two layers over one store sharing leases: one holds a task (the held gauge),
+/// is cut off from the leases until the other fails its task (recovered), and
+/// learns it when it is back (lost).
+async fn leases_move_their_metrics(metrics: &Metrics) {
+    const LEASE: Duration = Duration::from_millis(200);
+    let store = Arc::new(MemoryStore::new());
+    let leases = CutLeases::default();
+    let node = |leases: CutLeases| {
+        TasksLayer::builder(store.clone())
+            .with_worker_lease(LEASE)
+            .with_lease_store(leases)
+            .without_janitor()
+            .build()
+            .unwrap()
+    };
+    let cut = node(leases.clone());
+    let _keeps = node(CutLeases {
+        inner: leases.inner.clone(),
+        down: Arc::default(),
+    });
+    let id = TaskId::random();
+    mcp_tasks::TaskStore::create(
+        &*store,
+        mcp_tasks::TaskRecord::new(id, None, mcp_tasks::store::Timestamp::now()),
+        mcp_tasks::store::CreateLimits::default(),
+    )
+    .await
+    .unwrap();
+    let held = metrics.value("mcp_tasks_held_tasks");
+    cut.handle().hold(id);
+    metrics.until("mcp_tasks_held_tasks", held + 1.0).await;
+    // Let the other node watch long enough to claim.
+    tokio::time::sleep(LEASE * 3).await;
+
+    let (recovered, lost) = (
+        metrics.value("mcp_tasks_lease_recovered_total"),
+        metrics.value("mcp_tasks_leases_lost_total"),
+    );
+    leases.down.store(true, Ordering::Release);
+    metrics
+        .until("mcp_tasks_lease_recovered_total", recovered + 1.0)
+        .await;
+    leases.down.store(false, Ordering::Release);
+    metrics
+        .until("mcp_tasks_leases_lost_total", lost + 1.0)
+        .await;
+    metrics.until("mcp_tasks_held_tasks", held).await;
 }

@@ -153,3 +153,159 @@ async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
     )
     .await;
 }
+
+/// The tasks a store was asked to read, one by one or in batches.
+#[derive(Debug, Default)]
+struct Reads(std::sync::Mutex<Vec<TaskId>>);
+
+impl Reads {
+    fn all(&self) -> Vec<TaskId> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl StoreHooks for Reads {
+    fn before(&self, call: mcp_tasks::test_suite::StoreCall<'_>) -> Result<(), StoreError> {
+        use mcp_tasks::test_suite::StoreCall;
+        let mut reads = self.0.lock().unwrap();
+        match call {
+            StoreCall::Get { id, .. } => reads.push(*id),
+            StoreCall::GetMany { ids, .. } => reads.extend_from_slice(ids),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Node B has a worker waiting on one task; node A changes many others, then
+/// cancels that one. B reads the one it waits on, and none of the others.
+async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in<S: TaskStore>(a: S, b: S) {
+    use mcp_tasks::store::CreateLimits;
+    use mcp_tasks::worker::TaskEnd;
+    use mcp_tasks::{TaskRecord, TasksLayer};
+    use support::wait::{until, within};
+
+    let reads = Arc::new(Reads::default());
+    let layer = TasksLayer::builder(Intercept::new(b, reads.clone()))
+        .without_janitor()
+        .build()
+        .unwrap();
+    let tasks = layer.handle();
+    let record = || TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    let waited = record();
+    let x = waited.id;
+    a.create(waited, CreateLimits::default()).await.unwrap();
+    let waiter = tokio::spawn({
+        let tasks = tasks.clone();
+        async move { tasks.cancelled(&x).await }
+    });
+    until("B's worker reads the task it waits on", || {
+        reads.all().contains(&x)
+    })
+    .await;
+
+    let mut others = Vec::new();
+    for _ in 0..50 {
+        let other = record();
+        others.push(other.id);
+        a.create(other.clone(), CreateLimits::default())
+            .await
+            .unwrap();
+        let progress = Transition::Progress {
+            message: "working".into(),
+        };
+        a.update(&other.id, Scope::Any, &progress, Timestamp::now())
+            .await
+            .unwrap();
+    }
+    a.update(&x, Scope::Any, &Transition::Cancel, Timestamp::now())
+        .await
+        .unwrap();
+    // The cancel came after every other change: B has handled those too.
+    let end = within("B's worker hears of the cancel made on A", waiter)
+        .await
+        .unwrap();
+    assert_eq!(end, TaskEnd::Cancelled);
+    let read = reads.all();
+    let needless: Vec<&TaskId> = others.iter().filter(|id| read.contains(id)).collect();
+    assert!(
+        needless.is_empty(),
+        "B read {} of the {} tasks it has no interest in",
+        needless.len(),
+        others.len()
+    );
+    drop(layer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in_on_memory() {
+    let (a, b) = two_nodes().await.unwrap();
+    a_node_reads_only_the_remote_changes_it_has_an_interest_in(a, b).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in_on_postgres() {
+    let Some((a, b)) = support::stores::postgres::two_nodes().await else {
+        return;
+    };
+    a_node_reads_only_the_remote_changes_it_has_an_interest_in(a, b).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in_on_redis() {
+    let Some((a, b)) = support::stores::redis::two_nodes().await else {
+        return;
+    };
+    a_node_reads_only_the_remote_changes_it_has_an_interest_in(a, b).await;
+}
+
+/// Every write fails; reads are recorded.
+#[derive(Debug, Default)]
+struct FailedWrites(Reads);
+
+impl StoreHooks for FailedWrites {
+    fn before(&self, call: mcp_tasks::test_suite::StoreCall<'_>) -> Result<(), StoreError> {
+        if let mcp_tasks::test_suite::StoreCall::Update { .. } = call {
+            return Err(StoreError::backend("the store is down"));
+        }
+        self.0.before(call)
+    }
+}
+
+/// A failed write on an id a client made up starts no background re-read; one on
+/// a task this node works on does.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_write_on_a_made_up_id_starts_no_background_re_reads() {
+    use mcp_tasks::store::CreateLimits;
+    use mcp_tasks::{TaskRecord, TasksLayer};
+    use support::fixtures::Server;
+    use support::wait::until;
+
+    let hooks = Arc::new(FailedWrites::default());
+    let store = Arc::new(Intercept::new(MemoryStore::new(), hooks.clone()));
+    let layer = TasksLayer::builder(store.clone()).without_janitor();
+    let server = Server::with_layer(layer).await;
+
+    let made_up = TaskId::random();
+    let reply = server.client().cancel(&made_up.to_string(), None).await;
+    assert_eq!(reply.code(), Some(-32603), "{}", reply.text());
+
+    // A task this node works on: its failed write is re-read in the background.
+    let known = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    let k = known.id;
+    store.create(known, CreateLimits::default()).await.unwrap();
+    server.tasks.hold(k);
+    assert!(server.tasks.progress(&k, "halfway").await.is_err());
+    until("the failed write on a known task is re-read", || {
+        hooks.0.all().contains(&k)
+    })
+    .await;
+    // Re-reads start in the order of the failures, on this one thread: the made-up
+    // id's would have come first.
+    assert!(
+        !hooks.0.all().contains(&made_up),
+        "a made-up id was re-read after its failed write"
+    );
+}

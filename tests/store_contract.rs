@@ -25,8 +25,8 @@ mod shared_dyn_store {
     mcp_tasks::task_store_tests!(shared());
 }
 
-/// A store that keeps `TaskStore::visible`'s default (one `get` per id), as a
-/// third-party store written before it existed does.
+/// A store that keeps the defaults of `TaskStore::visible` and `get_many` (one
+/// `get` per id), as a third-party store written before they existed does.
 mod default_visible {
     use std::time::Duration;
 
@@ -76,6 +76,11 @@ mod default_visible {
     #[tokio::test]
     async fn visible_lists_only_visible_ids() {
         mcp_tasks::test_suite::visible_lists_only_visible_ids(Plain::default()).await;
+    }
+
+    #[tokio::test]
+    async fn get_many_reads_only_visible_records() {
+        mcp_tasks::test_suite::get_many_reads_only_visible_records(Plain::default()).await;
     }
 }
 

@@ -331,3 +331,32 @@ async fn a_store_without_announcements_is_not_heard() {
         .unwrap();
     assert!(next(&mut feed_b, "a's announced create").await == heard.id);
 }
+
+/// `PostgresStore::connect` sets a `statement_timeout` a little above the layer's
+/// store timeout on its connections, so a statement the layer gave up on is
+/// cancelled in the database too; `migrate` lifts it for its own transaction only.
+#[tokio::test]
+async fn connect_sets_a_statement_timeout_above_the_store_timeout() {
+    use mcp_tasks::defaults::{STATEMENT_TIMEOUT, STORE_TIMEOUT};
+    use support::stores::postgres::{DropTable, database_url, scratch_table};
+
+    const { assert!(STATEMENT_TIMEOUT.as_millis() > STORE_TIMEOUT.as_millis()) };
+    let Some(url) = database_url() else {
+        return;
+    };
+    let table = scratch_table();
+    let _drop = DropTable::new(url.clone(), table.clone());
+    let store = PostgresStore::connect(&url)
+        .await
+        .unwrap()
+        .with_table(&table)
+        .unwrap();
+    let show = || sqlx::query_scalar::<_, String>("SHOW statement_timeout").fetch_one(store.pool());
+    assert_eq!(show().await.unwrap(), "6s");
+    store.migrate().await.unwrap();
+    assert_eq!(
+        show().await.unwrap(),
+        "6s",
+        "migrate's lift stays in its transaction"
+    );
+}

@@ -124,8 +124,14 @@ pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::
 
 /// The worker lease `MCP_LEASE_MS` sets (milliseconds), or the builder's default:
 /// on a shared store, how long after a node stops its unfinished tasks are failed
-/// by another (at most 1.25 × the lease).
-pub(crate) fn with_lease_from_env(builder: TasksLayerBuilder) -> TasksLayerBuilder {
+/// by another (at most 1.25 × the lease); and the node id `MCP_NODE_ID` names (a
+/// host name, say), or a random one.
+pub(crate) fn with_lease_from_env(mut builder: TasksLayerBuilder) -> TasksLayerBuilder {
+    if let Ok(node) = std::env::var("MCP_NODE_ID") {
+        let node = mcp_tasks::store::NodeId::new(node)
+            .expect("MCP_NODE_ID must be 1 to 128 characters without NUL");
+        builder = builder.with_node_id(node);
+    }
     match std::env::var("MCP_LEASE_MS") {
         Ok(ms) => {
             let ms: u64 = ms

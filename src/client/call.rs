@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use crate::error::BoxError;
 
-use super::error::ClientError;
+use super::error::{ClientError, ClientLimit};
 use super::follow::{TaskFollower, answer_all, send_cancel};
 use super::input::{InputHandler, NoInput};
 use super::task::{TaskRef, TaskSnapshot};
@@ -27,8 +27,9 @@ use super::transport::Rpc;
 /// [`Client::with_service`].
 pub type HttpClient = hyper_util::client::legacy::Client<HttpConnector, String>;
 
-/// How many `input_required` rounds a `tools/call` may take before the task or the
-/// result (the rounds before a task exists, answered by the input handler).
+/// The default cap on `input_required` rounds: of one `tools/call` before its task or
+/// result, and of one task once it exists
+/// ([`Client::with_max_input_rounds`] sets another).
 pub const MAX_INPUT_ROUNDS: usize = 16;
 
 /// A client of one MCP endpoint (2026-07-28, Streamable HTTP) that calls tools with
@@ -147,6 +148,76 @@ impl<S> Client<S> {
         self
     }
 
+    /// The most bytes of one reply: a JSON body, or an SSE reply up to and including
+    /// its response (default [`MAX_RESPONSE_BYTES`](super::MAX_RESPONSE_BYTES),
+    /// 16 MiB). Past it: [`ClientError::LimitExceeded`] with
+    /// [`ClientLimit::ResponseBytes`](super::ClientLimit::ResponseBytes).
+    pub fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.rpc.limits.response_bytes = bytes;
+        self
+    }
+
+    /// The most bytes of one SSE event, on replies and on listen streams (default
+    /// [`MAX_EVENT_BYTES`](super::MAX_EVENT_BYTES), 16 MiB). Past it:
+    /// [`ClientLimit::EventBytes`](super::ClientLimit::EventBytes).
+    pub fn with_max_event_bytes(mut self, bytes: usize) -> Self {
+        self.rpc.limits.event_bytes = bytes;
+        self
+    }
+
+    /// The most `input_required` rounds the client answers: of one `tools/call`
+    /// before its task or result, and of one task over its life (default
+    /// [`MAX_INPUT_ROUNDS`], 16). Past it:
+    /// [`ClientLimit::InputRounds`](super::ClientLimit::InputRounds), and the task is
+    /// cancelled.
+    ///
+    /// ```
+    /// use mcp_tasks::client::Client;
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::client::ClientError> {
+    /// let client = Client::new("http://127.0.0.1:3000/mcp")?
+    ///     .with_max_input_rounds(4)
+    ///     .with_max_input_keys(8);
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_max_input_rounds(mut self, rounds: usize) -> Self {
+        self.rpc.limits.input_rounds = rounds;
+        self
+    }
+
+    /// The most questions the client answers: in one round before a task exists,
+    /// and for one task over its life (default
+    /// [`MAX_INPUT_KEYS`](super::MAX_INPUT_KEYS), 64). Past it:
+    /// [`ClientLimit::InputKeys`](super::ClientLimit::InputKeys), before the input
+    /// handler is asked, and the task is cancelled.
+    pub fn with_max_input_keys(mut self, keys: usize) -> Self {
+        self.rpc.limits.input_keys = keys;
+        self
+    }
+
+    /// How long [`TaskFollower::wait`] follows one task (default
+    /// [`MAX_FOLLOW_TIME`](super::MAX_FOLLOW_TIME), 24 hours). Past it:
+    /// [`ClientLimit::FollowTime`](super::ClientLimit::FollowTime), and the task is
+    /// cancelled, as when the `wait` future is dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::client::Client;
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::client::ClientError> {
+    /// let client = Client::new("http://127.0.0.1:3000/mcp")?
+    ///     .with_max_follow_time(Duration::from_secs(600));
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_max_follow_time(mut self, limit: Duration) -> Self {
+        self.rpc.limits.follow_time = limit;
+        self
+    }
+
     /// Follows tasks by polling `tasks/get` only, never opening
     /// `subscriptions/listen`.
     pub fn poll_only(mut self) -> Self {
@@ -181,7 +252,8 @@ where
         params.insert("name".to_owned(), json!(name));
         params.insert("arguments".to_owned(), arguments);
         let mut answered = HashSet::new();
-        for _ in 0..MAX_INPUT_ROUNDS {
+        let limits = self.rpc.limits;
+        for round in 0..=limits.input_rounds {
             let result = self
                 .rpc
                 .call("tools/call", Some(name), params.clone())
@@ -200,6 +272,12 @@ where
                         .and_then(Value::as_object)
                         .cloned()
                         .unwrap_or_default();
+                    if round == limits.input_rounds {
+                        return Err(ClientError::LimitExceeded(ClientLimit::InputRounds));
+                    }
+                    if requests.len() > limits.input_keys {
+                        return Err(ClientError::LimitExceeded(ClientLimit::InputKeys));
+                    }
                     // Keys are unique only per round.
                     answered.clear();
                     let responses = answer_all(&*self.handler, &requests, &mut answered)
@@ -219,10 +297,7 @@ where
                 }
             }
         }
-        Err(ClientError::http(
-            StatusCode::OK,
-            "more input_required rounds than MAX_INPUT_ROUNDS",
-        ))
+        Err(ClientError::LimitExceeded(ClientLimit::InputRounds))
     }
 
     /// Calls the tool and, when it becomes a task, follows the task to its end: the

@@ -45,6 +45,50 @@ pub enum ClientError {
     Input(BoxError),
     /// A setting of the client is invalid (a URL or a token that cannot be a header).
     Config(String),
+    /// The server went past one of the client's caps (a reply or an event too
+    /// large, too many questions, a task followed for too long). Past an input cap
+    /// of a task that exists, or the follow time, the task was cancelled.
+    LimitExceeded(ClientLimit),
+}
+
+/// Which cap of the client a server went past; each is set on
+/// [`Client`](super::Client) and has a documented default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientLimit {
+    /// One reply's bytes ([`Client::with_max_response_bytes`](super::Client::with_max_response_bytes)).
+    ResponseBytes,
+    /// One SSE event's bytes, on replies and listen streams
+    /// ([`Client::with_max_event_bytes`](super::Client::with_max_event_bytes)).
+    EventBytes,
+    /// `input_required` rounds of one call, or of one task
+    /// ([`Client::with_max_input_rounds`](super::Client::with_max_input_rounds)).
+    InputRounds,
+    /// Questions (input keys) of one round before a task, or of one task in all
+    /// ([`Client::with_max_input_keys`](super::Client::with_max_input_keys)).
+    InputKeys,
+    /// How long one task is followed
+    /// ([`Client::with_max_follow_time`](super::Client::with_max_follow_time)).
+    FollowTime,
+}
+
+impl ClientLimit {
+    /// The cap's name, as its setter spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientLimit::ResponseBytes => "max_response_bytes",
+            ClientLimit::EventBytes => "max_event_bytes",
+            ClientLimit::InputRounds => "max_input_rounds",
+            ClientLimit::InputKeys => "max_input_keys",
+            ClientLimit::FollowTime => "max_follow_time",
+        }
+    }
+}
+
+impl fmt::Display for ClientLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl ClientError {
@@ -88,6 +132,9 @@ impl fmt::Display for ClientError {
             ClientError::Timeout => f.write_str("no reply within the request timeout"),
             ClientError::Input(_) => f.write_str("a question of the task could not be answered"),
             ClientError::Config(reason) => write!(f, "invalid client setting: {reason}"),
+            ClientError::LimitExceeded(limit) => {
+                write!(f, "the server went past the client's {limit}")
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use tower_service::Service;
 use crate::error::BoxError;
 use crate::task::TaskStatus;
 
-use super::error::ClientError;
+use super::error::{ClientError, ClientLimit};
 use super::input::{InputHandler, Question};
 use super::task::{MAX_POLL_INTERVAL, TaskRef, TaskSnapshot};
 use super::transport::{Listen, Rpc};
@@ -247,9 +247,16 @@ where
     /// [`ClientError::TaskFailed`] or [`ClientError::TaskCancelled`] otherwise.
     ///
     /// Returning, with a result or an error, leaves the task as it is; dropping the
-    /// future before it returns cancels the task.
+    /// future before it returns cancels the task, and so does going past one of the
+    /// client's input caps or its follow time
+    /// ([`with_max_follow_time`](super::Client::with_max_follow_time)), which end
+    /// with [`ClientError::LimitExceeded`].
     pub async fn wait(mut self) -> Result<Value, ClientError> {
-        let outcome = self.run().await;
+        let limit = self.rpc.limits.follow_time;
+        let Ok(outcome) = tokio::time::timeout(limit, self.run()).await else {
+            // The guard, still armed, cancels the task as `self` drops.
+            return Err(ClientError::LimitExceeded(ClientLimit::FollowTime));
+        };
         self.guard.disarm();
         outcome
     }
@@ -270,6 +277,7 @@ where
             }
         }
         let mut answered = HashSet::new();
+        let mut rounds = 0;
         let mut last = None;
         loop {
             self.task.set_poll_interval_ms(state.poll_interval_ms);
@@ -293,6 +301,10 @@ where
                 }
                 TaskStatus::Cancelled => return Err(ClientError::TaskCancelled),
                 TaskStatus::InputRequired => {
+                    if let Some(limit) = self.input_limit(&state, &answered, &mut rounds) {
+                        let _ = send_cancel(&self.rpc, &id).await;
+                        return Err(ClientError::LimitExceeded(limit));
+                    }
                     let responses = match answer_all(
                         &*self.handler,
                         &state.input_requests,
@@ -338,6 +350,7 @@ where
                             return Ok(state);
                         }
                     }
+                    Ok(Err(e @ ClientError::LimitExceeded(_))) => return Err(e),
                     // The stream ended or broke: polling takes over.
                     Ok(Ok(None) | Err(_)) => break,
                     // A lost notification costs at most this wait; the stream stays.
@@ -375,6 +388,33 @@ where
                 other => return other,
             }
         }
+    }
+
+    /// The input cap that answering `state`'s new questions would pass, if any;
+    /// otherwise counts the round (one with new questions).
+    fn input_limit(
+        &self,
+        state: &TaskSnapshot,
+        answered: &HashSet<String>,
+        rounds: &mut usize,
+    ) -> Option<ClientLimit> {
+        let limits = self.rpc.limits;
+        let new = state
+            .input_requests
+            .keys()
+            .filter(|key| !answered.contains(*key))
+            .count();
+        if new == 0 {
+            return None;
+        }
+        if *rounds >= limits.input_rounds {
+            return Some(ClientLimit::InputRounds);
+        }
+        if answered.len() + new > limits.input_keys {
+            return Some(ClientLimit::InputKeys);
+        }
+        *rounds += 1;
+        None
     }
 
     /// Calls the status callback when status or message differ from `last`.

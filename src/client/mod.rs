@@ -17,6 +17,21 @@
 //! - ends with the tool's result, or a typed [`ClientError`]: `TaskFailed` with the
 //!   task's JSON-RPC error, `TaskCancelled`, `Rpc`, `Transport`, …
 //!
+//! The client does not trust the server to be small: each cap below has a default
+//! and a setter on [`Client`], and a server that goes past one gets
+//! [`ClientError::LimitExceeded`] naming it ([`ClientLimit`]).
+//!
+//! | cap | default | setter |
+//! |---|---|---|
+//! | one reply (a JSON body, or an SSE reply up to its response) | 16 MiB | [`with_max_response_bytes`](Client::with_max_response_bytes) |
+//! | one SSE event (replies and listen streams) | 16 MiB | [`with_max_event_bytes`](Client::with_max_event_bytes) |
+//! | `input_required` rounds of one call before a task, and of one task | 16 | [`with_max_input_rounds`](Client::with_max_input_rounds) |
+//! | questions of one round before a task, and of one task in all | 64 | [`with_max_input_keys`](Client::with_max_input_keys) |
+//! | following one task ([`TaskFollower::wait`]) | 24 hours | [`with_max_follow_time`](Client::with_max_follow_time) |
+//!
+//! Past an input cap, or the follow time, the task is cancelled: nothing else would
+//! answer it or wait for it.
+//!
 //! A [`TaskRef`] (serde) resumes following after a restart ([`Client::resume`]).
 //!
 //! ```no_run
@@ -47,9 +62,10 @@ mod task;
 mod transport;
 
 pub use call::{Client, HttpClient, MAX_INPUT_ROUNDS, ToolCall};
-pub use error::ClientError;
+pub use error::{ClientError, ClientLimit};
 pub use follow::{CANCEL_WAIT, Canceller, TaskFollower};
 pub use input::{Answer, InputHandler, NoInput, Question};
 pub use task::{
     DEFAULT_POLL_INTERVAL, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, TaskRef, TaskSnapshot,
 };
+pub use transport::{MAX_EVENT_BYTES, MAX_FOLLOW_TIME, MAX_INPUT_KEYS, MAX_RESPONSE_BYTES};

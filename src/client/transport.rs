@@ -22,11 +22,47 @@ use crate::wire::{
     META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
-use super::error::ClientError;
+use super::call::MAX_INPUT_ROUNDS;
+use super::error::{ClientError, ClientLimit};
 use super::task::rpc_error;
 
 /// `_meta` key carrying the client's name and version.
 const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// The default cap on one reply's bytes: a JSON body, or an SSE reply up to and
+/// including its response (16 MiB; a server's results are 8 MiB at most by default).
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// The default cap on one SSE event's bytes, on replies and listen streams (16 MiB: a
+/// task notification carries the task's result).
+pub const MAX_EVENT_BYTES: usize = 16 << 20;
+/// The default cap on questions: of one `input_required` round before a task, and
+/// of one task over its whole life.
+pub const MAX_INPUT_KEYS: usize = 64;
+/// The default cap on how long [`TaskFollower::wait`](super::TaskFollower::wait)
+/// follows one task (24 hours).
+pub const MAX_FOLLOW_TIME: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The client's caps on what a server may send or ask.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) response_bytes: usize,
+    pub(crate) event_bytes: usize,
+    pub(crate) input_rounds: usize,
+    pub(crate) input_keys: usize,
+    pub(crate) follow_time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            response_bytes: MAX_RESPONSE_BYTES,
+            event_bytes: MAX_EVENT_BYTES,
+            input_rounds: MAX_INPUT_ROUNDS,
+            input_keys: MAX_INPUT_KEYS,
+            follow_time: MAX_FOLLOW_TIME,
+        }
+    }
+}
 
 /// What every request of one client shares.
 #[derive(Debug, Clone)]
@@ -37,6 +73,7 @@ pub(crate) struct Rpc<S> {
     /// `_meta` of every request: version, capabilities, client info.
     pub(crate) meta: Arc<Map<String, Value>>,
     pub(crate) timeout: Duration,
+    pub(crate) limits: Limits,
     next_id: Arc<AtomicU64>,
 }
 
@@ -48,6 +85,7 @@ impl<S> Rpc<S> {
             bearer: None,
             meta: Arc::default(),
             timeout: Duration::from_secs(30),
+            limits: Limits::default(),
             next_id: Arc::new(AtomicU64::new(1)),
         };
         rpc.set_meta(&json!({}), ("mcp-tasks", env!("CARGO_PKG_VERSION")));
@@ -151,13 +189,16 @@ where
             let is_sse = sse::is_event_stream(response.headers());
             let mut body = Box::pin(response.into_body());
             let reply = if is_sse {
-                read_sse_reply(&mut body, id).await?
+                read_sse_reply(&mut body, id, self.limits).await?
             } else {
-                let bytes = body
-                    .collect()
-                    .await
-                    .map_err(ClientError::transport)?
-                    .to_bytes();
+                let limited = http_body_util::Limited::new(body, self.limits.response_bytes);
+                let bytes = match limited.collect().await {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                        return Err(ClientError::LimitExceeded(ClientLimit::ResponseBytes));
+                    }
+                    Err(e) => return Err(ClientError::Transport(e)),
+                };
                 serde_json::from_slice(&bytes).ok()
             };
             match reply {
@@ -189,6 +230,7 @@ where
             let mut listen = Listen {
                 body: Box::pin(response.into_body()),
                 splitter: Splitter::new(),
+                event_bytes: self.limits.event_bytes,
             };
             let Some(ack) = listen.next_message().await? else {
                 return Ok(None);
@@ -210,6 +252,7 @@ where
 pub(crate) struct Listen<B> {
     body: Pin<Box<B>>,
     splitter: Splitter,
+    event_bytes: usize,
 }
 
 impl<B> Listen<B>
@@ -219,7 +262,14 @@ where
 {
     /// The next JSON message on the stream; `None` once it ended.
     pub(crate) async fn next_message(&mut self) -> Result<Option<Value>, ClientError> {
-        next_json(&mut self.body, &mut self.splitter).await
+        let mut unbounded = usize::MAX;
+        next_json(
+            &mut self.body,
+            &mut self.splitter,
+            self.event_bytes,
+            &mut unbounded,
+        )
+        .await
     }
 
     /// The next `notifications/tasks` about `task_id`; `None` once the stream ended
@@ -239,9 +289,13 @@ where
 }
 
 /// The next JSON `data` of an SSE body; events without JSON (keep-alives) skipped.
+/// An event past `event_bytes`, or more than `budget` bytes read in all (taken off
+/// it), is [`ClientError::LimitExceeded`].
 async fn next_json<B>(
     body: &mut Pin<Box<B>>,
     splitter: &mut Splitter,
+    event_bytes: usize,
+    budget: &mut usize,
 ) -> Result<Option<Value>, ClientError>
 where
     B: Body<Data = Bytes>,
@@ -249,15 +303,25 @@ where
 {
     loop {
         while let Some(event) = splitter.next_event() {
+            if event.raw.len() > event_bytes {
+                return Err(ClientError::LimitExceeded(ClientLimit::EventBytes));
+            }
             if let Some(json) = event.json() {
                 return Ok(Some(json));
             }
+        }
+        // What is held now is one unfinished event.
+        if splitter.buffered() > event_bytes {
+            return Err(ClientError::LimitExceeded(ClientLimit::EventBytes));
         }
         match body.frame().await {
             None => return Ok(None),
             Some(Err(error)) => return Err(ClientError::transport(error)),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
+                    *budget = budget
+                        .checked_sub(data.len())
+                        .ok_or(ClientError::LimitExceeded(ClientLimit::ResponseBytes))?;
                     splitter.push(&data);
                 }
             }
@@ -266,13 +330,20 @@ where
 }
 
 /// The response to request `id` on an SSE reply; notifications before it skipped.
-async fn read_sse_reply<B>(body: &mut Pin<Box<B>>, id: u64) -> Result<Option<Value>, ClientError>
+async fn read_sse_reply<B>(
+    body: &mut Pin<Box<B>>,
+    id: u64,
+    limits: Limits,
+) -> Result<Option<Value>, ClientError>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
     let mut splitter = Splitter::new();
-    while let Some(message) = next_json(body, &mut splitter).await? {
+    let mut budget = limits.response_bytes;
+    while let Some(message) =
+        next_json(body, &mut splitter, limits.event_bytes, &mut budget).await?
+    {
         if message.get("id") == Some(&json!(id)) && message.get("method").is_none() {
             return Ok(Some(message));
         }

@@ -36,8 +36,12 @@ pub(crate) mod registry;
 use registry::Registry;
 
 /// Told about every change to a task, right after the store write, in the process
-/// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), it is
-/// also told about changes other nodes made, once this node has re-read them.
+/// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), a
+/// notifier set with [`with_notifier`](crate::TasksLayerBuilder::with_notifier) is
+/// also told about every change other nodes made, once this node has re-read it.
+/// With the default [`ListenNotifier`] (or none), the layer re-reads only the tasks
+/// this node knows: named by one of its listen streams, waited on or worked on by
+/// one of its workers, or run by one of its `Auto` runners.
 ///
 /// [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
 ///
@@ -112,7 +116,12 @@ impl<T: TaskNotifier + ?Sized> TaskNotifier for Arc<T> {
 /// acknowledgment listed the id. Delivery never waits: the change is left in the
 /// stream's slot for that task, replacing any older state the stream has not sent
 /// yet, so a slow or stalled client holds at most one pending state per task it
-/// named. Closing a stream removes it at once.
+/// named. Each change is serialized once and shared by every stream that names it,
+/// and what the streams hold is bounded in bytes, per principal and in total
+/// ([`with_max_listen_bytes_per_owner`](crate::TasksLayerBuilder::with_max_listen_bytes_per_owner),
+/// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)): a
+/// stream whose next change would pass a bound is ended with the listen result
+/// instead. Closing a stream removes it at once.
 ///
 /// Every layer has one, over the registry of that layer's streams; get it from
 /// [`TasksLayerBuilder::listen_notifier`](crate::TasksLayerBuilder::listen_notifier).
@@ -162,6 +171,15 @@ impl ListenNotifier {
     #[doc(hidden)]
     pub fn pending_counts(&self) -> Vec<usize> {
         self.registry.pending_counts()
+    }
+
+    /// The bytes of task notifications this layer's listen streams hold unwritten
+    /// now, and the most they have held at once: what
+    /// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)
+    /// bounds.
+    #[doc(hidden)]
+    pub fn held_bytes(&self) -> (usize, usize) {
+        self.registry.held_bytes()
     }
 }
 

@@ -1,8 +1,13 @@
 //! The registry of one layer's listen streams: per task, the streams that named it
 //! and may see it, each with a mailbox that keeps only the newest state per task.
+//!
+//! A change is serialized once and shared by every stream that names it; what the
+//! streams hold (pending or being written) is counted in bytes per principal and in
+//! total, and a stream whose change would pass a bound is ended instead of grown.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 
 use bytes::Bytes;
@@ -14,6 +19,8 @@ use crate::task::{Principal, TaskId, TaskJson, TaskRecord};
 #[derive(Default)]
 pub(crate) struct Registry {
     state: Mutex<RegistryState>,
+    /// The bytes the streams' changes hold.
+    budget: Arc<Budget>,
 }
 
 #[derive(Default)]
@@ -23,6 +30,109 @@ struct RegistryState {
     by_task: HashMap<TaskId, HashMap<u64, Arc<Slot>>>,
     /// Open streams per principal (the anonymous callers together under `None`).
     per_principal: HashMap<Option<Principal>, usize>,
+    /// The newest change of each named task still held somewhere, so that a
+    /// snapshot of the same state shares it instead of holding a copy.
+    live: HashMap<TaskId, Weak<Change>>,
+}
+
+/// Which byte bound a change would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ByteLimit {
+    /// What one principal's streams hold.
+    PerOwner,
+    /// What every stream of the layer holds.
+    Total,
+}
+
+impl ByteLimit {
+    /// The name sent in `error.data.limit`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ByteLimit::PerOwner => "listen_bytes_per_owner",
+            ByteLimit::Total => "listen_bytes_total",
+        }
+    }
+}
+
+/// The bytes held by changes on their way to listen streams, per principal and in
+/// total, against two bounds. A change is counted once, however many streams
+/// hold it, from the moment it is accepted until the last stream has written it
+/// (its frames dropped by the connection).
+struct Budget {
+    per_owner: AtomicUsize,
+    total: AtomicUsize,
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    total: usize,
+    peak: usize,
+    per_owner: HashMap<Option<Principal>, usize>,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            per_owner: AtomicUsize::new(usize::MAX),
+            total: AtomicUsize::new(usize::MAX),
+            held: Mutex::new(Held::default()),
+        }
+    }
+}
+
+impl Budget {
+    fn lock(&self) -> MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts `bytes` for `owner`, unless that would pass a bound.
+    fn charge(
+        self: &Arc<Self>,
+        owner: &Option<Principal>,
+        bytes: usize,
+    ) -> Result<Charge, ByteLimit> {
+        let mut held = self.lock();
+        let mine = held.per_owner.get(owner).copied().unwrap_or(0);
+        if mine.saturating_add(bytes) > self.per_owner.load(Ordering::Relaxed) {
+            return Err(ByteLimit::PerOwner);
+        }
+        if held.total.saturating_add(bytes) > self.total.load(Ordering::Relaxed) {
+            return Err(ByteLimit::Total);
+        }
+        held.per_owner.insert(owner.clone(), mine + bytes);
+        held.total += bytes;
+        held.peak = held.peak.max(held.total);
+        Ok(Charge {
+            budget: self.clone(),
+            owner: owner.clone(),
+            bytes,
+        })
+    }
+
+    fn release(&self, owner: &Option<Principal>, bytes: usize) {
+        let mut held = self.lock();
+        held.total = held.total.saturating_sub(bytes);
+        if let Some(mine) = held.per_owner.get_mut(owner) {
+            *mine = mine.saturating_sub(bytes);
+            if *mine == 0 {
+                held.per_owner.remove(owner);
+            }
+        }
+    }
+}
+
+/// Bytes counted in a [`Budget`] until dropped.
+struct Charge {
+    budget: Arc<Budget>,
+    owner: Option<Principal>,
+    bytes: usize,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(&self.owner, self.bytes);
+    }
 }
 
 /// Which cap refused a new stream in [`Registry::try_register`].
@@ -127,21 +237,112 @@ impl Registry {
         })
     }
 
+    /// Sets the byte bounds of what the streams hold: per principal, and in all.
+    pub(crate) fn set_byte_bounds(&self, per_owner: usize, total: usize) {
+        self.budget.per_owner.store(per_owner, Ordering::Relaxed);
+        self.budget.total.store(total, Ordering::Relaxed);
+    }
+
+    /// The bytes the streams hold now, and the most they have held at once.
+    pub(crate) fn held_bytes(&self) -> (usize, usize) {
+        let held = self.budget.lock();
+        (held.total, held.peak)
+    }
+
     /// Hands a changed task to every stream that named it and whose principal owns
-    /// it. Never waits on a reader.
+    /// it. Never waits on a reader: a stream whose principal (or the layer) would
+    /// hold more bytes than its bound with this change is ended instead.
     pub(crate) fn deliver(&self, record: &TaskRecord) {
-        let state = self.lock();
-        let Some(streams) = state.by_task.get(&record.id) else {
-            return;
+        let slots: Vec<Arc<Slot>> = {
+            let state = self.lock();
+            let Some(streams) = state.by_task.get(&record.id) else {
+                return;
+            };
+            streams
+                .values()
+                .filter(|slot| slot.principal.as_ref() == record.owner.as_ref())
+                .cloned()
+                .collect()
         };
-        let mut shared: Option<Arc<Change>> = None;
-        for slot in streams.values() {
-            if slot.principal.as_ref() != record.owner.as_ref() {
-                continue;
-            }
-            let change = shared.get_or_insert_with(|| Arc::new(Change::new(record.clone())));
-            slot.offer(change);
+        if slots.is_empty() {
+            return;
         }
+        // The new state replaces the older ones pending: they no longer count.
+        let replaced: Vec<Arc<Change>> = slots
+            .iter()
+            .filter_map(|slot| slot.take_older(&record.id, record.revision))
+            .collect();
+        drop(replaced);
+        match self.change(record) {
+            Ok(Some(change)) => {
+                for slot in &slots {
+                    slot.offer(&change);
+                }
+            }
+            Ok(None) => {}
+            Err(limit) => {
+                for slot in &slots {
+                    slot.shed(limit);
+                }
+            }
+        }
+    }
+
+    /// Queues `records` for `subscription` alone (its snapshot), each sharing the
+    /// change already held for the same state; refused, with nothing queued, when
+    /// the bytes would pass a bound.
+    pub(crate) fn snapshot(
+        &self,
+        subscription: &Subscription,
+        records: Vec<TaskRecord>,
+    ) -> Result<(), ByteLimit> {
+        let mut changes = Vec::with_capacity(records.len());
+        for record in records {
+            if let Some(change) = self.change(&record)? {
+                changes.push(change);
+            }
+        }
+        for change in &changes {
+            subscription.slot.offer(change);
+        }
+        Ok(())
+    }
+
+    /// The shared change for `record`: the one held already for this state, or a
+    /// new one, serialized once and counted against the owner's bounds. `None` if
+    /// it cannot be serialized.
+    fn change(&self, record: &TaskRecord) -> Result<Option<Arc<Change>>, ByteLimit> {
+        let held = self
+            .lock()
+            .live
+            .get(&record.id)
+            .and_then(Weak::upgrade)
+            .filter(|c| c.revision == record.revision);
+        if let Some(change) = held {
+            return Ok(Some(change));
+        }
+        let Some(tail) = Change::tail(record) else {
+            return Ok(None);
+        };
+        let charge = self.budget.charge(&record.owner, tail.len())?;
+        let change = Arc::new(Change {
+            id: record.id,
+            revision: record.revision,
+            tail,
+            _charge: charge,
+        });
+        let mut state = self.lock();
+        if state.by_task.contains_key(&record.id) {
+            let newer = state
+                .live
+                .get(&record.id)
+                .and_then(Weak::upgrade)
+                .is_some_and(|c| c.revision >= record.revision);
+            if !newer {
+                state.live.insert(record.id, Arc::downgrade(&change));
+            }
+        }
+        Ok(Some(change))
     }
 
     /// Asks every open stream to end (a server-side shutdown): each writes what it
@@ -162,6 +363,11 @@ impl Registry {
 
     pub(crate) fn stream_count(&self) -> usize {
         self.lock().streams.len()
+    }
+
+    /// Whether some open stream names `task`.
+    pub(crate) fn names(&self, task: &TaskId) -> bool {
+        self.lock().by_task.contains_key(task)
     }
 
     /// The ids some open stream named: what a re-check after missed changes re-reads.
@@ -202,39 +408,59 @@ impl RegistryState {
                 streams.remove(&id);
                 if streams.is_empty() {
                     self.by_task.remove(task);
+                    self.live.remove(task);
                 }
             }
         }
     }
 }
 
-/// One changed task, shared by every stream it goes to.
+/// One changed task, serialized once and shared by every stream it goes to; its
+/// bytes count against its owner's bounds until the last stream has written it.
 pub(crate) struct Change {
-    pub(crate) record: TaskRecord,
-    /// The DetailedTask JSON, written by the first stream that needs it.
-    detailed: OnceLock<Option<Bytes>>,
+    id: TaskId,
+    revision: u64,
+    /// The task's DetailedTask JSON without its opening brace, then `}\n\n`: what
+    /// follows a stream's notification prefix.
+    tail: Bytes,
+    _charge: Charge,
+}
+
+/// A change's bytes as a frame: the frame keeps the change (and its count) alive
+/// until the connection has written it.
+struct Written(Arc<Change>);
+
+impl AsRef<[u8]> for Written {
+    fn as_ref(&self) -> &[u8] {
+        &self.0.tail
+    }
 }
 
 impl Change {
-    fn new(record: TaskRecord) -> Self {
-        Change {
-            record,
-            detailed: OnceLock::new(),
+    fn tail(record: &TaskRecord) -> Option<Bytes> {
+        match serde_json::to_vec(&TaskJson::detailed(record)) {
+            Ok(mut json) if json.first() == Some(&b'{') => {
+                json.extend_from_slice(b"}\n\n");
+                Some(Bytes::from(json).slice(1..))
+            }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!(error = %e, "could not serialize a task notification");
+                None
+            }
         }
     }
 
-    pub(crate) fn detailed(&self) -> Option<&Bytes> {
-        self.detailed
-            .get_or_init(
-                || match serde_json::to_vec(&TaskJson::detailed(&self.record)) {
-                    Ok(json) => Some(Bytes::from(json)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not serialize a task notification");
-                        None
-                    }
-                },
-            )
-            .as_ref()
+    /// The end of this change's notification, sharing the change's bytes.
+    pub(crate) fn frame(self: &Arc<Self>) -> Bytes {
+        Bytes::from_owner(Written(self.clone()))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let mut text = b"{".to_vec();
+        text.extend_from_slice(self.tail.strip_suffix(b"}\n\n").unwrap_or(&self.tail));
+        serde_json::from_slice(&text).expect("a change is JSON")
     }
 }
 
@@ -260,6 +486,8 @@ struct TaskSlot {
     /// The newest revision queued or written, so that a late, older state is
     /// never written after a newer one.
     revision: Option<u64>,
+    /// In the stream's order already (a replaced state keeps its place).
+    queued: bool,
 }
 
 impl Slot {
@@ -268,27 +496,72 @@ impl Slot {
     }
 
     fn offer(&self, change: &Arc<Change>) {
-        let record = &change.record;
-        let waker = {
+        let (waker, replaced) = {
             let mut state = self.lock();
             let state = &mut *state;
             if state.closed {
                 return;
             }
-            let Some(task) = state.tasks.get_mut(&record.id) else {
+            let Some(task) = state.tasks.get_mut(&change.id) else {
                 return;
             };
-            if task.revision.is_some_and(|r| record.revision <= r) {
+            if task.revision.is_some_and(|r| change.revision <= r) {
                 return;
             }
-            task.revision = Some(record.revision);
-            if task.pending.replace(change.clone()).is_none() {
-                state.order.push_back(record.id);
-            } else {
+            task.revision = Some(change.revision);
+            let replaced = task.pending.replace(change.clone());
+            if task.queued {
                 observe::notification_coalesced();
+            } else {
+                task.queued = true;
+                state.order.push_back(change.id);
             }
-            state.waker.take()
+            (state.waker.take(), replaced)
         };
+        drop(replaced);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Takes the pending state of `task` if `revision` is newer: about to be
+    /// replaced.
+    fn take_older(&self, task: &TaskId, revision: u64) -> Option<Arc<Change>> {
+        let mut state = self.lock();
+        let task = state.tasks.get_mut(task)?;
+        if task.revision.is_some_and(|r| revision <= r) {
+            return None;
+        }
+        task.pending.take()
+    }
+
+    /// Ends the stream because its reader is too far behind: everything pending
+    /// is dropped, nothing more is queued, and the stream writes the listen result
+    /// next.
+    fn shed(&self, limit: ByteLimit) {
+        let (waker, dropped) = {
+            let mut state = self.lock();
+            if state.closed {
+                return;
+            }
+            state.closed = true;
+            state.ending = true;
+            state.order.clear();
+            let dropped: Vec<Arc<Change>> = state
+                .tasks
+                .values_mut()
+                .filter_map(|t| {
+                    t.queued = false;
+                    t.pending.take()
+                })
+                .collect();
+            (state.waker.take(), dropped)
+        };
+        drop(dropped);
+        tracing::warn!(
+            limit = limit.as_str(),
+            "listen stream ended: its reader fell behind by more bytes than the bound allows"
+        );
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -299,18 +572,19 @@ impl Slot {
     fn take_or_wait(&self, waker: &Waker) -> Option<Vec<Arc<Change>>> {
         let mut state = self.lock();
         let state = &mut *state;
-        if state.order.is_empty() {
+        let mut out = Vec::with_capacity(state.order.len());
+        while let Some(task) = state.order.pop_front() {
+            if let Some(task) = state.tasks.get_mut(&task) {
+                task.queued = false;
+                out.extend(task.pending.take());
+            }
+        }
+        if out.is_empty() {
             match &state.waker {
                 Some(w) if w.will_wake(waker) => {}
                 _ => state.waker = Some(waker.clone()),
             }
             return None;
-        }
-        let mut out = Vec::with_capacity(state.order.len());
-        while let Some(task) = state.order.pop_front() {
-            if let Some(record) = state.tasks.get_mut(&task).and_then(|t| t.pending.take()) {
-                out.push(record);
-            }
         }
         Some(out)
     }
@@ -349,10 +623,11 @@ impl Subscription {
         state.order.retain(|t| tasks.contains_key(t));
     }
 
-    /// Queues `record` for this stream alone (its snapshot of a task), unless a state
-    /// as new or newer was queued or written already.
-    pub(crate) fn offer(&self, record: TaskRecord) {
-        self.slot.offer(&Arc::new(Change::new(record)));
+    /// Queues `records` for this stream alone (its snapshot), unless a state as new
+    /// or newer was queued already; refused, with nothing queued, when their bytes
+    /// would pass a bound.
+    pub(crate) fn snapshot(&self, records: Vec<TaskRecord>) -> Result<(), ByteLimit> {
+        self.registry.snapshot(self, records)
     }
 
     /// The pending states of this stream's tasks, oldest first, or `None` after
@@ -423,8 +698,8 @@ mod tests {
         let waker = Waker::from(counter.clone());
         let taken = sub.slot.take_or_wait(&waker).unwrap();
         assert_eq!(taken.len(), 2);
-        assert_eq!(taken[0].record.id, a);
-        assert_eq!(taken[0].record.status_message.as_deref(), Some("10000"));
+        assert_eq!(taken[0].id, a);
+        assert_eq!(taken[0].json()["statusMessage"], "10000");
         assert!(sub.slot.take_or_wait(&waker).is_none());
         registry.deliver(&record(a, None, 10_000, "again"));
         assert!(
@@ -433,6 +708,79 @@ mod tests {
         );
         registry.deliver(&record(b, None, 10_001, "b"));
         assert_eq!(counter.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    fn big(id: TaskId, owner: &str, revision: u64, bytes: usize) -> TaskRecord {
+        record(id, Some(owner), revision, &"x".repeat(bytes))
+    }
+
+    #[test]
+    fn a_change_is_counted_once_however_many_streams_hold_it() {
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 100_000);
+        let task = TaskId::random();
+        let streams: Vec<Subscription> = (0..16)
+            .map(|_| registry.register(Some(Principal::from("a")), &[task]))
+            .collect();
+        for stream in &streams {
+            stream.snapshot(vec![big(task, "a", 1, 4_000)]).unwrap();
+        }
+        let (held, _) = registry.held_bytes();
+        assert!((4_000..5_000).contains(&held), "{held}");
+        registry.deliver(&big(task, "a", 2, 6_000));
+        // The older state was replaced everywhere before the newer one was counted.
+        let (held, peak) = registry.held_bytes();
+        assert!((6_000..7_000).contains(&held), "{held}");
+        assert!(peak < 10_000, "{peak}");
+        // A frame keeps its change counted until the connection drops it.
+        let taken: Vec<_> = streams
+            .iter()
+            .map(|s| s.take_or_wait(Waker::noop()).unwrap())
+            .collect();
+        let frame = taken[0][0].frame();
+        drop(taken);
+        assert_eq!(registry.held_bytes().0, held);
+        assert!(frame.ends_with(b"}}\n\n"));
+        drop(frame);
+        assert_eq!(registry.held_bytes().0, 0);
+    }
+
+    #[test]
+    fn a_stream_that_would_pass_the_bound_is_ended_not_grown() {
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 100_000);
+        let (a, b, c) = (TaskId::random(), TaskId::random(), TaskId::random());
+        let greedy = registry.register(Some(Principal::from("g")), &[a, b]);
+        let other = registry.register(Some(Principal::from("o")), &[c]);
+        registry.deliver(&big(a, "g", 1, 6_000));
+        registry.deliver(&big(c, "o", 1, 6_000));
+        assert!(!greedy.is_ending());
+        registry.deliver(&big(b, "g", 1, 6_000));
+        // Ended: what it held is dropped, nothing more is queued.
+        assert!(greedy.is_ending());
+        assert!(greedy.take_or_wait(Waker::noop()).is_none());
+        registry.deliver(&big(a, "g", 2, 10));
+        assert!(greedy.take_or_wait(Waker::noop()).is_none());
+        let (held, peak) = registry.held_bytes();
+        assert!(
+            (6_000..7_000).contains(&held),
+            "only the other principal's: {held}"
+        );
+        assert!(peak < 16_000, "{peak}");
+        // The other principal's stream is untouched.
+        assert!(!other.is_ending());
+        assert_eq!(other.take_or_wait(Waker::noop()).map(|v| v.len()), Some(1));
+        // A snapshot that would pass the bound is refused, with nothing queued.
+        let late = registry.register(Some(Principal::from("o")), &[a, c]);
+        let refused = late.snapshot(vec![big(a, "o", 1, 6_000), big(c, "o", 2, 6_000)]);
+        assert_eq!(refused.err(), Some(ByteLimit::PerOwner));
+        assert!(late.take_or_wait(Waker::noop()).is_none());
+        assert_eq!(registry.held_bytes().0, 0);
+        registry.set_byte_bounds(10_000, 5_000);
+        assert_eq!(
+            late.snapshot(vec![big(a, "o", 1, 6_000)]).err(),
+            Some(ByteLimit::Total)
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ use tokio::sync::oneshot;
 use tower_service::Service;
 
 use super::{Reply, reply};
+use crate::backoff::Backoff;
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
 use crate::defaults::AUTO_EXPIRY_MARGIN;
@@ -36,7 +37,9 @@ use crate::error::TransitionError;
 use crate::observe::{self, Outcome};
 use crate::store::Updated;
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
-use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, RpcError, result_response, sse};
+use crate::wire::{
+    EXTENSION_ID, META_CLIENT_CAPABILITIES, RawObject, RpcError, result_response, sse,
+};
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
 const MAX_INPUT_ROUNDS: u32 = 64;
@@ -64,6 +67,11 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let owner = engine.principal(&parts);
+    // Refused before the call starts: whether it would become a task depends on
+    // its timing, and an anonymous call is refused either way.
+    if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
+        return Ok(reply(e, id.as_ref()));
+    }
     let Some(call) = Call::new(parts, &bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
@@ -103,19 +111,20 @@ where
 
 /// What it takes to send the original call again: the request head (its
 /// extensions included, the `Principal` with them) and the JSON-RPC message with
-/// the tasks extension removed from its client capabilities.
+/// the tasks extension removed from its client capabilities. Every other value of
+/// the message is sent as the client wrote it.
 struct Call {
     method: http::Method,
     uri: http::Uri,
     version: http::Version,
     headers: http::HeaderMap,
     extensions: http::Extensions,
-    message: Map<String, Value>,
+    message: RawObject,
 }
 
 impl Call {
     fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Call> {
-        let mut message: Map<String, Value> = serde_json::from_slice(bytes).ok()?;
+        let mut message = RawObject::parse(bytes)?;
         strip_extension(&mut message);
         let mut extensions = parts.extensions;
         // The inner handler cannot make a task of its own: the layer already does.
@@ -130,8 +139,8 @@ impl Call {
         })
     }
 
-    fn request<B>(&self, message: &Map<String, Value>) -> Request<RequestBody<B>> {
-        let body = Bytes::from(serde_json::to_vec(message).unwrap_or_default());
+    fn request<B>(&self, message: &RawObject) -> Request<RequestBody<B>> {
+        let body = Bytes::from(message.to_vec());
         let length = HeaderValue::from(body.len());
         let mut request = Request::new(RequestBody::buffered(body));
         *request.method_mut() = self.method.clone();
@@ -145,43 +154,29 @@ impl Call {
 
     /// The original call as an MRTR retry: a new id, the answers under the inner
     /// server's own keys, and its `requestState` echoed.
-    fn retry(
-        &self,
-        round: u32,
-        responses: Map<String, Value>,
-        state: Option<String>,
-    ) -> Map<String, Value> {
+    fn retry(&self, round: u32, responses: Map<String, Value>, state: Option<String>) -> RawObject {
         let mut message = self.message.clone();
-        message.insert(
-            "id".into(),
-            Value::String(format!("mcp-tasks-relay-{round}")),
-        );
-        if let Some(params) = message.get_mut("params").and_then(Value::as_object_mut) {
+        message.insert("id", format!("mcp-tasks-relay-{round}"));
+        message.edit(&["params"], |params| {
             params.remove("inputResponses");
             params.remove("requestState");
             if !responses.is_empty() {
-                params.insert("inputResponses".into(), Value::Object(responses));
+                params.insert("inputResponses", responses);
             }
             if let Some(state) = state {
-                params.insert("requestState".into(), Value::String(state));
+                params.insert("requestState", state);
             }
-        }
+            true
+        });
         message
     }
 }
 
 /// Removes the tasks extension from `params._meta` client capabilities, so that
 /// an inner server that also speaks tasks cannot nest one.
-fn strip_extension(message: &mut Map<String, Value>) {
-    if let Some(extensions) = message
-        .get_mut("params")
-        .and_then(|p| p.get_mut("_meta"))
-        .and_then(|m| m.get_mut(META_CLIENT_CAPABILITIES))
-        .and_then(|c| c.get_mut("extensions"))
-        .and_then(Value::as_object_mut)
-    {
-        extensions.remove(EXTENSION_ID);
-    }
+fn strip_extension(message: &mut RawObject) {
+    let path = ["params", "_meta", META_CLIENT_CAPABILITIES, "extensions"];
+    message.edit(&path, |extensions| extensions.remove(EXTENSION_ID));
 }
 
 /// One inner exchange, its body read up to the response cap.
@@ -454,11 +449,15 @@ impl<S> Runner<S> {
             let _ = answer.send((pass_on(done, self.id.as_ref()), Outcome::Forwarded));
             return;
         }
-        let record = match self
-            .engine
-            .create_task(self.owner.clone(), &NewTask::default())
-            .await
-        {
+        let created = match self.engine.admit_owner(self.owner.as_ref()) {
+            Ok(()) => {
+                self.engine
+                    .create_task(self.owner.clone(), &NewTask::default())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let record = match created {
             Ok(record) => record,
             Err(e) => {
                 let outcome = Outcome::Error(e.code());
@@ -601,14 +600,14 @@ impl<S> Runner<S> {
     /// gone (or expired before the store came back); otherwise the update and
     /// whether an earlier attempt failed (and so may have been stored).
     async fn write(&mut self, task: &TaskId, transition: &Transition) -> Option<(Updated, bool)> {
-        let mut delay = RETRY_FIRST;
+        let mut backoff = Backoff::new(RETRY_FIRST, RETRY_LAST);
         let mut retried = false;
         loop {
             match self.engine.update(task, Scope::Any, transition).await {
                 Ok(updated) => return updated.map(|u| (u, retried)),
                 Err(e) => {
                     tracing::warn!(error = %e, "task store failed to write an auto task; retrying");
-                    if !self.pause(&mut delay).await {
+                    if !self.pause(backoff.next_delay()).await {
                         tracing::error!("an auto task expired before the store came back");
                         return None;
                     }
@@ -618,11 +617,9 @@ impl<S> Runner<S> {
         }
     }
 
-    /// Sleeps `delay` (doubled for the next time, up to [`RETRY_LAST`]); `false`
-    /// when the task expires first, so there is nothing left to retry for.
-    async fn pause(&mut self, delay: &mut Duration) -> bool {
-        let wait = *delay;
-        *delay = (*delay * 2).min(RETRY_LAST);
+    /// Sleeps `wait`; `false` when the task expires first, so there is nothing left
+    /// to retry for.
+    async fn pause(&mut self, wait: Duration) -> bool {
         if let Some(at) = self.expires_at {
             let left = at.as_millis().saturating_sub(Timestamp::now().as_millis());
             if u128::from(left) <= wait.as_millis() {
@@ -720,27 +717,59 @@ mod tests {
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions.insert(Principal::from("alice"));
         let call = Call::new(parts, body.to_string().as_bytes()).unwrap();
-        let extensions = &call.message["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
+        let message = as_value(&call.message);
+        let extensions = &message["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
         assert_eq!(extensions, &json!({"other": {}}));
         let mut answers = Map::new();
         answers.insert("confirm".into(), json!({"action": "accept"}));
         let retry = call.retry(2, answers, Some("state".into()));
+        let request = call.request::<()>(&retry);
+        let retry = as_value(&retry);
         assert_eq!(retry["id"], "mcp-tasks-relay-2");
         assert_eq!(retry["params"]["requestState"], "state");
         assert_eq!(
             retry["params"]["inputResponses"],
             json!({"confirm": {"action": "accept"}})
         );
-        let request = call.request::<()>(&retry);
         assert_eq!(
             request.extensions().get::<Principal>(),
             Some(&Principal::from("alice"))
         );
         let ctx = TaskContext::from_extensions(request.extensions()).unwrap();
         assert_eq!(ctx.check(), Err(TaskRefused::NotDeclared));
-        let without = call.retry(3, Map::new(), None);
+        let without = as_value(&call.retry(3, Map::new(), None));
         assert!(without["params"].get("inputResponses").is_none());
         assert!(without["params"].get("requestState").is_none());
+    }
+
+    fn as_value(message: &RawObject) -> Value {
+        serde_json::from_slice(&message.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn retries_send_every_other_value_as_the_client_wrote_it() {
+        let arguments = r#"{"big":123456789012345678901234567890,"fine":1.0000000000000000001,"zero":-0,"huge":1E400}"#;
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"tools/call","params":{{"name":"t","arguments":{arguments},"_meta":{{"{META_CLIENT_CAPABILITIES}":{{"extensions":{{"{EXTENSION_ID}":{{}}}}}}}}}}}}"#
+        );
+        let (parts, ()) = Request::new(()).into_parts();
+        let call = Call::new(parts, body.as_bytes()).unwrap();
+        let first = String::from_utf8(call.message.to_vec()).unwrap();
+        assert!(
+            first.contains(&format!(r#""arguments":{arguments}"#)),
+            "{first}"
+        );
+        assert!(
+            first.contains(r#""id":123456789012345678901234567890"#),
+            "{first}"
+        );
+        assert!(!first.contains(EXTENSION_ID), "{first}");
+        let retry = call.retry(1, Map::new(), Some("s".into()));
+        let retry = String::from_utf8(retry.to_vec()).unwrap();
+        assert!(
+            retry.contains(&format!(r#""arguments":{arguments}"#)),
+            "{retry}"
+        );
     }
 
     #[test]

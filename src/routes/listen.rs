@@ -3,7 +3,7 @@
 //! service's stream (or serves a tasks-only stream when the inner service has no
 //! listen support).
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -24,9 +24,9 @@ use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::notify::registry::Subscription;
 use crate::observe::{self, Outcome};
-use crate::task::{Scope, TaskId, Timestamp};
+use crate::task::{Scope, TaskId, TaskRecord, Timestamp};
 use crate::wire::sse::{self, Splitter};
-use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RpcError};
+use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RawObject, RpcError};
 
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
@@ -57,14 +57,18 @@ where
     parts
         .extensions
         .insert(TaskContext::refused(TaskRefused::NotToolCall));
-    let requested = envelope
-        .param("notifications")
-        .and_then(|n| n.get("taskIds"));
-    let (Some(requested), Some(subscription_id)) = (requested, id.filter(|v| !v.is_null())) else {
+    let requested = requested_task_ids(envelope);
+    let (Some(requested), Some(subscription_id)) =
+        (requested.as_ref(), id.filter(|v| !v.is_null()))
+    else {
         return forward(inner, parts, bytes, id).await;
     };
     if !declared {
         return Ok(reply(RpcError::tasks_extension_required(), id));
+    }
+    let owner = engine.principal(&parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return Ok(reply(e, id));
     }
     let requested = match requested.as_array() {
         Some(ids)
@@ -84,7 +88,6 @@ where
     // Register before reading the tasks, so that no change made while they are
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
-    let owner = engine.principal(&parts);
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
     if engine.notifier.is_some() {
         let mut seen = HashSet::with_capacity(requested.len());
@@ -115,11 +118,13 @@ where
             return Ok(reply(refused, id));
         }
     };
-    // All the ids in one store round trip.
-    let now = Timestamp::now();
-    let agreed = match engine
+    // The snapshot: each task's state as it is now, all in one owner-scoped store
+    // round trip, queued to follow the acknowledgment, so that a change made before
+    // the stream opened is not missed. Read after registering: a change delivered
+    // meanwhile is as new or newer, and an older state is never queued after it.
+    let records = match engine
         .store
-        .visible(&candidates, Scope::Owner(owner.as_ref()), now)
+        .get_many(&candidates, Scope::Owner(owner.as_ref()), Timestamp::now())
         .await
     {
         Ok(found) => {
@@ -128,32 +133,24 @@ where
             let mut kept = HashSet::with_capacity(found.len());
             found
                 .into_iter()
-                .filter(|t| asked.contains(t) && kept.insert(*t))
+                .filter(|r| asked.contains(&r.id) && kept.insert(r.id))
                 .collect()
         }
         Err(e) => {
-            tracing::error!(error = %e, "task store failed while checking listen ids");
+            tracing::error!(error = %e, "task store failed while reading the listen snapshot");
             Vec::new()
         }
     };
+    let agreed: Vec<TaskId> = records.iter().map(|r: &TaskRecord| r.id).collect();
     subscription.retain(&agreed);
-    // The snapshot: each agreed task's state as it is now, queued to follow the
-    // acknowledgment, so that a change made before the stream opened is not missed.
-    // Read after registering: a change delivered meanwhile is as new or newer, and an
-    // older state is never queued after it.
-    for task in &agreed {
-        match engine
-            .store
-            .get(task, Scope::Owner(owner.as_ref()), now)
-            .await
-        {
-            Ok(Some(record)) => subscription.offer(record),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "task store failed while reading a listen snapshot");
-                break;
-            }
-        }
+    if let Err(limit) = subscription.snapshot(records) {
+        tracing::warn!(
+            limit = limit.as_str(),
+            "listen refused: the principal's listen streams hold too many bytes"
+        );
+        let refused =
+            RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
+        return Ok(reply(refused, id));
     }
     let agreed_ids: Vec<Value> = agreed
         .iter()
@@ -271,16 +268,21 @@ fn merged<B>(mut head: http::response::Parts, body: ListenBody) -> Response<Resp
     Response::from_parts(head, ResponseBody::boxed(Box::pin(body)))
 }
 
+/// `params.notifications.taskIds`, read without decoding the rest of the params
+/// (`Null` when present but not JSON this side can hold, so that it is refused).
+fn requested_task_ids(envelope: &Envelope<'_>) -> Option<Value> {
+    let notifications = RawObject::parse(envelope.raw_param("notifications")?.as_bytes())?;
+    let ids = notifications.get("taskIds")?;
+    Some(serde_json::from_str(ids.get()).unwrap_or(Value::Null))
+}
+
 /// The request body with `params.notifications.taskIds` removed: the inner service
-/// never sees the extension's field.
+/// never sees the extension's field, and sees every other value as the client
+/// wrote it.
 fn without_task_ids(bytes: &[u8]) -> Option<Bytes> {
-    let mut message: Value = serde_json::from_slice(bytes).ok()?;
-    message
-        .get_mut("params")?
-        .get_mut("notifications")?
-        .as_object_mut()?
-        .remove("taskIds")?;
-    serde_json::to_vec(&message).ok().map(Bytes::from)
+    let mut message = RawObject::parse(bytes)?;
+    let removed = message.edit(&["params", "notifications"], |n| n.remove("taskIds"));
+    removed.then(|| Bytes::from(message.to_vec()))
 }
 
 fn object_entry<'a>(value: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
@@ -442,6 +444,9 @@ struct ListenBody {
     /// The start of every task notification on this stream, up to the task's
     /// own fields (made on first use).
     prefix: Bytes,
+    /// Task notifications taken from the subscription and not yet handed to the
+    /// connection: each a prefix, then the change's shared bytes.
+    queued: VecDeque<Bytes>,
     /// The inner service ended the stream.
     finished: bool,
 }
@@ -455,6 +460,7 @@ impl ListenBody {
             events: Splitter::new(),
             idle: None,
             prefix: Bytes::new(),
+            queued: VecDeque::new(),
             finished: false,
         };
         body.events.push(&rest);
@@ -481,29 +487,24 @@ impl ListenBody {
         }
     }
 
-    /// The pending task notifications as SSE events, or `None` after arranging to
-    /// be woken by the next one.
+    /// The next piece of the pending task notifications, or `None` after arranging
+    /// to be woken by the next one. A change's bytes are shared, never copied: the
+    /// frame holds the change until the connection has written it.
     fn notifications(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        if let Some(next) = self.queued.pop_front() {
+            return Some(next);
+        }
         let changes = self.stream.subscription.take_or_wait(cx.waker())?;
         if self.prefix.is_empty() {
             self.prefix = notification_prefix(&self.stream.subscription_id);
         }
-        let mut out = BytesMut::new();
-        let mut sent = 0;
+        observe::notifications_sent(changes.len());
         for change in changes {
-            // `{"taskId":…}` becomes `<prefix>"taskId":…}}`: the task's JSON is
-            // written once per change, whatever the number of streams.
-            let Some(task) = change.detailed().and_then(|t| t.strip_prefix(b"{")) else {
-                continue;
-            };
-            out.reserve(self.prefix.len() + task.len() + 3);
-            out.extend_from_slice(&self.prefix);
-            out.extend_from_slice(task);
-            out.extend_from_slice(b"}\n\n");
-            sent += 1;
+            // `{"taskId":…}` is sent as `<prefix>"taskId":…}}`.
+            self.queued.push_back(self.prefix.clone());
+            self.queued.push_back(change.frame());
         }
-        observe::notifications_sent(sent);
-        (!out.is_empty()).then(|| out.freeze())
+        self.queued.pop_front()
     }
 }
 
@@ -635,9 +636,10 @@ mod tests {
         let mut r = record(task, None, 1, "hi");
         r.result = Some(json!({"content": []}));
         b.stream.subscription.registry().deliver(&r);
-        let bytes = b
-            .notifications(&mut Context::from_waker(Waker::noop()))
-            .unwrap();
+        let mut bytes = BytesMut::new();
+        while let Some(piece) = b.notifications(&mut Context::from_waker(Waker::noop())) {
+            bytes.extend_from_slice(&piece);
+        }
         let text = std::str::from_utf8(&bytes).unwrap();
         assert_eq!(text.matches('\n').count(), 2);
         let line = text.strip_prefix("data: ").unwrap().trim_end();

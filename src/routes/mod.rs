@@ -39,16 +39,26 @@ pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<Response
     error.to_response(id).map(ResponseBody::full)
 }
 
-/// Stores the task a spec asks for and starts its work.
+/// Stores the task a spec asks for and starts its work. Both run to the end even
+/// when the request is dropped meanwhile (the client went away): a task once stored
+/// always gets its worker.
 pub(crate) async fn create_task(
     engine: &Arc<Engine>,
     owner: Option<Principal>,
     spec: TaskSpec,
 ) -> Result<TaskRecord, RpcError> {
     let start = spec.take_start();
-    let record = engine.create_task(owner, &spec.task).await?;
-    worker::start(engine, record.id, start).await;
-    Ok(record)
+    engine.admit_owner(owner.as_ref())?;
+    let engine = engine.clone();
+    let new = spec.task.clone();
+    let created = tokio::spawn(async move {
+        let record = engine.create_task(owner, &new).await?;
+        worker::start(&engine, record.id, start).await;
+        Ok(record)
+    });
+    created
+        .await
+        .unwrap_or_else(|_| Err(RpcError::internal_error()))
 }
 
 /// Hands a request the layer has read to the inner service, unchanged.

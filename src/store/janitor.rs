@@ -119,8 +119,13 @@ impl Janitor {
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = ticker.tick() => {
-                    if let Err(e) = self.sweep().await {
-                        tracing::warn!(error = %e, "mcp-tasks janitor sweep failed; retrying at the next tick");
+                    // A sweep the store never answers is given up at the next tick.
+                    match tokio::time::timeout(self.interval, self.sweep()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "mcp-tasks janitor sweep failed; retrying at the next tick");
+                        }
+                        Err(_) => tracing::warn!("mcp-tasks janitor sweep timed out; retrying at the next tick"),
                     }
                 }
             }
@@ -192,6 +197,55 @@ mod tests {
         ) -> BoxFuture<'a, Result<usize, StoreError>> {
             Box::pin(async { Err(StoreError::Backend("down".into())) })
         }
+    }
+
+    /// A store whose cleanup never answers, counting the calls.
+    #[derive(Debug, Default)]
+    struct Hanging(std::sync::atomic::AtomicUsize);
+
+    impl TaskStore for Hanging {
+        fn create<'a>(
+            &'a self,
+            r: TaskRecord,
+            l: CreateLimits,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            Failing.create(r, l)
+        }
+        fn get<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+            Failing.get(id, scope, now)
+        }
+        fn update<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            t: &'a Transition,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+            Failing.update(id, scope, t, now)
+        }
+        fn cleanup<'a>(
+            &'a self,
+            _: Timestamp,
+            _: Duration,
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_sweep_the_store_never_answers_is_given_up_at_the_next_tick() {
+        let store = Arc::new(Hanging::default());
+        let janitor = Janitor::new(store.clone(), Duration::from_secs(1), RETENTION);
+        let handle = tokio::spawn(janitor.run(std::future::pending()));
+        tokio::time::sleep(Duration::from_millis(4_500)).await;
+        assert!(store.0.load(std::sync::atomic::Ordering::SeqCst) >= 3);
+        handle.abort();
     }
 
     #[tokio::test]

@@ -379,6 +379,30 @@ impl TaskStore for MemoryStore {
         Some(Ok(self.read(id, scope, now)))
     }
 
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let now = self.decide_at(now);
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            Ok(ids
+                .iter()
+                .filter(|id| seen.insert(**id))
+                .filter_map(|id| {
+                    let shard = Self::lock(self.shard(id));
+                    shard
+                        .tasks
+                        .get(id)
+                        .filter(|r| r.is_visible(scope, now))
+                        .map(|r| r.to_record(*id))
+                })
+                .collect())
+        })
+    }
+
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],

@@ -71,7 +71,7 @@ pub(crate) mod rules;
 
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
-pub use lease::{LapsedNode, LeaseStore, MemoryLeases, NodeId, Renewal};
+pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -456,8 +456,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
 
     /// The ids among `ids` whose records exist, have not expired at `now`, and are
     /// visible in `scope`, in the order given, each once: what `get` would find, for
-    /// many ids at once. The layer checks the task ids of one `subscriptions/listen`
-    /// (up to 1 000) with one call.
+    /// many ids at once, without the records (see [`get_many`](Self::get_many) for
+    /// them).
     ///
     /// The default calls [`get`](Self::get) for each id in turn; a store over a
     /// network overrides it with one round trip (the built-in stores do).
@@ -495,6 +495,57 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
             for id in ids {
                 if seen.insert(*id) && self.get(id, scope, now).await?.is_some() {
                     found.push(*id);
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    /// The records among `ids` that exist, have not expired at `now`, and are visible
+    /// in `scope`, in the order given, each once: what `get` would return, for many
+    /// ids at once. The layer reads the snapshot of one `subscriptions/listen` (up to
+    /// 1 000 ids, owner-scoped) and the tasks other nodes changed with one call.
+    ///
+    /// The default calls [`get`](Self::get) for each id in turn, one round trip
+    /// each; a store over a network overrides it with one round trip (the built-in
+    /// stores do).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let alice = Principal::from("alice");
+    /// let now = Timestamp::now();
+    /// let mine = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    /// let theirs = TaskRecord::new(TaskId::random(), None, now);
+    /// let (a, b) = (mine.id, theirs.id);
+    /// store.create(mine, CreateLimits::default()).await?;
+    /// store.create(theirs, CreateLimits::default()).await?;
+    /// let ids = [TaskId::random(), b, a, a];
+    /// let owned = store.get_many(&ids, Scope::Owner(Some(&alice)), now).await?;
+    /// assert_eq!(owned.iter().map(|r| r.id).collect::<Vec<_>>(), vec![a]);
+    /// let any = store.get_many(&ids, Scope::Any, now).await?;
+    /// assert_eq!(any.iter().map(|r| r.id).collect::<Vec<_>>(), vec![b, a]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let mut found = Vec::new();
+            for id in ids {
+                if seen.insert(*id)
+                    && let Some(record) = self.get(id, scope, now).await?
+                {
+                    found.push(record);
                 }
             }
             Ok(found)
@@ -652,6 +703,15 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
         (**self).visible(ids, scope, now)
+    }
+
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        (**self).get_many(ids, scope, now)
     }
 
     fn update<'a>(

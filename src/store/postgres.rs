@@ -16,6 +16,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{ConfigError, Limit, StoreError};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -86,7 +87,11 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///
 /// A second table, `<table>_counts` (`scope bytea`, `shard smallint`, `n bigint`),
 /// counts the rows: 32 shards for the whole table and up to 32 per owner, updated in
-/// the same transaction as every insert and delete.
+/// the same transaction as every insert and delete. An owner's rows at zero are
+/// deleted by the delete that took them there (a sweep or a create's pruning), so a
+/// principal without tasks keeps no row; writers take counter rows in one order
+/// (the row cap's first, then the owner's, each by shard), so a create racing that
+/// delete is counted, never lost.
 ///
 /// Upgrading from the previous layout (`owner text`, `record jsonb`, no counters)
 /// rewrites the table once, under `migrate`'s lock: stop nodes of the older version
@@ -122,7 +127,8 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///   and decides on the exact sums with every shard row of both caps locked: near a
 ///   cap (and only there) creates wait for each other. The shares add up to the cap,
 ///   so the caps are exact across nodes.
-/// - `visible` checks all the ids of one listen in one `SELECT … WHERE id = ANY($1)`.
+/// - `visible` and `get_many` check or read all the ids of one listen in one
+///   `SELECT … WHERE id = ANY($1)`.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
 /// # Several nodes
@@ -204,10 +210,12 @@ struct Statements {
     lock_scope: SqlStr,
     lock_counts: SqlStr,
     uncount: SqlStr,
+    drop_empty: SqlStr,
     prune_all: SqlStr,
     prune_owner: SqlStr,
     prune_unowned: SqlStr,
     visible: SqlStr,
+    select_many: SqlStr,
     select: SqlStr,
     select_owned: SqlStr,
     write: SqlStr,
@@ -287,9 +295,35 @@ impl PostgresStore {
 
     /// Connects a pool with sqlx's default settings (at most 10 connections), but an
     /// acquire timeout of [`STORE_TIMEOUT`](crate::defaults::STORE_TIMEOUT) (5 s, the
-    /// layer's default store timeout), to the database at `url`, on the table
+    /// layer's default store timeout) and a `statement_timeout` of
+    /// [`STATEMENT_TIMEOUT`](crate::defaults::STATEMENT_TIMEOUT) (6 s) on every
+    /// connection, to the database at `url`, on the table
     /// [`DEFAULT_TABLE`](Self::DEFAULT_TABLE).
     /// Fails with [`StoreError::Backend`] when the database cannot be reached.
+    ///
+    /// The layer gives up on a store call after its store timeout; the
+    /// `statement_timeout` makes PostgreSQL cancel the abandoned statement too,
+    /// instead of running it to the end for nobody. With a pool of your own
+    /// ([`new`](Self::new)), set it on the pool's connections the same way, a
+    /// little above the layer's
+    /// [`with_store_timeout`](crate::TasksLayerBuilder::with_store_timeout):
+    ///
+    /// ```no_run
+    /// use mcp_tasks::PostgresStore;
+    /// use mcp_tasks::sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let options: PgConnectOptions = "postgres://app@db.internal/app".parse()?;
+    /// let pool = PgPoolOptions::new()
+    ///     .connect_with(options.options([("statement_timeout", "6s")]))
+    ///     .await?;
+    /// let store = PostgresStore::new(pool);
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`migrate`](Self::migrate) lifts the timeout for its own transaction.
     ///
     /// ```no_run
     /// use mcp_tasks::PostgresStore;
@@ -302,9 +336,11 @@ impl PostgresStore {
     /// # }
     /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
+        let timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
         let pool = PgPoolOptions::new()
             .acquire_timeout(crate::defaults::STORE_TIMEOUT)
-            .connect(url)
+            .connect_with(options.options([("statement_timeout", timeout.as_str())]))
             .await
             .map_err(StoreError::backend)?;
         Ok(Self::new(pool))
@@ -473,6 +509,11 @@ impl PostgresStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
         let mut tx = inner.pool.begin().await.map_err(StoreError::backend)?;
+        // Upgrading a large table may take longer than a statement timeout allows.
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         sqlx::query(inner.sql.lock.clone())
             .bind(inner.lock_key)
             .bind(i32::MIN)
@@ -707,7 +748,19 @@ impl PostgresStore {
                 self.locked_shard(&mut tx, ROWS_SCOPE, max, Limit::Rows)
                     .await?
             }
-            None => pick_shard(bytes[2], None),
+            None => {
+                // Locked before the owner's rows below: every writer takes the row
+                // cap's counters first, or a create on the fast path and this one
+                // would each wait for the other.
+                let shard = pick_shard(bytes[2], None);
+                sqlx::query(inner.sql.lock_counts.clone())
+                    .bind([ROWS_SCOPE])
+                    .bind([shard])
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::backend)?;
+                shard
+            }
         };
         let owner_shard = match limits.max_per_owner {
             Some(max) => {
@@ -876,6 +929,11 @@ impl PostgresStore {
             .bind(&scopes)
             .bind(&shards)
             .bind(&counts)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
+        sqlx::query(inner.sql.drop_empty.clone())
+            .bind(&scopes)
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
@@ -1077,20 +1135,36 @@ impl Statements {
             lock_scope: sql(format!(
                 "SELECT shard, n FROM {c} WHERE scope = $1 ORDER BY shard FOR UPDATE"
             )),
+            // The shards of the row cap that lost rows, and every counter row of the
+            // owners that did (to drop those left at zero), in the one order every
+            // writer takes them in.
             lock_counts: sql(format!(
-                "SELECT 1 FROM {c} JOIN unnest($1::bytea[], $2::smallint[]) AS d(scope, shard) \
-                 USING (scope, shard) ORDER BY scope, shard FOR UPDATE OF {c}"
+                "SELECT 1 FROM {c} WHERE scope = ANY($1::bytea[]) AND (scope <> '\\x00'::bytea \
+                     OR (scope, shard) IN (SELECT d.scope, d.shard \
+                         FROM unnest($1::bytea[], $2::smallint[]) AS d(scope, shard))) \
+                 ORDER BY scope, shard FOR UPDATE OF {c}"
             )),
             uncount: sql(format!(
                 "UPDATE {c} SET n = {c}.n - d.k \
                  FROM unnest($1::bytea[], $2::smallint[], $3::bigint[]) AS d(scope, shard, k) \
                  WHERE {c}.scope = d.scope AND {c}.shard = d.shard"
             )),
+            // An owner's counter rows at zero: a principal without tasks keeps no row
+            // (a create brings its row back with `INSERT … ON CONFLICT`). The row cap's
+            // own rows stay.
+            drop_empty: sql(format!(
+                "DELETE FROM {c} WHERE scope = ANY($1::bytea[]) AND scope <> '\\x00'::bytea AND n = 0"
+            )),
             prune_all: prune("true"),
             prune_owner: prune("owner = $4"),
             prune_unowned: prune("owner IS NULL"),
             visible: sql(format!(
                 "WITH {clock} SELECT id FROM {t} WHERE id = ANY($1) AND {live} \
+                 AND ($3 OR owner IS NOT DISTINCT FROM $4)",
+                clock = clock(2),
+            )),
+            select_many: sql(format!(
+                "WITH {clock} SELECT record::text FROM {t} WHERE id = ANY($1) AND {live} \
                  AND ($3 OR owner IS NOT DISTINCT FROM $4)",
                 clock = clock(2),
             )),
@@ -1289,6 +1363,44 @@ impl TaskStore for PostgresStore {
         })
     }
 
+    /// One `SELECT … WHERE id = ANY($1)`, the owner and the expiry checked in the
+    /// database: a foreign or expired row is never sent.
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (any, owner) = match scope {
+                Scope::Any => (true, None),
+                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
+            };
+            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+            let rows: Vec<String> = sqlx::query_scalar(self.inner.sql.select_many.clone())
+                .bind(keys)
+                .bind(self.clock_arg(now))
+                .bind(any)
+                .bind(owner)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            let mut found = std::collections::HashMap::with_capacity(rows.len());
+            for text in rows {
+                let record: TaskRecord =
+                    serde_json::from_str(&text).map_err(StoreError::backend)?;
+                if scope.permits(record.owner.as_ref()) {
+                    found.insert(record.id, record);
+                }
+            }
+            // In the order asked, each id once.
+            Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+        })
+    }
+
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],
@@ -1366,14 +1478,15 @@ impl TaskStore for PostgresStore {
         })
     }
 
-    /// Leases in the tables `T_nodes` and `T_holds` beside the task table `T`
-    /// (created by [`migrate`](PostgresStore::migrate)), on the same pool, with
-    /// deadlines on the database's clock.
+    /// Leases in the tables `T_leases` and `T_lease_holds` beside the task table
+    /// `T` (created by [`migrate`](PostgresStore::migrate)), on a pool of two
+    /// connections of their own (the store pool's settings), so renewals never
+    /// wait behind requests.
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
-        Some(Arc::new(PgLeases {
-            pool: self.inner.pool.clone(),
-            sql: self.inner.leases.clone(),
-        }))
+        Some(Arc::new(PgLeases::new(
+            self.inner.pool.clone(),
+            self.inner.leases.clone(),
+        )))
     }
 
     /// Starts the background listener on first use (it needs a tokio runtime; without
@@ -1424,7 +1537,7 @@ struct Checkpoint {
 
 impl Relay {
     async fn run(mut self, mut first: Option<PgListener>, mut stop: oneshot::Receiver<()>) {
-        let mut backoff = LISTEN_BACKOFF_MIN;
+        let mut backoff = Backoff::new(LISTEN_BACKOFF_MIN, LISTEN_BACKOFF_MAX);
         loop {
             let connected = match first.take() {
                 Some(listener) => Ok(listener),
@@ -1444,27 +1557,27 @@ impl Relay {
                 }
                 Err(e) => e,
             };
+            let delay = backoff.next_delay();
             tracing::warn!(
                 error = %error,
-                retry_in_ms = backoff.as_millis() as u64,
+                retry_in_ms = delay.as_millis() as u64,
                 "mcp-tasks: the PostgreSQL change listener failed; reconnecting"
             );
             tokio::select! {
                 _ = &mut stop => return,
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(delay) => {}
             }
-            backoff = (backoff * 2).min(LISTEN_BACKOFF_MAX);
         }
     }
 
     /// Serves one connection, already listening: catches up, then forwards
     /// notifications and keeps the checkpoint, until the connection fails.
-    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Duration) -> sqlx::Error {
+    async fn serve(&mut self, mut listener: PgListener, backoff: &mut Backoff) -> sqlx::Error {
         if let Err(e) = self.catch_up(&mut listener).await {
             return e;
         }
         self.ready.send_replace(true);
-        *backoff = LISTEN_BACKOFF_MIN;
+        backoff.reset();
         let mut checkpoint = tokio::time::interval(FEED_CHECKPOINT);
         checkpoint.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         checkpoint.tick().await;
@@ -1750,13 +1863,20 @@ mod tests {
             &sql.select,
             &sql.select_owned,
             &sql.visible,
+            &sql.select_many,
             &sql.write,
             &sql.insert,
         ] {
             let text = statement.as_str();
             assert!(text.contains("clock_timestamp()"), "{text}");
         }
-        for statement in [&sql.select, &sql.select_owned, &sql.visible, &sql.write] {
+        for statement in [
+            &sql.select,
+            &sql.select_owned,
+            &sql.visible,
+            &sql.select_many,
+            &sql.write,
+        ] {
             assert!(
                 statement
                     .as_str()

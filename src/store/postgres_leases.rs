@@ -1,14 +1,19 @@
-//! Worker leases next to a `PostgresStore`'s table `T`: `T_nodes` keeps each node's
-//! deadline, `T_holds` the tasks each node holds. Deadlines are set and compared by
-//! the database's clock (`now()`), never a node's.
+//! Worker leases next to a `PostgresStore`'s table `T`: `T_leases` keeps each
+//! lease's renewal count, lease length and claim, `T_lease_holds` the tasks each
+//! lease holds. No clock is read: other nodes watch the counts.
+//!
+//! The leases run on a small pool of their own (two connections, opened on first
+//! use with the store pool's settings), so renewals never wait behind request
+//! traffic for a connection.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, SqlSafeStr, SqlStr};
+use tokio::sync::OnceCell;
 
-use super::lease::{LapsedNode, LeaseStore, NodeId, Renewal};
+use super::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
 use super::{BoxFuture, StoreError};
 use crate::task::TaskId;
 
@@ -18,10 +23,14 @@ pub(super) fn sql(text: String) -> SqlStr {
     AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
 }
 
+/// The connections of the lease pool: one for renewals, one for the sweeps.
+const LEASE_CONNECTIONS: u32 = 2;
+
 /// The statements of one table's leases, built once.
 pub(super) struct LeaseStatements {
     renew: SqlStr,
-    lapsed: SqlStr,
+    leases: SqlStr,
+    claim: SqlStr,
     forget: SqlStr,
 }
 
@@ -29,63 +38,115 @@ pub(super) struct LeaseStatements {
 pub(super) fn migration(table: &str) -> [String; 2] {
     [
         format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}_nodes\" (\
-                 node text PRIMARY KEY, \
-                 deadline timestamptz NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS \"{table}_leases\" (\
+                 node text NOT NULL, \
+                 incarnation bigint NOT NULL, \
+                 renewals bigint NOT NULL, \
+                 bound_ms bigint NOT NULL, \
+                 claimed boolean NOT NULL DEFAULT false, \
+                 PRIMARY KEY (node, incarnation))"
         ),
         format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}_holds\" (\
+            "CREATE TABLE IF NOT EXISTS \"{table}_lease_holds\" (\
                  node text NOT NULL, \
+                 incarnation bigint NOT NULL, \
                  task bytea NOT NULL, \
-                 PRIMARY KEY (node, task))"
+                 PRIMARY KEY (node, incarnation, task))"
         ),
     ]
 }
 
 impl LeaseStatements {
     pub(super) fn new(table: &str) -> Self {
-        let nodes = format!("\"{table}_nodes\"");
-        let holds = format!("\"{table}_holds\"");
+        let leases = format!("\"{table}_leases\"");
+        let holds = format!("\"{table}_lease_holds\"");
         LeaseStatements {
-            // One statement, one round trip. No row is both deleted and inserted
-            // (held and released ids are disjoint; on a replace, only rows outside
-            // the new set are deleted), so the sub-statements never touch one row.
+            // One statement, one round trip. The hold changes depend on `renewed`,
+            // whose upsert waits for a concurrent claim's row lock and re-checks
+            // `claimed` after it: a claimed lease has nothing renewed or changed.
+            // Only a first renewal (or one that finds its lease) inserts. No row is
+            // both deleted and inserted (held and released ids are disjoint; on a
+            // replace, only rows outside the new set are deleted).
             renew: sql(format!(
-                "WITH known AS (SELECT 1 FROM {nodes} WHERE node = $1), \
+                "WITH prior AS (SELECT claimed FROM {leases} WHERE node = $1 AND incarnation = $2), \
                  renewed AS (\
-                     INSERT INTO {nodes} (node, deadline) \
-                     VALUES ($1, now() + $2 * interval '1 millisecond') \
-                     ON CONFLICT (node) DO UPDATE SET deadline = EXCLUDED.deadline \
+                     INSERT INTO {leases} AS l (node, incarnation, renewals, bound_ms) \
+                     SELECT $1, $2, 1, $3 WHERE $4 OR EXISTS (SELECT 1 FROM prior) \
+                     ON CONFLICT (node, incarnation) DO UPDATE \
+                     SET renewals = l.renewals + 1, bound_ms = EXCLUDED.bound_ms \
+                     WHERE NOT l.claimed \
                      RETURNING 1), \
                  released AS (\
-                     DELETE FROM {holds} WHERE node = $1 \
-                     AND (task = ANY($4) OR ($5 AND NOT task = ANY($3))) \
+                     DELETE FROM {holds} WHERE node = $1 AND incarnation = $2 \
+                     AND EXISTS (SELECT 1 FROM renewed) \
+                     AND (task = ANY($6) OR ($7 AND NOT task = ANY($5))) \
                      RETURNING 1), \
                  held AS (\
-                     INSERT INTO {holds} (node, task) SELECT $1, unnest($3::bytea[]) \
+                     INSERT INTO {holds} (node, incarnation, task) \
+                     SELECT $1, $2, t FROM unnest($5::bytea[]) AS t \
+                     WHERE EXISTS (SELECT 1 FROM renewed) \
                      ON CONFLICT DO NOTHING RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM known), \
-                     (SELECT count(*) FROM renewed), (SELECT count(*) FROM released), \
-                     (SELECT count(*) FROM held)"
+                 SELECT EXISTS (SELECT 1 FROM renewed), EXISTS (SELECT 1 FROM prior), \
+                     CASE WHEN (SELECT claimed FROM prior) THEN \
+                         array(SELECT task FROM {holds} WHERE node = $1 AND incarnation = $2) \
+                     END, \
+                     (SELECT count(*) FROM released), (SELECT count(*) FROM held)"
             )),
-            lapsed: sql(format!(
-                "SELECT n.node, h.task FROM {nodes} n LEFT JOIN {holds} h ON h.node = n.node \
-                 WHERE n.deadline <= now() ORDER BY n.node"
+            leases: sql(format!(
+                "SELECT node, incarnation, renewals, bound_ms, claimed FROM {leases}"
+            )),
+            // The update waits for a renewal in flight and re-checks the count after
+            // it; the holds it returns are those of the claimed lease.
+            claim: sql(format!(
+                "WITH claimed AS (\
+                     UPDATE {leases} SET claimed = true \
+                     WHERE node = $1 AND incarnation = $2 AND (claimed OR renewals = $3) \
+                     RETURNING 1) \
+                 SELECT EXISTS (SELECT 1 FROM claimed), \
+                     array(SELECT task FROM {holds} WHERE node = $1 AND incarnation = $2)"
             )),
             forget: sql(format!(
                 "WITH gone AS (\
-                     DELETE FROM {nodes} WHERE node = $1 AND deadline <= now() RETURNING node) \
-                 DELETE FROM {holds} WHERE node IN (SELECT node FROM gone)"
+                     DELETE FROM {leases} WHERE node = $1 AND incarnation = $2 AND claimed \
+                     RETURNING 1) \
+                 DELETE FROM {holds} WHERE node = $1 AND incarnation = $2 \
+                 AND EXISTS (SELECT 1 FROM gone)"
             )),
         }
     }
 }
 
-/// The leases of one `PostgresStore`, sharing its pool.
+/// The leases of one `PostgresStore`: its statements, and a pool of their own
+/// opened with the store pool's settings.
 #[derive(Clone)]
 pub(super) struct PgLeases {
-    pub(super) pool: PgPool,
-    pub(super) sql: Arc<LeaseStatements>,
+    store_pool: PgPool,
+    own: Arc<OnceCell<PgPool>>,
+    sql: Arc<LeaseStatements>,
+}
+
+impl PgLeases {
+    pub(super) fn new(store_pool: PgPool, sql: Arc<LeaseStatements>) -> Self {
+        PgLeases {
+            store_pool,
+            own: Arc::default(),
+            sql,
+        }
+    }
+
+    /// The lease pool, opened (lazily, so without a connection yet) on first use.
+    async fn pool(&self) -> &PgPool {
+        self.own
+            .get_or_init(|| async {
+                let options = (*self.store_pool.connect_options()).clone();
+                PgPoolOptions::new()
+                    .max_connections(LEASE_CONNECTIONS)
+                    .min_connections(0)
+                    .acquire_timeout(crate::defaults::STORE_TIMEOUT)
+                    .connect_lazy_with(options)
+            })
+            .await
+    }
 }
 
 impl fmt::Debug for PgLeases {
@@ -98,53 +159,93 @@ fn keys(ids: &[TaskId]) -> Vec<Vec<u8>> {
     ids.iter().map(|id| id.as_bytes().to_vec()).collect()
 }
 
+fn task_ids(rows: Vec<Vec<u8>>) -> Vec<TaskId> {
+    let mut ids: Vec<TaskId> = rows
+        .into_iter()
+        .filter_map(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes).ok())
+        .map(TaskId::from_bytes)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+/// An incarnation as the signed column keeps it (the layer's are below 2^63).
+fn column(incarnation: u64) -> i64 {
+    incarnation as i64
+}
+
 impl LeaseStore for PgLeases {
-    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
         Box::pin(async move {
             let bound_ms = i64::try_from(renewal.bound.as_millis()).unwrap_or(i64::MAX);
-            let (known, _, _, _): (bool, i64, i64, i64) = sqlx::query_as(self.sql.renew.clone())
-                .bind(renewal.node.as_str())
-                .bind(bound_ms as f64)
+            type Row = (bool, bool, Option<Vec<Vec<u8>>>, i64, i64);
+            let (renewed, known, claimed, _, _): Row = sqlx::query_as(self.sql.renew.clone())
+                .bind(renewal.lease.node.as_str())
+                .bind(column(renewal.lease.incarnation))
+                .bind(bound_ms)
+                .bind(renewal.first)
                 .bind(keys(renewal.hold))
                 .bind(keys(renewal.release))
                 .bind(renewal.replace)
-                .fetch_one(&self.pool)
+                .fetch_one(self.pool().await)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(known)
+            Ok(match (renewed, known) {
+                (true, true) => Renewed::Renewed,
+                (true, false) => Renewed::New,
+                (false, _) => Renewed::Lost {
+                    tasks: claimed.map(task_ids),
+                },
+            })
         })
     }
 
-    fn lapsed(&self) -> BoxFuture<'_, Result<Vec<LapsedNode>, StoreError>> {
+    fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
         Box::pin(async move {
-            let rows: Vec<(String, Option<Vec<u8>>)> = sqlx::query_as(self.sql.lapsed.clone())
-                .fetch_all(&self.pool)
+            let rows: Vec<(String, i64, i64, i64, bool)> = sqlx::query_as(self.sql.leases.clone())
+                .fetch_all(self.pool().await)
                 .await
                 .map_err(StoreError::backend)?;
-            let mut nodes: BTreeMap<String, Vec<TaskId>> = BTreeMap::new();
-            for (node, task) in rows {
-                let tasks = nodes.entry(node).or_default();
-                if let Some(id) = task
-                    .and_then(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes).ok())
-                    .map(TaskId::from_bytes)
-                {
-                    tasks.push(id);
-                }
-            }
-            Ok(nodes
+            Ok(rows
                 .into_iter()
-                .filter_map(|(node, tasks)| {
-                    NodeId::new(node).map(|node| LapsedNode { node, tasks })
+                .filter_map(|(node, incarnation, renewals, bound_ms, claimed)| {
+                    Some(LeaseState {
+                        lease: LeaseId {
+                            node: NodeId::new(node)?,
+                            incarnation: incarnation as u64,
+                        },
+                        renewals: renewals as u64,
+                        bound: std::time::Duration::from_millis(bound_ms.max(0) as u64),
+                        claimed,
+                    })
                 })
                 .collect())
         })
     }
 
-    fn forget<'a>(&'a self, node: &'a NodeId) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn claim<'a>(
+        &'a self,
+        lease: &'a LeaseId,
+        renewals: u64,
+    ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+        Box::pin(async move {
+            let (claimed, tasks): (bool, Vec<Vec<u8>>) = sqlx::query_as(self.sql.claim.clone())
+                .bind(lease.node.as_str())
+                .bind(column(lease.incarnation))
+                .bind(renewals as i64)
+                .fetch_one(self.pool().await)
+                .await
+                .map_err(StoreError::backend)?;
+            Ok(claimed.then(|| task_ids(tasks)))
+        })
+    }
+
+    fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(self.sql.forget.clone())
-                .bind(node.as_str())
-                .execute(&self.pool)
+                .bind(lease.node.as_str())
+                .bind(column(lease.incarnation))
+                .execute(self.pool().await)
                 .await
                 .map_err(StoreError::backend)?;
             Ok(())

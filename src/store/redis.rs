@@ -14,8 +14,9 @@
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
 //! | `P changes` | stream | an entry `c` = `<node>:<id>` after every write, trimmed to about 100 000 entries (`MAXLEN ~`). |
-//! | `P nodes` | sorted set | worker leases: node id → deadline (ms, Redis's clock). |
-//! | `P holds:<node>` | set | the task ids one node holds a worker lease on. |
+//! | `P leases` | set | worker leases: `<incarnation hex>:<node id>` of each. |
+//! | `P lease:<lease>` | hash | one lease's renewal count, lease length (ms) and claim. |
+//! | `P holds:<lease>` | set | the task ids one lease holds. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
 //! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
@@ -38,6 +39,7 @@ use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
 };
+use crate::backoff::Backoff;
 use crate::error::{BoxError, Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -245,6 +247,37 @@ end
 return found
 "#;
 
+/// Which ids exist, without their records. KEYS: owners, expiry, then one task
+/// key per id.
+/// ARGV: the scope ('' for any owner, else the owner tag), now ('' when the
+/// server's native expiry decides), then the ids.
+/// Answers, per id, 1 if the record exists, is visible in the scope and (with a
+/// `now`) has not expired by its expiry score, 0 otherwise.
+const EXISTING: &str = r#"
+local found = {}
+local now = nil
+if ARGV[2] ~= '' then
+  now = tonumber(ARGV[2])
+end
+for i = 3, #KEYS do
+  local id = ARGV[i]
+  local seen = redis.call('EXISTS', KEYS[i]) == 1
+  if seen and ARGV[1] ~= '' then
+    local own = redis.call('HGET', KEYS[i], 'own')
+    if not own then
+      own = redis.call('HGET', KEYS[1], id)
+    end
+    seen = own == ARGV[1]
+  end
+  if seen and now then
+    local expires = redis.call('ZSCORE', KEYS[2], id)
+    seen = not expires or tonumber(expires) > now
+  end
+  found[i - 2] = seen and 1 or 0
+end
+return found
+"#;
+
 const CAS_GONE: i64 = 0;
 const CAS_WRITTEN: i64 = 1;
 
@@ -253,6 +286,7 @@ struct Scripts {
     cas: Script,
     cleanup: Script,
     get_visible: Script,
+    existing: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
@@ -260,6 +294,7 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     cas: Script::new(&[CLOCK_FN, CAS].concat()),
     cleanup: Script::new(&[CLOCK_FN, DROP_FN, CLEANUP].concat()),
     get_visible: Script::new(GET_VISIBLE),
+    existing: Script::new(EXISTING),
 });
 
 /// A store in Redis, shared by every node that uses the same server and key prefix.
@@ -286,7 +321,7 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
 ///   any owner when the row cap is hit, the owner's own (from per-owner indexes)
 ///   when its cap is, so the per-owner cap is exact.
 /// - **Ownership.** Every record keeps its owner tag in a field of its own; an
-///   owner-scoped `get`, `update` or `visible` compares it in a server-side script
+///   owner-scoped `get`, `get_many`, `update` or `visible` compares it in a server-side script
 ///   and gets nothing back for a foreign record, so a foreign id costs what an
 ///   unknown one costs (one round trip, nothing decoded).
 /// - **Other nodes.** Every write appends `<node>:<task id>` to the stream
@@ -697,15 +732,60 @@ impl TaskStore for RedisStore {
         })
     }
 
-    /// One round trip for all the ids: a pipeline of `HGET`s for [`Scope::Any`], the
-    /// owner-checking script for [`Scope::Owner`] (foreign records stay on the
-    /// server).
+    /// One round trip for all the ids: a script that answers which exist (and are
+    /// the owner's, for [`Scope::Owner`]); no record leaves the server.
     fn visible<'a>(
         &'a self,
         ids: &'a [TaskId],
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
+            if unique.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut invocation = SCRIPTS.existing.key(&self.keys.owners);
+            invocation.key(&self.keys.expiry);
+            for id in &unique {
+                invocation.key(self.keys.task(&id.to_string()));
+            }
+            invocation.arg(match scope {
+                Scope::Any => String::new(),
+                Scope::Owner(owner) => owner_tag(owner),
+            });
+            invocation.arg(self.clock_arg(now));
+            for id in &unique {
+                invocation.arg(id.to_string());
+            }
+            let mut conn = self.conn.clone();
+            let exists: Vec<i64> = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            if exists.len() != unique.len() {
+                return Err(unexpected(
+                    "the script answered the wrong number of replies",
+                ));
+            }
+            Ok(unique
+                .into_iter()
+                .zip(exists)
+                .filter_map(|(id, found)| (found == 1).then_some(id))
+                .collect())
+        })
+    }
+
+    /// One round trip for all the ids: a pipeline of `HGET`s for [`Scope::Any`], the
+    /// owner-checking script for [`Scope::Owner`] (foreign records stay on the
+    /// server).
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
         Box::pin(async move {
             let mut seen = std::collections::HashSet::with_capacity(ids.len());
             let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
@@ -727,6 +807,7 @@ impl TaskStore for RedisStore {
                 }
                 Scope::Owner(owner) => self.owned(&unique, owner).await?,
             };
+            let stored: Vec<Option<String>> = stored;
             if stored.len() != unique.len() {
                 return Err(unexpected(
                     "a pipeline answered the wrong number of replies",
@@ -737,7 +818,7 @@ impl TaskStore for RedisStore {
                 let Some(json) = json else { continue };
                 let record = decode(&json)?;
                 if record.id == id && self.sees(&record, scope, now) {
-                    found.push(id);
+                    found.push(record);
                 }
             }
             Ok(found)
@@ -791,11 +872,13 @@ impl TaskStore for RedisStore {
         })
     }
 
-    /// Leases under the same prefix (`P nodes`, `P holds:<node>`), on the same
-    /// connection, with deadlines on Redis's clock.
+    /// Leases under the same prefix (`P leases`, `P lease:<lease>`,
+    /// `P holds:<lease>`), on a connection of their own when the store has a
+    /// client ([`with_change_feed`](Self::with_change_feed)), else on the store's.
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
         Some(Arc::new(RedisLeases::new(
             self.conn.clone(),
+            self.feed.as_ref().map(|feed| feed.client.clone()),
             &self.keys.prefix,
         )))
     }
@@ -914,7 +997,7 @@ struct ChangeStream {
 /// (or its sender, held by the store, is dropped), reconnecting with backoff and
 /// going on from the last entry read.
 async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
-    let mut delay = RECONNECT_MIN;
+    let mut backoff = Backoff::new(RECONNECT_MIN, RECONNECT_MAX);
     loop {
         let mut connected = false;
         tokio::select! {
@@ -925,13 +1008,12 @@ async fn listen(mut stream: ChangeStream, mut stop: oneshot::Receiver<()>) {
             },
         }
         if connected {
-            delay = RECONNECT_MIN;
+            backoff.reset();
         }
         tokio::select! {
             _ = &mut stop => return,
-            () = tokio::time::sleep(delay) => {}
+            () = backoff.wait() => {}
         }
-        delay = (delay * 2).min(RECONNECT_MAX);
     }
 }
 

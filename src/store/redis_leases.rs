@@ -1,24 +1,22 @@
-//! Worker leases beside a `RedisStore`'s keys, under its prefix `P`: `P nodes`, a
-//! sorted set of node ids scored by their deadlines, and `P holds:<node>`, the set
-//! of task ids each node holds. Deadlines are set and compared by Redis's clock
-//! (`TIME`, read inside the scripts), never a node's.
+//! Worker leases beside a `RedisStore`'s keys, under its prefix `P`: `P leases`, the
+//! set of lease members (`<incarnation hex>:<node>`), `P lease:<member>`, a hash of
+//! each lease's renewal count, lease length and claim, and `P holds:<member>`, the
+//! set of task ids it holds. No clock is read: other nodes watch the counts.
+//!
+//! When the store has a client (its change feed's), the leases run on a connection
+//! of their own, opened on first use, so renewals never queue behind request
+//! traffic on the store's connection.
 
 use std::fmt;
+use std::time::Duration;
 
-use redis::Script;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+use tokio::sync::OnceCell;
 
-use super::lease::{LapsedNode, LeaseStore, NodeId, Renewal};
+use super::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
 use super::{BoxFuture, StoreError};
 use crate::task::TaskId;
-
-/// Redis's clock in milliseconds, read inside a script.
-const NOW_FN: &str = r#"
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-"#;
 
 /// Adds or removes members in batches (a Lua call takes a bounded number of
 /// arguments).
@@ -33,153 +31,261 @@ local function batched(command, key, from, to)
 end
 "#;
 
-/// KEYS: nodes, the node's holds.
-/// ARGV: node, bound (ms), replace (1 or 0), how many held ids follow, the held
-/// ids, then the released ids.
-/// Returns 1 when the node had a lease, 0 when it had none.
+/// KEYS: the lease index, the lease, its holds.
+/// ARGV: member, bound (ms), first (1 or 0), replace (1 or 0), how many held ids
+/// follow, the held ids, then the released ids.
+/// Returns {'new'} or {'renewed'}; {'lost', ids...} when claimed; {'gone'} when
+/// there is no lease and this is not a first renewal.
 const RENEW: &str = r#"
-local known = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[1], now_ms() + tonumber(ARGV[2]), ARGV[1])
-if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[2])
+local claimed = redis.call('HGET', KEYS[2], 'claimed')
+if claimed == '1' then
+  local out = redis.call('SMEMBERS', KEYS[3])
+  table.insert(out, 1, 'lost')
+  return out
 end
-local held = tonumber(ARGV[4])
-batched('SADD', KEYS[2], 5, 4 + held)
-batched('SREM', KEYS[2], 5 + held, #ARGV)
-if known then return 1 else return 0 end
+if not claimed and ARGV[3] ~= '1' then return {'gone'} end
+redis.call('HINCRBY', KEYS[2], 'renewals', 1)
+redis.call('HSET', KEYS[2], 'bound', ARGV[2], 'claimed', '0')
+redis.call('SADD', KEYS[1], ARGV[1])
+if ARGV[4] == '1' then
+  redis.call('DEL', KEYS[3])
+end
+local held = tonumber(ARGV[5])
+batched('SADD', KEYS[3], 6, 5 + held)
+batched('SREM', KEYS[3], 6 + held, #ARGV)
+if claimed then return {'renewed'} else return {'new'} end
 "#;
 
-/// KEYS: nodes. ARGV: the holds key prefix.
-/// Returns, for each lapsed node, its id, how many ids follow, and its held ids.
-const LAPSED: &str = r#"
+/// KEYS: the lease index. ARGV: the lease key prefix.
+/// Returns, for each lease, its member, renewals, bound and claim.
+const LEASES: &str = r#"
 local out = {}
-for _, node in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms())) do
-  local held = redis.call('SMEMBERS', ARGV[1] .. node)
-  out[#out + 1] = node
-  out[#out + 1] = tostring(#held)
-  for _, id in ipairs(held) do
-    out[#out + 1] = id
+for _, member in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local lease = redis.call('HMGET', ARGV[1] .. member, 'renewals', 'bound', 'claimed')
+  if lease[1] then
+    out[#out + 1] = member
+    out[#out + 1] = lease[1]
+    out[#out + 1] = lease[2]
+    out[#out + 1] = lease[3]
   end
 end
 return out
 "#;
 
-/// KEYS: nodes, the node's holds. ARGV: node.
+/// KEYS: the lease, its holds. ARGV: the renewal count seen.
+/// Returns {'1', ids...} when claimed, {'0'} otherwise.
+const CLAIM: &str = r#"
+local lease = redis.call('HMGET', KEYS[1], 'renewals', 'claimed')
+if not lease[1] then return {'0'} end
+if lease[2] ~= '1' and lease[1] ~= ARGV[1] then return {'0'} end
+redis.call('HSET', KEYS[1], 'claimed', '1')
+local out = redis.call('SMEMBERS', KEYS[2])
+table.insert(out, 1, '1')
+return out
+"#;
+
+/// KEYS: the lease index, the lease, its holds. ARGV: member.
 const FORGET: &str = r#"
-local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if deadline and tonumber(deadline) <= now_ms() then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  redis.call('DEL', KEYS[2])
+if redis.call('HGET', KEYS[2], 'claimed') == '1' then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('SREM', KEYS[1], ARGV[1])
 end
 return 0
 "#;
 
 struct Scripts {
     renew: Script,
-    lapsed: Script,
+    leases: Script,
+    claim: Script,
     forget: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
-    renew: Script::new(&[NOW_FN, BATCH_FN, RENEW].concat()),
-    lapsed: Script::new(&[NOW_FN, LAPSED].concat()),
-    forget: Script::new(&[NOW_FN, FORGET].concat()),
+    renew: Script::new(&[BATCH_FN, RENEW].concat()),
+    leases: Script::new(LEASES),
+    claim: Script::new(CLAIM),
+    forget: Script::new(FORGET),
 });
 
-/// The leases of one `RedisStore`, on its connection.
+/// How long the lease connection waits before reconnecting, at most: a node back
+/// from an outage renews within this of the store answering again.
+const RECONNECT_MAX: Duration = Duration::from_millis(100);
+
+/// The leases of one `RedisStore`.
 #[derive(Clone)]
 pub(super) struct RedisLeases {
-    pub(super) conn: ConnectionManager,
-    /// `P nodes`.
-    pub(super) nodes: String,
-    /// `P holds:`, completed by a node id.
-    pub(super) holds: String,
+    /// The store's connection, used when there is no client to open another.
+    shared: ConnectionManager,
+    client: Option<Client>,
+    own: std::sync::Arc<OnceCell<ConnectionManager>>,
+    /// `P leases`.
+    index: String,
+    /// `P lease:`, completed by a member.
+    lease: String,
+    /// `P holds:`, completed by a member.
+    holds: String,
+}
+
+/// A lease's member in the index: its incarnation, then its node id.
+fn member(lease: &LeaseId) -> String {
+    format!("{:016x}:{}", lease.incarnation, lease.node)
+}
+
+fn parse_member(member: &str) -> Option<LeaseId> {
+    let (incarnation, node) = member.split_once(':')?;
+    Some(LeaseId {
+        node: NodeId::new(node)?,
+        incarnation: u64::from_str_radix(incarnation, 16).ok()?,
+    })
+}
+
+fn task_ids<'a>(items: impl Iterator<Item = &'a Vec<u8>>) -> Vec<TaskId> {
+    let mut ids: Vec<TaskId> = items
+        .filter_map(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes.as_slice()).ok())
+        .map(TaskId::from_bytes)
+        .collect();
+    ids.sort_unstable();
+    ids
 }
 
 impl RedisLeases {
-    pub(super) fn new(conn: ConnectionManager, prefix: &str) -> Self {
+    pub(super) fn new(shared: ConnectionManager, client: Option<Client>, prefix: &str) -> Self {
         RedisLeases {
-            conn,
-            nodes: format!("{prefix}nodes"),
+            shared,
+            client,
+            own: std::sync::Arc::default(),
+            index: format!("{prefix}leases"),
+            lease: format!("{prefix}lease:"),
             holds: format!("{prefix}holds:"),
         }
     }
 
-    fn holds_of(&self, node: &NodeId) -> String {
-        format!("{}{node}", self.holds)
+    /// The lease connection: its own when the store has a client, else the store's.
+    async fn conn(&self) -> ConnectionManager {
+        let Some(client) = &self.client else {
+            return self.shared.clone();
+        };
+        let own = self
+            .own
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_min_delay(Duration::from_millis(10))
+                    .set_max_delay(RECONNECT_MAX)
+                    .set_number_of_retries(usize::MAX);
+                ConnectionManager::new_lazy_with_config(client.clone(), config)
+            })
+            .await;
+        match own {
+            Ok(own) => own.clone(),
+            Err(_) => self.shared.clone(),
+        }
     }
 }
 
 impl fmt::Debug for RedisLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLeases")
-            .field("nodes", &self.nodes)
+            .field("index", &self.index)
             .finish_non_exhaustive()
     }
 }
 
 impl LeaseStore for RedisLeases {
-    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<bool, StoreError>> {
+    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
         Box::pin(async move {
+            let member = member(renewal.lease);
             let mut invocation = SCRIPTS.renew.prepare_invoke();
             invocation
-                .key(&self.nodes)
-                .key(self.holds_of(renewal.node))
-                .arg(renewal.node.as_str())
+                .key(&self.index)
+                .key(format!("{}{member}", self.lease))
+                .key(format!("{}{member}", self.holds))
+                .arg(&member)
                 .arg(u64::try_from(renewal.bound.as_millis()).unwrap_or(u64::MAX))
+                .arg(u8::from(renewal.first))
                 .arg(u8::from(renewal.replace))
                 .arg(renewal.hold.len());
             for id in renewal.hold.iter().chain(renewal.release) {
                 invocation.arg(&id.as_bytes()[..]);
             }
-            let mut conn = self.conn.clone();
-            let known: i64 = invocation
+            let mut conn = self.conn().await;
+            let reply: Vec<Vec<u8>> = invocation
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(known == 1)
+            Ok(match reply.first().map(Vec::as_slice) {
+                Some(b"new") => Renewed::New,
+                Some(b"renewed") => Renewed::Renewed,
+                Some(b"lost") => Renewed::Lost {
+                    tasks: Some(task_ids(reply[1..].iter())),
+                },
+                _ => Renewed::Lost { tasks: None },
+            })
         })
     }
 
-    fn lapsed(&self) -> BoxFuture<'_, Result<Vec<LapsedNode>, StoreError>> {
+    fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let flat: Vec<Vec<u8>> = SCRIPTS
-                .lapsed
-                .key(&self.nodes)
-                .arg(&self.holds)
+            let mut conn = self.conn().await;
+            let flat: Vec<Option<String>> = SCRIPTS
+                .leases
+                .key(&self.index)
+                .arg(&self.lease)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            let mut lapsed = Vec::new();
-            let mut items = flat.into_iter();
-            while let (Some(node), Some(count)) = (items.next(), items.next()) {
-                let count: usize = std::str::from_utf8(&count)
-                    .ok()
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                let tasks: Vec<TaskId> = items
-                    .by_ref()
-                    .take(count)
-                    .filter_map(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes).ok())
-                    .map(TaskId::from_bytes)
-                    .collect();
-                if let Some(node) = String::from_utf8(node).ok().and_then(NodeId::new) {
-                    lapsed.push(LapsedNode { node, tasks });
-                }
-            }
-            Ok(lapsed)
+            let number = |field: &Option<String>| {
+                field
+                    .as_deref()
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let mut leases: Vec<LeaseState> = flat
+                .chunks_exact(4)
+                .filter_map(|row| {
+                    Some(LeaseState {
+                        lease: parse_member(row[0].as_deref()?)?,
+                        renewals: number(&row[1]),
+                        bound: Duration::from_millis(number(&row[2])),
+                        claimed: row[3].as_deref() == Some("1"),
+                    })
+                })
+                .collect();
+            leases.sort_unstable_by(|a, b| a.lease.cmp(&b.lease));
+            Ok(leases)
         })
     }
 
-    fn forget<'a>(&'a self, node: &'a NodeId) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn claim<'a>(
+        &'a self,
+        lease: &'a LeaseId,
+        renewals: u64,
+    ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
         Box::pin(async move {
-            let mut conn = self.conn.clone();
+            let member = member(lease);
+            let mut conn = self.conn().await;
+            let reply: Vec<Vec<u8>> = SCRIPTS
+                .claim
+                .key(format!("{}{member}", self.lease))
+                .key(format!("{}{member}", self.holds))
+                .arg(renewals)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            Ok((reply.first().map(Vec::as_slice) == Some(b"1"))
+                .then(|| task_ids(reply[1..].iter())))
+        })
+    }
+
+    fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let member = member(lease);
+            let mut conn = self.conn().await;
             let _: i64 = SCRIPTS
                 .forget
-                .key(&self.nodes)
-                .key(self.holds_of(node))
-                .arg(node.as_str())
+                .key(&self.index)
+                .key(format!("{}{member}", self.lease))
+                .key(format!("{}{member}", self.holds))
+                .arg(&member)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;

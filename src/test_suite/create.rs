@@ -388,6 +388,77 @@ pub async fn retired_records_past_retention_never_fill_the_caps<S: TaskStore>(st
 /// foreign and expired ids are absent.
 pub async fn visible_lists_only_visible_ids<S: TaskStore>(store: S) {
     const RULE: &str = "visible_lists_only_visible_ids";
+    for case in visibility_cases(RULE, &store).await {
+        match store.visible(&case.ids, case.scope(), case.at).await {
+            Ok(found) => assert_eq!(
+                found, case.expected,
+                "[{RULE}] visible must list {}, in the order asked, each once",
+                case.what
+            ),
+            Err(e) => panic!("[{RULE}] visible failed: {e}"),
+        }
+    }
+    match store.visible(&[], Scope::Any, Timestamp::now()).await {
+        Ok(found) => assert!(found.is_empty(), "[{RULE}] no ids asked, none found"),
+        Err(e) => panic!("[{RULE}] visible of no ids failed: {e}"),
+    }
+}
+
+/// `get_many` returns, in one call, the records `get` would return for many ids:
+/// existing, unexpired and visible in the scope, in the order given, each once,
+/// each exactly as stored; unknown, foreign and expired ids are absent.
+pub async fn get_many_reads_only_visible_records<S: TaskStore>(store: S) {
+    const RULE: &str = "get_many_reads_only_visible_records";
+    for case in visibility_cases(RULE, &store).await {
+        match store.get_many(&case.ids, case.scope(), case.at).await {
+            Ok(found) => {
+                let ids: Vec<crate::task::TaskId> = found.iter().map(|r| r.id).collect();
+                assert_eq!(
+                    ids, case.expected,
+                    "[{RULE}] get_many must return {}, in the order asked, each once",
+                    case.what
+                );
+                for record in found {
+                    let one = store.get(&record.id, Scope::Any, case.at).await;
+                    match one {
+                        Ok(Some(one)) => assert_eq!(
+                            record, one,
+                            "[{RULE}] get_many must return each record as get does"
+                        ),
+                        other => panic!("[{RULE}] get of a record get_many found: {other:?}"),
+                    }
+                }
+            }
+            Err(e) => panic!("[{RULE}] get_many failed: {e}"),
+        }
+    }
+    match store.get_many(&[], Scope::Any, Timestamp::now()).await {
+        Ok(found) => assert!(found.is_empty(), "[{RULE}] no ids asked, none found"),
+        Err(e) => panic!("[{RULE}] get_many of no ids failed: {e}"),
+    }
+}
+
+/// One batched read to check: the ids asked, who asks and when, and what it finds.
+struct VisibilityCase {
+    ids: Vec<crate::task::TaskId>,
+    owner: Option<Option<Principal>>,
+    at: Timestamp,
+    expected: Vec<crate::task::TaskId>,
+    what: &'static str,
+}
+
+impl VisibilityCase {
+    fn scope(&self) -> Scope<'_> {
+        match &self.owner {
+            None => Scope::Any,
+            Some(owner) => Scope::Owner(owner.as_ref()),
+        }
+    }
+}
+
+/// Stores alice's tasks (one expiring after 1 s), bob's and an unowned one, and
+/// returns reads over them and an unknown id, with what each must find.
+async fn visibility_cases<S: TaskStore>(rule: &str, store: &S) -> Vec<VisibilityCase> {
     let now = Timestamp::now();
     let later = now.plus_ms(1_000);
     let alice = Principal::from("alice");
@@ -396,10 +467,10 @@ pub async fn visible_lists_only_visible_ids<S: TaskStore>(store: S) {
     let bobs = record(Some(Principal::from("bob")), now, None);
     let anonymous = record(None, now, Some(HOUR_MS));
     for r in [&mine, &mine_short, &bobs, &anonymous] {
-        create(RULE, &store, r.clone(), CreateLimits::default()).await;
+        create(rule, store, r.clone(), CreateLimits::default()).await;
     }
     let unknown = crate::task::TaskId::random();
-    let ids = [
+    let ids = vec![
         unknown,
         mine_short.id,
         bobs.id,
@@ -407,43 +478,37 @@ pub async fn visible_lists_only_visible_ids<S: TaskStore>(store: S) {
         anonymous.id,
         mine_short.id,
     ];
-    let cases: [(Scope<'_>, Timestamp, Vec<crate::task::TaskId>, &str); 4] = [
-        (
-            Scope::Owner(Some(&alice)),
+    let case = |owner, at, expected, what| VisibilityCase {
+        ids: ids.clone(),
+        owner,
+        at,
+        expected,
+        what,
+    };
+    vec![
+        case(
+            Some(Some(alice.clone())),
             now,
             vec![mine_short.id, mine.id],
             "alice's live ids",
         ),
-        (
-            Scope::Owner(Some(&alice)),
+        case(
+            Some(Some(alice)),
             later,
             vec![mine.id],
             "alice's ids once one expired",
         ),
-        (
-            Scope::Owner(None),
+        case(
+            Some(None),
             now,
             vec![anonymous.id],
             "the unowned ids for an unauthenticated caller",
         ),
-        (
-            Scope::Any,
+        case(
+            None,
             later,
             vec![bobs.id, mine.id, anonymous.id],
             "every unexpired id with Scope::Any",
         ),
-    ];
-    for (scope, at, expected, what) in cases {
-        match store.visible(&ids, scope, at).await {
-            Ok(found) => assert_eq!(
-                found, expected,
-                "[{RULE}] visible must list {what}, in the order asked, each once"
-            ),
-            Err(e) => panic!("[{RULE}] visible failed: {e}"),
-        }
-    }
-    match store.visible(&[], Scope::Any, now).await {
-        Ok(found) => assert!(found.is_empty(), "[{RULE}] no ids asked, none found"),
-        Err(e) => panic!("[{RULE}] visible of no ids failed: {e}"),
-    }
+    ]
 }

@@ -39,6 +39,15 @@ pub enum StoreCall<'a> {
         /// The time of the read.
         now: Timestamp,
     },
+    /// [`TaskStore::get_many`].
+    GetMany {
+        /// The tasks asked for.
+        ids: &'a [TaskId],
+        /// Who is asking.
+        scope: Scope<'a>,
+        /// The time of the read.
+        now: Timestamp,
+    },
     /// [`TaskStore::update`].
     Update {
         /// The task to change.
@@ -65,7 +74,8 @@ pub enum StoreCall<'a> {
 /// `()` is the empty set of hooks, and an `Arc` of hooks is hooks too, so a test
 /// can keep a handle on the state its hooks record.
 pub trait StoreHooks: Debug + Send + Sync + 'static {
-    /// Runs before every `create`, `get`, `visible`, `update` and `cleanup`. An error is the
+    /// Runs before every `create`, `get`, `get_many`, `visible`, `update` and
+    /// `cleanup`. An error is the
     /// call's answer, and the wrapped store is not called at all.
     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
         let _ = call;
@@ -84,6 +94,11 @@ pub trait StoreHooks: Debug + Send + Sync + 'static {
 
     /// Runs once `visible` of `ids` returned `result`.
     fn after_visible(&self, ids: &[TaskId], result: &Result<Vec<TaskId>, StoreError>) {
+        let _ = (ids, result);
+    }
+
+    /// Runs once `get_many` of `ids` returned `result`.
+    fn after_get_many(&self, ids: &[TaskId], result: &Result<Vec<TaskRecord>, StoreError>) {
         let _ = (ids, result);
     }
 
@@ -125,6 +140,10 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 
     fn after_visible(&self, ids: &[TaskId], result: &Result<Vec<TaskId>, StoreError>) {
         (**self).after_visible(ids, result);
+    }
+
+    fn after_get_many(&self, ids: &[TaskId], result: &Result<Vec<TaskRecord>, StoreError>) {
+        (**self).after_get_many(ids, result);
     }
 
     fn after_update(&self, id: &TaskId, result: &Result<Option<Updated>, StoreError>) {
@@ -262,6 +281,20 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
             self.hooks.before(StoreCall::Visible { ids, scope, now })?;
             let result = self.store.visible(ids, scope, now).await;
             self.hooks.after_visible(ids, &result);
+            result
+        })
+    }
+
+    fn get_many<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
+        Box::pin(async move {
+            self.hooks.before(StoreCall::GetMany { ids, scope, now })?;
+            let result = self.store.get_many(ids, scope, now).await;
+            self.hooks.after_get_many(ids, &result);
             result
         })
     }

@@ -1,20 +1,26 @@
-//! Worker leases of stores shared between nodes: a lease lapses only without
-//! renewals, holds follow the changes sent, and a survivor fails a stopped node's
-//! unfinished tasks.
+//! Worker leases of stores shared between nodes: a lease counts its renewals and
+//! keeps its node's lease length and holds; a claim re-checks the count atomically
+//! and a claimed lease is never renewed again; a survivor fails a stopped node's
+//! unfinished tasks; an outage of the leases that every node shares fails nothing;
+//! a node cut off alone loses its work and learns it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use super::helpers::{HOUR_MS, create, get_found, record};
+use crate::error::StoreError;
 use crate::layer::TasksLayer;
-use crate::store::{CreateLimits, LapsedNode, LeaseStore, NodeId, Renewal, TaskStore};
+use crate::store::{
+    BoxFuture, CreateLimits, LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed, TaskStore,
+};
 use crate::task::{Scope, TaskEnd, TaskId, TaskStatus, Timestamp};
 
-/// The lease the rules give their nodes: short, so that lapsing is quick, and long
-/// enough that a renewal over a network arrives in time.
+/// The lease the rules give their nodes: short, so that the rules are quick, and
+/// long enough that a renewal over a network arrives in time.
 const BOUND: Duration = Duration::from_millis(400);
 
-/// How long a rule waits for a lease to lapse, or a lost task to fail.
+/// How long a rule waits for a lost task to fail.
 const PATIENCE: Duration = Duration::from_secs(10);
 
 fn leases_of<S: TaskStore>(rule: &str, store: &S) -> Arc<dyn LeaseStore> {
@@ -23,37 +29,58 @@ fn leases_of<S: TaskStore>(rule: &str, store: &S) -> Arc<dyn LeaseStore> {
     })
 }
 
-async fn renew(rule: &str, leases: &dyn LeaseStore, renewal: Renewal<'_>) -> bool {
+async fn renew(rule: &str, leases: &dyn LeaseStore, renewal: Renewal<'_>) -> Renewed {
     leases
         .renew(renewal)
         .await
         .unwrap_or_else(|e| panic!("[{rule}] renew failed: {e}"))
 }
 
-async fn lapsed(rule: &str, leases: &dyn LeaseStore, node: &NodeId) -> Option<LapsedNode> {
-    leases
-        .lapsed()
-        .await
-        .unwrap_or_else(|e| panic!("[{rule}] lapsed failed: {e}"))
-        .into_iter()
-        .find(|lapsed| &lapsed.node == node)
+/// A renewal of `lease` with these changes.
+fn renewal<'a>(
+    lease: &'a LeaseId,
+    first: bool,
+    hold: &'a [TaskId],
+    release: &'a [TaskId],
+    replace: bool,
+) -> Renewal<'a> {
+    Renewal {
+        lease,
+        bound: BOUND,
+        first,
+        hold,
+        release,
+        replace,
+    }
 }
 
-/// Waits (bounded) until `node`'s lease has lapsed, and returns what it held.
-async fn until_lapsed(rule: &str, leases: &dyn LeaseStore, node: &NodeId) -> Vec<TaskId> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(found) = lapsed(rule, leases, node).await {
-            let mut tasks = found.tasks;
-            tasks.sort_unstable();
-            return tasks;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "[{rule}] a lease not renewed for {PATIENCE:?} must have lapsed"
-        );
-        tokio::time::sleep(BOUND / 8).await;
-    }
+async fn state(rule: &str, leases: &dyn LeaseStore, lease: &LeaseId) -> Option<LeaseState> {
+    leases
+        .leases()
+        .await
+        .unwrap_or_else(|e| panic!("[{rule}] leases failed: {e}"))
+        .into_iter()
+        .find(|state| &state.lease == lease)
+}
+
+async fn claim(
+    rule: &str,
+    leases: &dyn LeaseStore,
+    lease: &LeaseId,
+    renewals: u64,
+) -> Option<Vec<TaskId>> {
+    leases
+        .claim(lease, renewals)
+        .await
+        .unwrap_or_else(|e| panic!("[{rule}] claim failed: {e}"))
+        .map(sorted)
+}
+
+async fn forget(rule: &str, leases: &dyn LeaseStore, lease: &LeaseId) {
+    leases
+        .forget(lease)
+        .await
+        .unwrap_or_else(|e| panic!("[{rule}] forget failed: {e}"));
 }
 
 fn sorted(mut ids: Vec<TaskId>) -> Vec<TaskId> {
@@ -61,128 +88,163 @@ fn sorted(mut ids: Vec<TaskId>) -> Vec<TaskId> {
     ids
 }
 
-/// Multi-node: a lease is new on its first renewal and known on the next; it
-/// lapses only once `bound` passes without a renewal, holding exactly the tasks the
-/// renewals left it (holds added, releases removed, a replace starting over); a
-/// lapsed lease is forgotten on request, a renewed one never. `a` and `b` are two
-/// instances over the same shared state: what one node renews, the other sees.
-pub async fn nodes_leases_lapse_only_without_renewals<S: TaskStore>(a: S, b: S) {
-    const RULE: &str = "nodes_leases_lapse_only_without_renewals";
+/// Multi-node: only a first renewal creates a lease; each renewal moves its count
+/// and stores its node's lease length; holds follow the changes sent (a replace
+/// starts over). A claim with a stale count takes nothing; one with the current
+/// count takes the holds; a claimed lease is never renewed again (the renewal
+/// reports it lost, with the claimed holds) and is claimed again by anyone who
+/// finishes the claim; forgetting removes only a claimed lease. A renewal and a
+/// claim racing on one count never both win. `a` and `b` are two instances over
+/// the same shared state: what one node renews, the other sees.
+pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_leases_count_renewals_and_claim_atomically";
     let (on_a, on_b) = (leases_of(RULE, &a), leases_of(RULE, &b));
-    let node = NodeId::random();
+    let lease = LeaseId::new(NodeId::random());
     let ids: Vec<TaskId> = (0..4).map(|_| TaskId::random()).collect();
-    let renewal = |hold: &'static [usize], release: &'static [usize], replace: bool| {
-        let pick = |which: &[usize]| which.iter().map(|&i| ids[i]).collect::<Vec<_>>();
-        (pick(hold), pick(release), replace)
-    };
 
-    let (hold, release, replace) = renewal(&[0, 1, 2], &[], false);
-    let first = Renewal {
-        node: &node,
-        bound: BOUND,
-        hold: &hold,
-        release: &release,
-        replace,
-    };
+    let stray = LeaseId::new(NodeId::random());
+    assert_eq!(
+        renew(RULE, &*on_a, renewal(&stray, false, &ids[..1], &[], true)).await,
+        Renewed::Lost { tasks: None },
+        "[{RULE}] a later renewal of a lease the store lacks must report it lost"
+    );
     assert!(
-        !renew(RULE, &*on_a, first).await,
+        state(RULE, &*on_b, &stray).await.is_none(),
+        "[{RULE}] only a first renewal creates a lease"
+    );
+
+    assert_eq!(
+        renew(RULE, &*on_a, renewal(&lease, true, &ids[..3], &[], true)).await,
+        Renewed::New,
         "[{RULE}] a first renewal must report a new lease"
     );
-    let (hold, release, replace) = renewal(&[3], &[1], false);
-    let second = Renewal {
-        node: &node,
-        bound: BOUND,
-        hold: &hold,
-        release: &release,
-        replace,
-    };
-    assert!(
-        renew(RULE, &*on_a, second).await,
+    assert_eq!(
+        renew(
+            RULE,
+            &*on_a,
+            renewal(&lease, false, &ids[3..], &ids[1..2], false)
+        )
+        .await,
+        Renewed::Renewed,
         "[{RULE}] a second renewal must find the lease"
     );
-    assert!(
-        lapsed(RULE, &*on_b, &node).await.is_none(),
-        "[{RULE}] a lease just renewed must not read as lapsed"
-    );
-
-    // Renewed more often than its bound, it never lapses.
-    for _ in 0..4 {
-        tokio::time::sleep(BOUND / 3).await;
-        let keep = Renewal {
-            node: &node,
-            bound: BOUND,
-            hold: &[],
-            release: &[],
-            replace: false,
-        };
-        renew(RULE, &*on_a, keep).await;
-        assert!(
-            lapsed(RULE, &*on_b, &node).await.is_none(),
-            "[{RULE}] a lease renewed within its bound must not lapse"
-        );
-    }
-    on_b.forget(&node)
+    let seen = state(RULE, &*on_b, &lease)
         .await
-        .unwrap_or_else(|e| panic!("[{RULE}] forget failed: {e}"));
-    let after_forget = Renewal {
-        node: &node,
-        bound: BOUND,
-        hold: &[],
-        release: &[],
-        replace: false,
+        .unwrap_or_else(|| panic!("[{RULE}] a renewed lease must be listed"));
+    assert_eq!(
+        (seen.renewals, seen.bound, seen.claimed),
+        (2, BOUND, false),
+        "[{RULE}] a lease counts its renewals and keeps its node's lease length"
+    );
+    let longer = Renewal {
+        bound: BOUND * 3,
+        ..renewal(&lease, false, &[], &[], false)
     };
-    assert!(
-        renew(RULE, &*on_a, after_forget).await,
-        "[{RULE}] forgetting a live lease must leave it in place"
+    renew(RULE, &*on_a, longer).await;
+    let seen = state(RULE, &*on_b, &lease).await.expect("listed");
+    assert_eq!(
+        (seen.renewals, seen.bound),
+        (3, BOUND * 3),
+        "[{RULE}] each renewal stores the lease length it brings"
     );
 
-    let held = until_lapsed(RULE, &*on_b, &node).await;
+    // A stale count claims nothing; a live lease is not forgotten.
+    assert_eq!(
+        claim(RULE, &*on_b, &lease, 2).await,
+        None,
+        "[{RULE}] a claim with a count the lease moved past must take nothing"
+    );
+    forget(RULE, &*on_b, &lease).await;
+    let seen = state(RULE, &*on_b, &lease).await.unwrap_or_else(|| {
+        panic!("[{RULE}] forgetting a lease nobody claimed must leave it in place")
+    });
+    assert!(
+        !seen.claimed,
+        "[{RULE}] a stale claim must not mark the lease"
+    );
+
+    let held = claim(RULE, &*on_b, &lease, 3).await;
     assert_eq!(
         held,
-        sorted(vec![ids[0], ids[2], ids[3]]),
-        "[{RULE}] a lapsed lease must hold what its renewals added, less what they released"
+        Some(sorted(vec![ids[0], ids[2], ids[3]])),
+        "[{RULE}] a claim must take what the renewals held, less what they released"
+    );
+    assert!(
+        state(RULE, &*on_a, &lease).await.expect("listed").claimed,
+        "[{RULE}] a claimed lease reads as claimed"
+    );
+    assert_eq!(
+        renew(RULE, &*on_a, renewal(&lease, false, &ids[1..2], &[], true)).await,
+        Renewed::Lost {
+            tasks: held.clone()
+        },
+        "[{RULE}] a claimed lease's renewal must report it lost, with the claimed holds"
+    );
+    assert_eq!(
+        state(RULE, &*on_b, &lease).await.expect("listed").renewals,
+        3,
+        "[{RULE}] a claimed lease's count never moves again"
+    );
+    assert_eq!(
+        claim(RULE, &*on_b, &lease, 0).await,
+        held,
+        "[{RULE}] a claimed lease can be claimed again, to finish the claim"
+    );
+    forget(RULE, &*on_b, &lease).await;
+    assert!(
+        state(RULE, &*on_a, &lease).await.is_none(),
+        "[{RULE}] a forgotten lease must be gone"
+    );
+    assert_eq!(
+        renew(RULE, &*on_a, renewal(&lease, false, &[], &[], false)).await,
+        Renewed::Lost { tasks: None },
+        "[{RULE}] a renewal after the claim is over must report the lease lost"
     );
 
     // A replace starts the set over.
-    let (hold, release, replace) = renewal(&[1], &[], true);
-    let replaced = Renewal {
-        node: &node,
-        bound: BOUND,
-        hold: &hold,
-        release: &release,
-        replace,
-    };
-    renew(RULE, &*on_a, replaced).await;
-    assert!(
-        lapsed(RULE, &*on_b, &node).await.is_none(),
-        "[{RULE}] a renewal revives a lapsed lease"
-    );
-    let held = until_lapsed(RULE, &*on_b, &node).await;
+    let other = LeaseId::new(NodeId::random());
+    renew(RULE, &*on_a, renewal(&other, true, &ids[..2], &[], true)).await;
+    renew(RULE, &*on_a, renewal(&other, false, &ids[2..3], &[], true)).await;
     assert_eq!(
-        held,
-        vec![ids[1]],
+        claim(RULE, &*on_b, &other, 2).await,
+        Some(vec![ids[2]]),
         "[{RULE}] a replace must leave exactly the new set"
     );
+    forget(RULE, &*on_b, &other).await;
 
-    on_b.forget(&node)
-        .await
-        .unwrap_or_else(|e| panic!("[{RULE}] forget failed: {e}"));
-    assert!(
-        lapsed(RULE, &*on_a, &node).await.is_none(),
-        "[{RULE}] a forgotten lease must be gone"
-    );
-    let again = Renewal {
-        node: &node,
-        bound: BOUND,
-        hold: &[],
-        release: &[],
-        replace: false,
+    // A renewal and a claim on the count it moves: exactly one wins.
+    let racer = LeaseId::new(NodeId::random());
+    renew(RULE, &*on_a, renewal(&racer, true, &ids[..1], &[], true)).await;
+    for count in 1..=20u64 {
+        let (renewed, claimed) = tokio::join!(
+            renew(RULE, &*on_a, renewal(&racer, false, &[], &[], false)),
+            claim(RULE, &*on_b, &racer, count),
+        );
+        match (renewed, claimed) {
+            (Renewed::Renewed, None) => {}
+            (Renewed::Lost { .. }, Some(held)) => {
+                assert_eq!(held, vec![ids[0]], "[{RULE}] the claim takes the holds");
+                break;
+            }
+            (renewed, claimed) => panic!(
+                "[{RULE}] a renewal and a claim racing must not both win or both lose: {renewed:?}, {claimed:?}"
+            ),
+        }
+    }
+    on_b.claim(&racer, 0).await.ok();
+    forget(RULE, &*on_b, &racer).await;
+}
+
+/// Two layers, `doomed` and `survivor`, on `a` and `b`.
+fn pair<S: TaskStore>(rule: &str, a: &Arc<S>, b: &Arc<S>) -> (TasksLayer, TasksLayer) {
+    let node = |store: &Arc<S>| {
+        TasksLayer::builder(store.clone())
+            .with_worker_lease(BOUND)
+            .without_janitor()
+            .build()
+            .unwrap_or_else(|e| panic!("[{rule}] building a layer failed: {e}"))
     };
-    assert!(
-        !renew(RULE, &*on_a, again).await,
-        "[{RULE}] a renewal after the lease was forgotten must report a new lease"
-    );
-    on_a.forget(&node).await.ok();
+    (node(a), node(b))
 }
 
 /// Multi-node: a node that stops (its layer dropped without ending its work) has
@@ -191,16 +253,8 @@ pub async fn nodes_leases_lapse_only_without_renewals<S: TaskStore>(a: S, b: S) 
 /// the survivor's own tasks are never touched.
 pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_lost_workers_fail_on_the_survivor";
-    let a = Arc::new(a);
-    let b = Arc::new(b);
-    let node = |store: &Arc<S>| {
-        TasksLayer::builder(store.clone())
-            .with_worker_lease(BOUND)
-            .without_janitor()
-            .build()
-            .unwrap_or_else(|e| panic!("[{RULE}] building a layer failed: {e}"))
-    };
-    let (doomed, survivor) = (node(&a), node(&b));
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let (doomed, survivor) = pair(RULE, &a, &b);
     let now = Timestamp::now();
     let lost = record(None, now, Some(HOUR_MS));
     let finished = record(None, now, Some(HOUR_MS));
@@ -216,8 +270,9 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         .complete(&finished.id, serde_json::json!({"content": []}))
         .await
         .unwrap_or_else(|e| panic!("[{RULE}] completing a task failed: {e}"));
-    // Let both nodes renew with their holds before one stops.
-    tokio::time::sleep(BOUND).await;
+    // Let both nodes renew with their holds, and the survivor watch long enough
+    // to claim, before one stops.
+    tokio::time::sleep(BOUND * 2).await;
     assert_eq!(
         get_found(RULE, &*b, &lost.id, Scope::Any, now).await.status,
         TaskStatus::Working,
@@ -244,6 +299,11 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         crate::RpcError::INTERNAL_ERROR,
         "[{RULE}] a lost task fails -32603"
     );
+    assert!(
+        error.message.contains("stopped or lost its lease"),
+        "[{RULE}] a lost task says why: {}",
+        error.message
+    );
     assert_eq!(
         get_found(RULE, &*b, &finished.id, Scope::Any, Timestamp::now())
             .await
@@ -258,4 +318,169 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         TaskStatus::Working,
         "[{RULE}] the survivor's own task must not be failed"
     );
+}
+
+/// Leases that answer with an error while `down` is set, as an unreachable store.
+#[derive(Debug, Clone)]
+struct Cut {
+    inner: Arc<dyn LeaseStore>,
+    down: Arc<AtomicBool>,
+}
+
+impl Cut {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::Acquire) {
+            return Err(StoreError::backend(std::io::Error::other(
+                "the store is unreachable",
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl LeaseStore for Cut {
+    fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.renew(renewal).await
+        })
+    }
+
+    fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.leases().await
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        lease: &'a LeaseId,
+        renewals: u64,
+    ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.claim(lease, renewals).await
+        })
+    }
+
+    fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.forget(lease).await
+        })
+    }
+}
+
+/// A layer on `store` whose leases go through `down`.
+fn cut_node<S: TaskStore>(rule: &str, store: &Arc<S>, down: &Arc<AtomicBool>) -> TasksLayer {
+    let leases = Cut {
+        inner: leases_of(rule, &**store),
+        down: down.clone(),
+    };
+    TasksLayer::builder(store.clone())
+        .with_worker_lease(BOUND)
+        .with_lease_store(leases)
+        .without_janitor()
+        .build()
+        .unwrap_or_else(|e| panic!("[{rule}] building a layer failed: {e}"))
+}
+
+/// Multi-node: the leases of both nodes are unreachable for 3 × the lease, then
+/// back: neither node's task is failed, then or after.
+pub async fn nodes_a_shared_lease_outage_fails_nothing<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_a_shared_lease_outage_fails_nothing";
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let down = Arc::new(AtomicBool::new(false));
+    let (one, two) = (cut_node(RULE, &a, &down), cut_node(RULE, &b, &down));
+    let now = Timestamp::now();
+    let tasks = [
+        record(None, now, Some(HOUR_MS)),
+        record(None, now, Some(HOUR_MS)),
+    ];
+    for task in &tasks {
+        create(RULE, &*a, task.clone(), CreateLimits::default()).await;
+    }
+    one.handle().hold(tasks[0].id);
+    two.handle().hold(tasks[1].id);
+    tokio::time::sleep(BOUND * 3).await;
+
+    down.store(true, Ordering::Release);
+    tokio::time::sleep(BOUND * 3).await;
+    down.store(false, Ordering::Release);
+    tokio::time::sleep(BOUND * 4).await;
+    for task in &tasks {
+        assert_eq!(
+            get_found(RULE, &*a, &task.id, Scope::Any, Timestamp::now())
+                .await
+                .status,
+            TaskStatus::Working,
+            "[{RULE}] an outage every node shares must fail no task"
+        );
+    }
+}
+
+/// Multi-node: one node's leases are unreachable for 3 × the lease while the
+/// other's are not: the other fails the cut-off node's task within the bound; back,
+/// the cut-off node learns it (its wait on the task ends), and renews under a new
+/// incarnation, so its later work is leased again.
+pub async fn nodes_a_node_cut_off_learns_it_lost_its_lease<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_a_node_cut_off_learns_it_lost_its_lease";
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let down = Arc::new(AtomicBool::new(false));
+    let cut = cut_node(RULE, &a, &down);
+    let keeps = cut_node(RULE, &b, &Arc::new(AtomicBool::new(false)));
+    let now = Timestamp::now();
+    let task = record(None, now, Some(HOUR_MS));
+    create(RULE, &*a, task.clone(), CreateLimits::default()).await;
+    cut.handle().hold(task.id);
+    tokio::time::sleep(BOUND * 3).await;
+    let before: Vec<LeaseId> = leases_of(RULE, &*b)
+        .leases()
+        .await
+        .unwrap_or_else(|e| panic!("[{RULE}] leases failed: {e}"))
+        .into_iter()
+        .map(|state| state.lease)
+        .collect();
+
+    down.store(true, Ordering::Release);
+    let cut_at = tokio::time::Instant::now();
+    let end = tokio::time::timeout(PATIENCE, keeps.handle().cancelled(&task.id))
+        .await
+        .unwrap_or_else(|_| panic!("[{RULE}] a cut-off node's task must fail"));
+    let took = cut_at.elapsed();
+    assert_eq!(end, TaskEnd::Failed, "[{RULE}] a lost task must end failed");
+    assert!(
+        took <= BOUND * 5 / 4 + Duration::from_millis(600),
+        "[{RULE}] a cut-off node's task failed {took:?} after the cut, past 1.25 × {BOUND:?}"
+    );
+    tokio::time::sleep((BOUND * 3).saturating_sub(took)).await;
+    down.store(false, Ordering::Release);
+    let end = tokio::time::timeout(PATIENCE, cut.handle().cancelled(&task.id))
+        .await
+        .unwrap_or_else(|_| panic!("[{RULE}] the cut-off node must stop the lost work"));
+    assert_eq!(
+        end,
+        TaskEnd::Failed,
+        "[{RULE}] the cut-off node sees it failed"
+    );
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let now = leases_of(RULE, &*b)
+            .leases()
+            .await
+            .unwrap_or_else(|e| panic!("[{RULE}] leases failed: {e}"));
+        let fresh = now
+            .iter()
+            .filter(|state| !before.contains(&state.lease) && !state.claimed)
+            .count();
+        if fresh >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "[{RULE}] back, the cut-off node must renew under a new incarnation"
+        );
+        tokio::time::sleep(BOUND / 8).await;
+    }
 }

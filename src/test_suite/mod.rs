@@ -116,9 +116,11 @@
 //! announced to the other node only, a layer on one node sees answers and cancels
 //! given through the other, and concurrent writers spread over the nodes still see
 //! exactly one terminal write win and no update lost.
-//! Such a store also keeps worker leases ([`TaskStore::leases`]): a lease lapses
-//! only without renewals, and a layer on one node fails the unfinished tasks of a
-//! node that stopped.
+//! Such a store also keeps worker leases ([`TaskStore::leases`]): a lease counts its
+//! renewals and keeps its node's lease length, a claim re-checks the count
+//! atomically and a claimed lease is never renewed again, a layer on one node fails
+//! the unfinished tasks of a node that stopped, an outage of the leases every node
+//! shares fails nothing, and a node cut off alone learns that it lost its lease.
 //! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
 //! Every wait in them is bounded, and a store may start listening in the
 //! background: the rules first write until each node has heard the other.
@@ -152,7 +154,7 @@ pub use clock::node_clocks_minutes_apart_agree_on_expiry;
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
     create_rejects_duplicate_id, create_then_get, expired_records_never_fill_the_caps,
-    max_rows_enforced_atomically, per_owner_cap_enforced,
+    get_many_reads_only_visible_records, max_rows_enforced_atomically, per_owner_cap_enforced,
     retired_records_past_retention_never_fill_the_caps, visible_lists_only_visible_ids,
 };
 pub use expiry::{
@@ -164,7 +166,8 @@ pub use input::{
 };
 pub use intercept::{Intercept, StoreCall, StoreHooks};
 pub use leases::{
-    nodes_leases_lapse_only_without_renewals, nodes_lost_workers_fail_on_the_survivor,
+    nodes_a_node_cut_off_learns_it_lost_its_lease, nodes_a_shared_lease_outage_fails_nothing,
+    nodes_leases_count_renewals_and_claim_atomically, nodes_lost_workers_fail_on_the_survivor,
 };
 pub use nodes::{
     nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
@@ -227,6 +230,7 @@ macro_rules! task_store_tests {
             expired_records_never_fill_the_caps,
             retired_records_past_retention_never_fill_the_caps,
             visible_lists_only_visible_ids,
+            get_many_reads_only_visible_records,
             revision_increments_on_every_change,
             values_round_trip_unchanged,
             concurrent_terminal_writes_one_wins,
@@ -308,8 +312,10 @@ macro_rules! task_store_node_tests {
             nodes_announce_to_the_other_node_only,
             nodes_remote_writes_reach_the_layer,
             nodes_foreign_and_unknown_ids_read_alike,
-            nodes_leases_lapse_only_without_renewals,
+            nodes_leases_count_renewals_and_claim_atomically,
             nodes_lost_workers_fail_on_the_survivor,
+            nodes_a_shared_lease_outage_fails_nothing,
+            nodes_a_node_cut_off_learns_it_lost_its_lease,
         );
         $crate::task_store_node_tests!(@all $factory;
             nodes_concurrent_terminal_writes_one_wins,

@@ -1,7 +1,7 @@
 //! The modern (2026-07-28) request envelope: parsing only what the layer needs, and
 //! the validation order of the specification.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
@@ -517,7 +517,8 @@ impl<'a> Envelope<'a> {
         self.raw_param(key).and_then(as_str)
     }
 
-    fn raw_param(&self, key: &str) -> Option<&'a str> {
+    /// A param as raw JSON text, found in place.
+    pub(crate) fn raw_param(&self, key: &str) -> Option<&'a str> {
         match key {
             "taskId" => self.known.task_id,
             "name" => self.known.name,
@@ -584,23 +585,9 @@ impl<'a> Envelope<'a> {
                 &version,
             ));
         }
-        match header_value(headers, MCP_METHOD) {
-            Some(Ok(m)) if m == *self.method => {}
-            _ => {
-                return Err(RpcError::header_mismatch(
-                    "Mcp-Method header does not match the body",
-                ));
-            }
-        }
+        check_header(headers, MCP_METHOD, &self.method)?;
         if let Some(expected) = self.expected_name() {
-            match header_value(headers, MCP_NAME) {
-                Some(Ok(name)) if name == *expected => {}
-                _ => {
-                    return Err(RpcError::header_mismatch(
-                        "Mcp-Name header does not match the body",
-                    ));
-                }
-            }
+            check_header(headers, MCP_NAME, &expected)?;
         }
         Ok(Declared(capabilities.declared))
     }
@@ -614,6 +601,25 @@ impl<'a> Envelope<'a> {
             _ => return None,
         };
         self.param_str(key)
+    }
+}
+
+/// Step 5 for one standard header: present, well-formed, and equal to `expected`
+/// (-32020 naming which of the three failed).
+fn check_header(headers: &HeaderMap, name: HeaderName, expected: &str) -> Result<(), RpcError> {
+    let label = match name.as_str() {
+        "mcp-method" => "Mcp-Method",
+        _ => "Mcp-Name",
+    };
+    match header_value(headers, name) {
+        Some(Ok(value)) if value == expected => Ok(()),
+        Some(Ok(_)) => Err(RpcError::header_mismatch(format!(
+            "{label} header does not match the body"
+        ))),
+        Some(Err(())) => Err(RpcError::header_mismatch(format!(
+            "Malformed {label} header"
+        ))),
+        None => Err(RpcError::header_mismatch(format!("Missing {label} header"))),
     }
 }
 

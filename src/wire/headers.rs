@@ -28,6 +28,14 @@ fn owns(method: &[u8]) -> bool {
     )
 }
 
+/// Whether the request's `Mcp-Method` header names a method the layer owns: the
+/// layer then answers for the body, whatever it holds.
+pub(crate) fn names_owned_method(headers: &HeaderMap) -> bool {
+    headers
+        .get(MCP_METHOD)
+        .is_some_and(|m| owns(m.as_bytes().trim_ascii()))
+}
+
 pub(crate) fn is_legacy_version(value: &[u8]) -> bool {
     let value = value.trim_ascii();
     LEGACY_VERSIONS.iter().any(|v| v.as_bytes() == value)

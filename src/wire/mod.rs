@@ -35,12 +35,16 @@ use http::HeaderName;
 mod envelope;
 mod error;
 mod headers;
+mod raw;
 mod reply;
 pub(crate) mod sse;
 
 pub(crate) use envelope::Envelope;
 pub use error::RpcError;
-pub(crate) use headers::{HeaderRoute, check_media_types, is_owned_method, route_by_headers};
+pub(crate) use headers::{
+    HeaderRoute, check_media_types, is_owned_method, names_owned_method, route_by_headers,
+};
+pub(crate) use raw::RawObject;
 pub(crate) use reply::{ReplyId, ServerInfoMeta, result_response, result_response_with};
 
 /// The tasks extension's identifier, as declared by clients and advertised by servers.

@@ -1,7 +1,7 @@
 //! A TCP proxy on loopback that a test puts between its nodes and a store, to make
-//! the store unreachable on demand: it passes bytes, refuses new connections,
-//! stalls (holds every byte, the connections open), and cuts the connections it
-//! carries.
+//! the store unreachable or slow on demand: it passes bytes, refuses new
+//! connections, stalls (holds every byte, the connections open), cuts the
+//! connections it carries, and delays the store's replies.
 
 use std::net::SocketAddr;
 
@@ -26,6 +26,8 @@ pub(crate) enum Mode {
 struct State {
     mode: Mode,
     cuts: u64,
+    /// How long each reply from the store is held before it is passed on.
+    delay: std::time::Duration,
 }
 
 /// A proxy from 127.0.0.1, port 0, to `target`; it stops when dropped (the
@@ -48,6 +50,7 @@ impl Proxy {
         let (state, watching) = watch::channel(State {
             mode: Mode::Pass,
             cuts: 0,
+            delay: std::time::Duration::ZERO,
         });
         let accept = tokio::spawn(async move {
             loop {
@@ -72,6 +75,11 @@ impl Proxy {
     /// Switches what the proxy does with traffic.
     pub(crate) fn set(&self, mode: Mode) {
         self.state.send_modify(|state| state.mode = mode);
+    }
+
+    /// Holds each reply from the store `delay` before passing it on (zero: none).
+    pub(crate) fn set_delay(&self, delay: std::time::Duration) {
+        self.state.send_modify(|state| state.delay = delay);
     }
 
     /// Closes every connection the proxy carries now.
@@ -105,18 +113,20 @@ async fn carry(client: TcpStream, target: SocketAddr, state: watch::Receiver<Sta
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     tokio::select! {
-        () = pump(client_read, server_write, state.clone(), cuts) => {}
-        () = pump(server_read, client_write, state, cuts) => {}
+        () = pump(client_read, server_write, state.clone(), cuts, false) => {}
+        () = pump(server_read, client_write, state, cuts, true) => {}
     }
 }
 
-/// Copies bytes one way, holding them while the proxy stalls or refuses, until
-/// the read side ends or the proxy cuts the connection.
+/// Copies bytes one way, holding them while the proxy stalls or refuses (and, for
+/// `replies`, for the set delay), until the read side ends or the proxy cuts the
+/// connection.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut state: watch::Receiver<State>,
     cuts: u64,
+    replies: bool,
 ) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
@@ -128,6 +138,13 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        let delay = state.borrow().delay;
+        if replies && !delay.is_zero() {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                _ = state.wait_for(|s| s.cuts != cuts) => return,
+            }
+        }
         // Hold the bytes until traffic passes again, or the connection is cut.
         match state
             .wait_for(|s| s.cuts != cuts || s.mode == Mode::Pass)
