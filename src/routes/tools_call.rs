@@ -24,7 +24,7 @@ use crate::observe::{self, Outcome};
 use crate::store::BoxFuture;
 use crate::task::Principal;
 use crate::wire::sse::{self, Splitter};
-use crate::wire::{RpcError, result_response};
+use crate::wire::{ReplyId, RpcError, result_response};
 
 /// Forwards a `tools/call`; if the handler asked for a task, stores it and answers
 /// with a `CreateTaskResult` in place of the inner response.
@@ -88,8 +88,9 @@ where
     match super::create_task(engine, owner, spec).await {
         Ok(task) => {
             observe::outcome(Outcome::Task);
-            let result = engine.create_task_result(&task);
-            Ok(result_response(id, result).map(ResponseBody::full))
+            Ok(engine
+                .create_task_response(&task, ReplyId::Value(id))
+                .map(ResponseBody::full))
         }
         Err(e) => Ok(reply(e, id)),
     }
