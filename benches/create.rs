@@ -12,7 +12,9 @@
 //! 2. creates `CREATE_COUNT` tasks (default 3 000) on one node with
 //!    `CREATE_CONNS` creates in flight (default 16), then the same count spread
 //!    over two nodes (two store instances, each with its own connection pool of 8,
-//!    each with `CREATE_CONNS` in flight), and reports created/s for each;
+//!    each with `CREATE_CONNS` in flight), and reports created/s for each; on
+//!    PostgreSQL, the same count again on a third instance built
+//!    `without_announcements()`, to show what announcing costs;
 //! 3. sweeps the measured tasks away again (they have a 1 ms TTL), so every
 //!    size is measured at N stored.
 //!
@@ -96,10 +98,12 @@ async fn run() {
         .collect();
     let count: usize = env_or("CREATE_COUNT", 3_000);
     let conns: usize = env_or("CREATE_CONNS", 16);
-    println!("| store | stored | created/s, 1 node | created/s, 2 nodes | 1 node / smallest |");
-    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| store | stored | created/s, 1 node | created/s, 2 nodes | 1 node / smallest | created/s, 1 node, no announcements | announced / not |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for store in stores {
-        let (a, b, done) = nodes(store).await;
+        let (a, b, quiet, done) = nodes(store).await;
         let mut stored = 0;
         let mut smallest = None;
         // Connections opened and statements prepared before the first point.
@@ -113,8 +117,16 @@ async fn run() {
             let two = measure(&[a.clone(), b.clone()], count, conns).await;
             sweep(&a).await;
             let base = *smallest.get_or_insert(one);
+            let (alone, ratio) = match &quiet {
+                Some(quiet) => {
+                    let alone = measure(std::slice::from_ref(quiet), count, conns).await;
+                    sweep(&a).await;
+                    (format!("{alone:.0}"), format!("{:.2}", one / alone))
+                }
+                None => ("—".to_owned(), "—".to_owned()),
+            };
             println!(
-                "| {store} | {size} | {one:.0} | {two:.0} | {:.2} |",
+                "| {store} | {size} | {one:.0} | {two:.0} | {:.2} | {alone} | {ratio} |",
                 one / base
             );
         }
@@ -124,8 +136,16 @@ async fn run() {
 
 type Done = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
-/// Two store instances ("nodes") on one fresh table or prefix, and what removes it.
-async fn nodes(store: &str) -> (Arc<dyn TaskStore>, Arc<dyn TaskStore>, Done) {
+/// Two store instances ("nodes") on one fresh table or prefix, a third that
+/// announces nothing (PostgreSQL only), and what removes the table or prefix.
+async fn nodes(
+    store: &str,
+) -> (
+    Arc<dyn TaskStore>,
+    Arc<dyn TaskStore>,
+    Option<Arc<dyn TaskStore>>,
+    Done,
+) {
     match store {
         "postgres" => {
             let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
@@ -141,6 +161,7 @@ async fn nodes(store: &str) -> (Arc<dyn TaskStore>, Arc<dyn TaskStore>, Done) {
                 store
             };
             let (a, b) = (node().await, node().await);
+            let quiet: Arc<dyn TaskStore> = Arc::new(node().await.without_announcements());
             let pool = a.pool().clone();
             let done: Done = Box::pin(async move {
                 let drop = format!("DROP TABLE IF EXISTS \"{table}\", \"{table}_counts\"");
@@ -149,7 +170,7 @@ async fn nodes(store: &str) -> (Arc<dyn TaskStore>, Arc<dyn TaskStore>, Done) {
                     .await
                     .expect("drop the bench table");
             });
-            (Arc::new(a), Arc::new(b), done)
+            (Arc::new(a), Arc::new(b), Some(quiet), done)
         }
         _ => {
             let url = std::env::var("REDIS_URL").expect("REDIS_URL");
@@ -188,7 +209,7 @@ async fn nodes(store: &str) -> (Arc<dyn TaskStore>, Arc<dyn TaskStore>, Done) {
                     cursor = next;
                 }
             });
-            (Arc::new(a), Arc::new(b), done)
+            (Arc::new(a), Arc::new(b), None, done)
         }
     }
 }

@@ -316,6 +316,48 @@ where
     }
 }
 
+/// Why a request body was not read whole.
+#[derive(Debug)]
+pub(crate) enum ReadError {
+    /// More than the cap arrived.
+    TooLarge,
+    /// The body itself failed.
+    Failed(BoxError),
+}
+
+/// Reads a request body whole, failing once more than `cap` bytes arrived. A body
+/// that comes in one frame is kept as it came: no copy and no allocation.
+/// Trailers are dropped.
+pub(crate) async fn read_whole<B>(body: B, cap: usize) -> Result<Bytes, ReadError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    use http_body_util::BodyExt as _;
+    let mut body = std::pin::pin!(body);
+    let mut first: Option<Bytes> = None;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ReadError::Failed(e.into()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        match first.take() {
+            None if buf.is_empty() => first = Some(data),
+            held => {
+                if let Some(held) = held {
+                    buf.extend_from_slice(&held);
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        if first.as_ref().map_or(buf.len(), Bytes::len) > cap {
+            return Err(ReadError::TooLarge);
+        }
+    }
+    Ok(first.unwrap_or_else(|| buf.freeze()))
+}
+
 /// Reads a body until it ends or more than `cap` bytes arrived. Trailers are dropped.
 pub(crate) async fn read_up_to<B>(body: B, cap: usize) -> Result<ReadOutcome<B>, B::Error>
 where

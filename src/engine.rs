@@ -480,6 +480,21 @@ impl Engine {
         }
     }
 
+    /// The JSON-RPC response carrying the `CreateTaskResult` for `task`, written
+    /// straight into its body.
+    pub(crate) fn create_task_response(
+        &self,
+        task: &TaskRecord,
+        id: crate::wire::ReplyId<'_>,
+    ) -> http::Response<bytes::Bytes> {
+        let server_info = self.config.server_info.as_ref();
+        crate::wire::result_response_with(id, http::HeaderMap::new(), |out| {
+            crate::task::TaskJson::summary(task)
+                .as_result("task", server_info)
+                .write_json(out);
+        })
+    }
+
     /// The `CreateTaskResult` answering the call that made `task`.
     pub(crate) fn create_task_result(&self, task: &TaskRecord) -> Map<String, Value> {
         let mut result = Map::with_capacity(10);

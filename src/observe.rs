@@ -120,6 +120,11 @@ impl StoreCalls {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Option<TaskRecord>, StoreError> {
+        let started = Instant::now();
+        if let Some(out) = self.store.get_now(id, scope, now) {
+            note("get", started, out.is_ok());
+            return out;
+        }
         timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
@@ -169,12 +174,22 @@ async fn timed<T>(
     }
     let started = Instant::now();
     let out = call.await;
+    note(op, started, out.is_ok());
+    out
+}
+
+/// Notes a store call that began at `started`: in the current route's span and
+/// the store call metrics.
+fn note(op: &'static str, started: Instant, ok: bool) {
+    let in_route = ROUTE.try_with(|_| ()).is_ok();
+    if !in_route && !cfg!(feature = "metrics") {
+        return;
+    }
     let took = started.elapsed();
     if in_route {
         let _ = ROUTE.try_with(|s| s.store.set(s.store.get() + took));
     }
-    store_call(op, took, out.is_ok());
-    out
+    store_call(op, took, ok);
 }
 
 /// `call`, or a [`StoreError::Backend`] ([`StoreTimeout`]) once `limit` has passed
@@ -207,10 +222,30 @@ impl std::error::Error for StoreTimeout {}
 
 #[cfg(feature = "metrics")]
 fn store_call(op: &'static str, took: Duration, ok: bool) {
-    metrics::histogram!("mcp_tasks_store_call_seconds", "op" => op).record(took.as_secs_f64());
-    if !ok {
-        metrics::counter!("mcp_tasks_store_errors_total", "op" => op).increment(1);
+    // Each operation's name as a literal, so that its keys are static: a key with
+    // a label from a variable is built (and allocated) on every call.
+    macro_rules! record {
+        ($($name:literal),*) => {
+            match op {
+                $($name => {
+                    metrics::histogram!("mcp_tasks_store_call_seconds", "op" => $name)
+                        .record(took.as_secs_f64());
+                    if !ok {
+                        metrics::counter!("mcp_tasks_store_errors_total", "op" => $name)
+                            .increment(1);
+                    }
+                })*
+                _ => {
+                    metrics::histogram!("mcp_tasks_store_call_seconds", "op" => op)
+                        .record(took.as_secs_f64());
+                    if !ok {
+                        metrics::counter!("mcp_tasks_store_errors_total", "op" => op).increment(1);
+                    }
+                }
+            }
+        };
     }
+    record!("create", "get", "visible", "update");
 }
 
 #[cfg(not(feature = "metrics"))]

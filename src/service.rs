@@ -7,11 +7,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
 use http_body::Body;
-use http_body_util::{BodyExt as _, Limited};
 use serde_json::Value;
 use tower_service::Service;
 
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{ReadError, RequestBody, ResponseBody, read_whole};
 use crate::config::TaskMode;
 use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
@@ -249,10 +248,10 @@ where
     if content_length(&parts.headers).is_some_and(|n| n > cap as u64) {
         return Ok(too_large());
     }
-    let bytes = match Limited::new(body, cap).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Ok(too_large()),
-        Err(e) => {
+    let bytes = match read_whole(body, cap).await {
+        Ok(bytes) => bytes,
+        Err(ReadError::TooLarge) => return Ok(too_large()),
+        Err(ReadError::Failed(e)) => {
             tracing::debug!(error = %e, "could not read a request body");
             return Ok(reply(
                 RpcError::invalid_request("Could not read the request body"),
@@ -321,7 +320,7 @@ where
     ResBody::Error: Into<BoxError>,
 {
     if is_tasks_method(&envelope.method) {
-        return Ok(answer_tasks(&engine, &parts, &envelope).await);
+        return Ok(answer_tasks(&engine, parts, &envelope).await);
     }
     if let Err(e) = envelope.check_strict() {
         observe::outcome(Outcome::Error(e.code()));
@@ -393,7 +392,7 @@ fn is_tasks_method(method: &str) -> bool {
 /// specification's validation order. Replies echo the id exactly as written.
 async fn answer_tasks<B>(
     engine: &Engine,
-    parts: &http::request::Parts,
+    parts: http::request::Parts,
     envelope: &Envelope<'_>,
 ) -> Response<ResponseBody<B>> {
     let id = envelope.valid_raw_id();
@@ -424,14 +423,17 @@ async fn answer_tasks<B>(
     if !declared {
         return error(RpcError::tasks_extension_required());
     }
-    let owner = engine.principal(parts);
+    let owner = engine.principal(&parts);
     if let Err(e) = engine.admit_owner(owner.as_ref()) {
         return error(e);
     }
     match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
         Ok(answer) => {
             observe::outcome(Outcome::Result);
-            answer.to_response(engine, id).map(ResponseBody::full)
+            // The request's header map, which has room already, carries the reply.
+            answer
+                .to_response(engine, id, parts.headers)
+                .map(ResponseBody::full)
         }
         Err(e) => error(e),
     }

@@ -938,6 +938,126 @@ impl<'a> TaskJson<'a> {
     }
 }
 
+impl TaskJson<'_> {
+    /// Writes the same JSON as serializing `self` with serde_json, byte for byte,
+    /// straight into `out`: the fixed keys as literal bytes, the id, status and
+    /// timestamps without formatting machinery; only the free-form values
+    /// (`statusMessage`, `inputRequests`, `result`, `error`, `_meta`) go through
+    /// serde_json's writer.
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+        let task = self.task;
+        out.push(b'{');
+        if let Some(result_type) = self.result_type {
+            out.extend_from_slice(b"\"resultType\":");
+            write_value(out, result_type);
+            out.push(b',');
+        }
+        out.extend_from_slice(b"\"taskId\":\"");
+        let mut id = [0u8; TaskId::LEN];
+        let n = URL_SAFE_NO_PAD
+            .encode_slice(task.id.0, &mut id)
+            .unwrap_or(0);
+        out.extend_from_slice(&id[..n]);
+        out.extend_from_slice(b"\",\"status\":\"");
+        out.extend_from_slice(task.status.as_str().as_bytes());
+        out.push(b'"');
+        if let Some(message) = &task.status_message {
+            out.extend_from_slice(b",\"statusMessage\":");
+            write_value(out, message);
+        }
+        out.extend_from_slice(b",\"createdAt\":\"");
+        write_rfc3339(out, task.created_at);
+        out.extend_from_slice(b"\",\"lastUpdatedAt\":\"");
+        write_rfc3339(out, task.updated_at);
+        out.extend_from_slice(b"\",\"ttlMs\":");
+        write_value(out, &task.ttl_ms);
+        if let Some(poll) = task.poll_interval_ms {
+            out.extend_from_slice(b",\"pollIntervalMs\":");
+            write_value(out, &poll);
+        }
+        if self.detailed {
+            match task.status {
+                TaskStatus::InputRequired => {
+                    out.extend_from_slice(b",\"inputRequests\":");
+                    write_value(out, &task.input_requests);
+                }
+                TaskStatus::Completed => {
+                    if let Some(result) = &task.result {
+                        out.extend_from_slice(b",\"result\":");
+                        write_value(out, result);
+                    }
+                }
+                TaskStatus::Failed => {
+                    out.extend_from_slice(b",\"error\":");
+                    match &task.error {
+                        Some(error) => write_value(out, error),
+                        None => write_value(
+                            out,
+                            &ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed"),
+                        ),
+                    }
+                }
+                TaskStatus::Working | TaskStatus::Cancelled => {}
+            }
+        }
+        if let Some(info) = self.server_info {
+            out.extend_from_slice(b",\"_meta\":");
+            write_value(out, &crate::wire::ServerInfoMeta(info));
+        }
+        out.push(b'}');
+    }
+}
+
+/// Appends `value` as JSON; a value that cannot be written (a map with non-string
+/// keys, which a task never holds) is written as `null`.
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// The latest instant [`Rfc3339`] writes as a date: 9999-12-31T23:59:59.999Z.
+const LAST_RFC3339_MS: u64 = 253_402_300_799_999;
+
+/// Appends [`Rfc3339`]'s text for `t`, computed from the civil calendar without
+/// `fmt` (the same text, tested against it).
+fn write_rfc3339(out: &mut Vec<u8>, t: Timestamp) {
+    let ms = t.0.min(LAST_RFC3339_MS);
+    let (secs, millis) = (ms / 1000, ms % 1000);
+    let (days, of_day) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a proleptic Gregorian date (Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    let digits = |out: &mut Vec<u8>, value: u64, width: u32| {
+        for place in (0..width).rev() {
+            out.push(b'0' + (value / 10u64.pow(place) % 10) as u8);
+        }
+    };
+    digits(out, year, 4);
+    out.push(b'-');
+    digits(out, month, 2);
+    out.push(b'-');
+    digits(out, day, 2);
+    out.push(b'T');
+    digits(out, of_day / 3_600, 2);
+    out.push(b':');
+    digits(out, of_day / 60 % 60, 2);
+    out.push(b':');
+    digits(out, of_day % 60, 2);
+    out.push(b'.');
+    digits(out, millis, 3);
+    out.push(b'Z');
+}
+
 /// Serializes through `Display`, with no intermediate string.
 struct Displayed<T>(T);
 
@@ -1168,6 +1288,106 @@ mod tests {
             "2026-08-01T10:00:00.123Z"
         );
         assert_eq!(Timestamp(0).to_rfc3339(), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn timestamps_written_by_hand_match_their_display() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut times = vec![
+            0,
+            999,
+            1_000,
+            86_399_999,
+            951_782_400_000,   // 2000-02-29
+            4_107_542_400_000, // 2100-03-01
+            LAST_RFC3339_MS - 1_000,
+            LAST_RFC3339_MS,
+            LAST_RFC3339_MS + 1,
+            u64::MAX,
+        ];
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            times.push(seed % (LAST_RFC3339_MS + 10_000));
+        }
+        for ms in times {
+            let mut out = Vec::new();
+            write_rfc3339(&mut out, Timestamp(ms));
+            assert_eq!(
+                std::str::from_utf8(&out).unwrap(),
+                Rfc3339(Timestamp(ms)).to_string(),
+                "{ms}"
+            );
+        }
+    }
+
+    #[test]
+    fn task_json_written_by_hand_matches_serde_byte_for_byte() {
+        let info = json!({"name": "srv", "version": "1.0"});
+        let mut records = Vec::new();
+        let mut task = TaskRecord::new(TaskId::random(), None, Timestamp(1_785_578_400_123));
+        records.push(task.clone());
+        task.ttl_ms = Some(60_000);
+        task.poll_interval_ms = Some(250);
+        task.status_message = Some("quote \" backslash \\ tab \t \u{1} é \u{2028} 😀".into());
+        records.push(task.clone());
+        let mut asking = task.clone();
+        asking
+            .apply(
+                &Transition::RequireInput {
+                    requests: requests(&["a", "b\"c"]),
+                    message: None,
+                },
+                Timestamp(1_785_578_400_500),
+            )
+            .unwrap();
+        records.push(asking);
+        let mut done = task.clone();
+        done.apply(
+            &Transition::Complete {
+                result: json!({"content": [{"type": "text", "text": "x\ny"}], "n": 1.5e300}),
+                message: None,
+            },
+            Timestamp(1_785_578_401_000),
+        )
+        .unwrap();
+        records.push(done);
+        let mut failed = task.clone();
+        failed
+            .apply(
+                &Transition::Fail {
+                    error: ErrorObject::new(-32603, "boom").with_data(json!({"why": [1, 2]})),
+                    message: None,
+                },
+                Timestamp(1_785_578_401_000),
+            )
+            .unwrap();
+        records.push(failed.clone());
+        failed.error = None;
+        records.push(failed);
+        let mut cancelled = task.clone();
+        cancelled
+            .apply(&Transition::Cancel, Timestamp(u64::MAX))
+            .unwrap();
+        records.push(cancelled);
+        for record in &records {
+            let forms = [
+                TaskJson::summary(record),
+                TaskJson::detailed(record),
+                TaskJson::detailed(record).as_result("complete", None),
+                TaskJson::summary(record).as_result("task", Some(&info)),
+                TaskJson::detailed(record).as_result("complete", Some(&info)),
+            ];
+            for form in forms {
+                let mut out = Vec::new();
+                form.write_json(&mut out);
+                assert_eq!(
+                    std::str::from_utf8(&out).unwrap(),
+                    serde_json::to_string(&form).unwrap()
+                );
+            }
+        }
     }
 
     #[test]

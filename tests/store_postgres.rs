@@ -277,6 +277,61 @@ async fn a_table_of_the_previous_layout_is_upgraded_in_place() {
         .expect("a fourth row fits a cap of four, U+0000 in the owner and all");
 }
 
+/// Writes are announced after their commit, in batches: a burst of concurrent
+/// creates on one node, far more than one batch's worth in flight at a time, reaches
+/// the other node in full, every id once at least.
+#[tokio::test]
+async fn a_burst_of_writes_is_announced_in_full() {
+    const BURST: usize = 600;
+    let Some((a, b)) = two_nodes().await else {
+        return;
+    };
+    let mut feed_b = b.subscribe().expect("b has a change feed");
+    let a = Arc::new(a);
+    let ids: Vec<TaskId> = (0..BURST).map(|_| TaskId::random()).collect();
+    let writers: Vec<_> = ids
+        .chunks(BURST / 24)
+        .map(|chunk| {
+            let (a, chunk) = (a.clone(), chunk.to_vec());
+            tokio::spawn(async move {
+                for id in chunk {
+                    let task = TaskRecord::new(id, None, Timestamp::now());
+                    a.create(task, CreateLimits::default()).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let mut unheard: std::collections::HashSet<TaskId> = ids.into_iter().collect();
+    while !unheard.is_empty() {
+        let id = next(&mut feed_b, "a's burst of creates").await;
+        unheard.remove(&id);
+    }
+}
+
+/// `without_announcements` announces nothing: a create through it is never heard on
+/// the other node, while the next announced write is.
+#[tokio::test]
+async fn a_store_without_announcements_is_not_heard() {
+    let Some((a, b)) = two_nodes().await else {
+        return;
+    };
+    let mut feed_b = b.subscribe().expect("b has a change feed");
+    let quiet = a.store().clone().without_announcements();
+    let unheard = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    quiet
+        .create(unheard.clone(), CreateLimits::default())
+        .await
+        .unwrap();
+    let heard = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    a.create(heard.clone(), CreateLimits::default())
+        .await
+        .unwrap();
+    assert!(next(&mut feed_b, "a's announced create").await == heard.id);
+}
+
 /// `PostgresStore::connect` sets a `statement_timeout` a little above the layer's
 /// store timeout on its connections, so a statement the layer gave up on is
 /// cancelled in the database too; `migrate` lifts it for its own transaction only.

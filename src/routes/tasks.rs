@@ -2,14 +2,14 @@
 //! to the caller, never reaching the inner service.
 
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderMap, Response};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
-use crate::wire::{Envelope, RpcError, result_response_raw};
+use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition, write_value};
+use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with};
 
 /// What a `tasks/*` request is answered with.
 #[allow(clippy::large_enum_variant)] // made once per request and answered at once
@@ -21,20 +21,29 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
-    /// The JSON-RPC response echoing `id`.
-    pub(crate) fn to_response(&self, engine: &Engine, id: Option<&RawValue>) -> Response<Bytes> {
+    /// The JSON-RPC response echoing `id`, in `headers` (cleared first: the
+    /// request's map, reused).
+    pub(crate) fn to_response(
+        &self,
+        engine: &Engine,
+        id: Option<&RawValue>,
+        headers: HeaderMap,
+    ) -> Response<Bytes> {
         let server_info = engine.config.server_info.as_ref();
         match self {
-            Answer::Task(task) => result_response_raw(
-                id,
-                &TaskJson::detailed(task).as_result("complete", server_info),
-            ),
-            Answer::Done => {
-                let mut ack = Map::with_capacity(2);
-                ack.insert("resultType".into(), Value::String("complete".into()));
-                engine.result_meta(&mut ack);
-                result_response_raw(id, &ack)
-            }
+            Answer::Task(task) => result_response_with(ReplyId::Raw(id), headers, |out| {
+                TaskJson::detailed(task)
+                    .as_result("complete", server_info)
+                    .write_json(out);
+            }),
+            Answer::Done => result_response_with(ReplyId::Raw(id), headers, |out| {
+                out.extend_from_slice(br#"{"resultType":"complete""#);
+                if let Some(info) = server_info {
+                    out.extend_from_slice(br#","_meta":"#);
+                    write_value(out, &ServerInfoMeta(info));
+                }
+                out.push(b'}');
+            }),
         }
     }
 }

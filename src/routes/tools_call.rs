@@ -25,7 +25,7 @@ use crate::observe::{self, Outcome};
 use crate::store::BoxFuture;
 use crate::task::Principal;
 use crate::wire::sse::{self, Splitter};
-use crate::wire::{RpcError, result_response};
+use crate::wire::{ReplyId, RpcError, result_response};
 
 /// Forwards a `tools/call`; if the handler asked for a task, stores it and answers
 /// with a `CreateTaskResult` in place of the inner response.
@@ -91,8 +91,11 @@ where
     match super::create_task(engine, owner, spec).await {
         Ok(task) => {
             observe::outcome(Outcome::Task);
-            let result = task_result(engine, &task, as_tool);
-            Ok(result_response(id, result).map(ResponseBody::full))
+            let response = match as_tool {
+                None => engine.create_task_response(&task, ReplyId::Value(id)),
+                Some(_) => result_response(id, task_result(engine, &task, as_tool)),
+            };
+            Ok(response.map(ResponseBody::full))
         }
         Err(e) => Ok(reply(e, id)),
     }

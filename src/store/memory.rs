@@ -120,6 +120,17 @@ impl MemoryStore {
     }
 
     /// The time a decision is made at: `now` itself, or the process's clock.
+    /// The record `get` answers with: read under its shard's lock, never waiting.
+    fn read(&self, id: &TaskId, scope: Scope<'_>, now: Timestamp) -> Option<TaskRecord> {
+        let now = self.decide_at(now);
+        let shard = Self::lock(self.shard(id));
+        shard
+            .tasks
+            .get(id)
+            .filter(|r| r.is_visible(scope, now))
+            .map(|r| r.to_record(*id))
+    }
+
     fn decide_at(&self, now: Timestamp) -> Timestamp {
         match self.clock {
             Clock::Caller => now,
@@ -356,15 +367,16 @@ impl TaskStore for MemoryStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            let now = self.decide_at(now);
-            let shard = Self::lock(self.shard(id));
-            Ok(shard
-                .tasks
-                .get(id)
-                .filter(|r| r.is_visible(scope, now))
-                .map(|r| r.to_record(*id)))
-        })
+        Box::pin(async move { Ok(self.read(id, scope, now)) })
+    }
+
+    fn get_now(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Option<TaskRecord>, StoreError>> {
+        Some(Ok(self.read(id, scope, now)))
     }
 
     fn get_many<'a>(

@@ -60,6 +60,8 @@ mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "postgres")]
+mod postgres_announce;
+#[cfg(feature = "postgres")]
 mod postgres_leases;
 #[cfg(feature = "redis")]
 mod redis;
@@ -423,6 +425,35 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>>;
 
+    /// [`get`](Self::get) answered at once, without a future, by a store that
+    /// never waits to read (one that keeps its records in memory); `None` to have
+    /// the caller await `get`, which the default does. The layer tries it first on
+    /// every read, so a `tasks/get` from memory makes no boxed future.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let id = TaskId::random();
+    /// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+    /// let now = store.get_now(&id, Scope::Any, Timestamp::now());
+    /// assert!(matches!(now, Some(Ok(Some(_)))));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn get_now(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Option<TaskRecord>, StoreError>> {
+        let _ = (id, scope, now);
+        None
+    }
+
     /// The ids among `ids` whose records exist, have not expired at `now`, and are
     /// visible in `scope`, in the order given, each once: what `get` would find, for
     /// many ids at once, without the records (see [`get_many`](Self::get_many) for
@@ -654,6 +685,15 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         (**self).get(id, scope, now)
+    }
+
+    fn get_now(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Option<TaskRecord>, StoreError>> {
+        (**self).get_now(id, scope, now)
     }
 
     fn visible<'a>(

@@ -10,6 +10,7 @@ use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
 use super::LeaseStore;
+use super::postgres_announce::Announcer;
 use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
@@ -132,9 +133,16 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///
 /// # Several nodes
 ///
-/// Every successful write (a create, an update that changed the record) runs
-/// `pg_notify` in the same statement, on the channel `<table>_changes`, with the
-/// payload `<node id>:<task id>`. [`TaskStore::subscribe`] starts a background
+/// Every successful write (a create, an update that changed the record) is announced
+/// once it has committed, on the channel `<table>_changes`, with the payload
+/// `<node id>:<task id>`. The writes themselves never notify: PostgreSQL serializes
+/// the commits of notifying transactions under one database-wide lock, so a
+/// background sender per store announces everything written since its last
+/// statement in one statement, one at a time. A write is announced by the statement
+/// after its commit (a round trip or two later); a statement PostgreSQL refuses is
+/// retried, its ids kept, after a backoff growing to 1 s.
+/// [`without_announcements`](Self::without_announcements) switches them off for a
+/// single node. [`TaskStore::subscribe`] starts a background
 /// listener (on a dedicated connection, not one of the pool's) that forwards the ids
 /// written by *other* store instances; [`TasksLayer`](crate::TasksLayer) subscribes
 /// when it is built, so a `tasks/update` or `tasks/cancel` handled on one node wakes
@@ -181,6 +189,8 @@ struct Inner {
     log: LogStatements,
     leases: Arc<LeaseStatements>,
     feed: Mutex<Option<Feed>>,
+    /// Announces committed writes to other nodes; `None` when switched off.
+    announcer: Option<Announcer>,
 }
 
 /// The SQL of the change log, built once.
@@ -352,8 +362,7 @@ impl PostgresStore {
     pub fn with_table(self, table: &str) -> Result<Self, ConfigError> {
         validate_table(table)?;
         let node = self.inner.node.clone();
-        let mut inner = Inner::new(self.inner.pool.clone(), table, node);
-        inner.clock = self.inner.clock;
+        let inner = Inner::new(self.inner.pool.clone(), table, node).keep_settings(&self.inner);
         Ok(PostgresStore {
             inner: Arc::new(inner),
         })
@@ -382,8 +391,35 @@ impl PostgresStore {
             self.inner.pool.clone(),
             &self.inner.table,
             self.inner.node.clone(),
-        );
+        )
+        .keep_settings(&self.inner);
         inner.clock = clock;
+        PostgresStore {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// The same store, announcing none of its writes to other nodes: for a single
+    /// node, where no other store instance listens on the table. By default every
+    /// create and every update that changed a record is announced (see
+    /// [Several nodes](Self#several-nodes)). Call it before using the store.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = mcp_tasks::PostgresStore::connect("postgres://app@db.internal/app").await?;
+    /// let alone = store.without_announcements();
+    /// # let _ = alone;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn without_announcements(self) -> Self {
+        let mut inner = Inner::new(
+            self.inner.pool.clone(),
+            &self.inner.table,
+            self.inner.node.clone(),
+        )
+        .keep_settings(&self.inner);
+        inner.announcer = None;
         PostgresStore {
             inner: Arc::new(inner),
         }
@@ -631,8 +667,24 @@ impl PostgresStore {
         }
     }
 
-    fn payload(&self, id: &TaskId) -> String {
-        format!("{}:{id}", self.inner.node)
+    /// Commits a create, then announces it.
+    async fn commit_create(
+        &self,
+        tx: sqlx::Transaction<'_, sqlx::Postgres>,
+        id: TaskId,
+    ) -> Result<(), StoreError> {
+        tx.commit().await.map_err(StoreError::backend)?;
+        self.announce(id);
+        Ok(())
+    }
+
+    /// Queues the announcement of a committed write (see [`postgres_announce`]).
+    ///
+    /// [`postgres_announce`]: super::postgres_announce
+    fn announce(&self, id: TaskId) {
+        if let Some(announcer) = &self.inner.announcer {
+            announcer.announce(id);
+        }
     }
 
     /// The `now` bound into a statement: the caller's time with [`Clock::Caller`],
@@ -673,7 +725,7 @@ impl PostgresStore {
                 .insert_row(&mut tx, record, &columns, &owner_scope, now, placement)
                 .await?;
             match outcome {
-                Inserted::Done => return tx.commit().await.map_err(StoreError::backend),
+                Inserted::Done => return self.commit_create(tx, record.id).await,
                 Inserted::Duplicate => return Err(StoreError::Duplicate),
                 Inserted::Full(Limit::Rows) => rows_short = true,
                 Inserted::Full(_) => owner_short = true,
@@ -739,7 +791,7 @@ impl PostgresStore {
             )
             .await?
         {
-            Inserted::Done => tx.commit().await.map_err(StoreError::backend),
+            Inserted::Done => self.commit_create(tx, record.id).await,
             Inserted::Duplicate => Err(StoreError::Duplicate),
             Inserted::Full(limit) => Err(StoreError::LimitReached(limit)),
         }
@@ -776,8 +828,6 @@ impl PostgresStore {
             .bind(now)
             .bind(columns.retired)
             .bind(columns.record.as_str())
-            .bind(inner.channel.as_str())
-            .bind(self.payload(&record.id))
             .bind(rows_cap.map_or(0, |(_, rem)| rem))
             .bind(owner_cap.map_or(0, |(_, rem)| rem))
             .fetch_one(&mut *tx)
@@ -955,13 +1005,14 @@ impl CompareAndSwap for PostgresStore {
                 .bind(columns.retired)
                 .bind(self.clock_arg(record.updated_at))
                 .bind(columns.record.as_str())
-                .bind(inner.channel.as_str())
-                .bind(self.payload(&record.id))
                 .fetch_one(&inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
             Ok(match written {
-                1 => Written::Done,
+                1 => {
+                    self.announce(record.id);
+                    Written::Done
+                }
                 _ => Written::Lost(None),
             })
         })
@@ -971,17 +1022,27 @@ impl CompareAndSwap for PostgresStore {
 impl Inner {
     fn new(pool: PgPool, table: &str, node: String) -> Self {
         Inner {
-            pool,
+            pool: pool.clone(),
             table: table.to_owned(),
             channel: format!("{table}_changes"),
-            node,
+            node: node.clone(),
             lock_key: fnv1a(table.as_bytes()),
             clock: Clock::Store,
             sql: Statements::new(table),
             log: LogStatements::new(table),
             leases: Arc::new(LeaseStatements::new(table)),
             feed: Mutex::new(None),
+            announcer: Some(Announcer::new(pool, format!("{table}_changes"), node)),
         }
+    }
+
+    /// The same settings on another `Inner` (another table, another clock).
+    fn keep_settings(mut self, from: &Inner) -> Self {
+        self.clock = from.clock;
+        if from.announcer.is_none() {
+            self.announcer = None;
+        }
+        self
     }
 }
 
@@ -1031,8 +1092,8 @@ impl Statements {
             ))
         };
         Statements {
-            // The row cap's share ($1, $2 and $16: the shard, and the cap's base share
-            // and remainder), then the owner's ($3..$5, $17), then the row: each step
+            // The row cap's share ($1, $2 and $14: the shard, and the cap's base share
+            // and remainder), then the owner's ($3..$5, $15), then the row: each step
             // runs only on the one before's row, so a full counter writes nothing
             // after it (the caller rolls back what came before). A shard over its
             // share (rows created without the cap, or under a larger one) sends the
@@ -1042,16 +1103,16 @@ impl Statements {
                  rows_counted AS (\
                      UPDATE {c} SET n = n + 1 \
                      WHERE scope = '\\x00'::bytea AND shard = $1 AND ($2::bigint IS NULL OR (\
-                         n < $2::bigint + (shard < $16::smallint)::int \
+                         n < $2::bigint + (shard < $14::smallint)::int \
                          AND NOT EXISTS (SELECT 1 FROM {c} other WHERE other.scope = '\\x00'::bytea \
-                             AND other.n > $2::bigint + (other.shard < $16::smallint)::int))) \
+                             AND other.n > $2::bigint + (other.shard < $14::smallint)::int))) \
                      RETURNING 1), \
                  owner_counted AS (\
                      INSERT INTO {c} (scope, shard, n) SELECT $3, $4, 1 FROM rows_counted \
                      WHERE $5::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM {c} other \
-                         WHERE other.scope = $3 AND other.n > $5::bigint + (other.shard < $17::smallint)::int) \
+                         WHERE other.scope = $3 AND other.n > $5::bigint + (other.shard < $15::smallint)::int) \
                      ON CONFLICT (scope, shard) DO UPDATE SET n = {c}.n + 1 \
-                     WHERE $5::bigint IS NULL OR {c}.n < $5::bigint + ({c}.shard < $17::smallint)::int \
+                     WHERE $5::bigint IS NULL OR {c}.n < $5::bigint + ({c}.shard < $15::smallint)::int \
                      RETURNING 1), \
                  inserted AS (\
                      INSERT INTO {t} (id, owner, revision, status, expires_at, retired_at, record, shard, owner_shard) \
@@ -1063,7 +1124,7 @@ impl Statements {
                      FROM owner_counted, clock \
                      ON CONFLICT (id) DO NOTHING RETURNING 1) \
                  SELECT (SELECT count(*) FROM rows_counted), (SELECT count(*) FROM owner_counted), \
-                     (SELECT count(*) FROM (SELECT pg_notify($14, $15) FROM inserted) announced)",
+                     (SELECT count(*) FROM inserted)",
                 clock = clock(11),
             )),
             lock: sql("SELECT pg_advisory_xact_lock($1, $2)".to_owned()),
@@ -1125,7 +1186,7 @@ impl Statements {
                      UPDATE {t} SET revision = $3, status = $4, \
                      retired_at = CASE WHEN $5 THEN (SELECT now FROM clock) END, record = $7::json \
                      WHERE id = $1 AND revision = $2 AND {live} RETURNING 1) \
-                 SELECT count(*) FROM (SELECT pg_notify($8, $9) FROM written) announced",
+                 SELECT count(*) FROM written",
                 clock = clock(6),
             )),
             columns: sql(

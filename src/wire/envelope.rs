@@ -5,7 +5,9 @@ use http::{HeaderMap, HeaderName};
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use serde::de::IgnoredAny;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -18,10 +20,11 @@ use super::{
 
 /// A parsed JSON-RPC request (only what the layer needs), borrowing the body.
 ///
-/// Parsing allocates next to nothing: the members are slices of the body, and the
-/// route reads the few params it needs in place ([`param_str`](Self::param_str), the
-/// validation order). The whole params become a [`Value`] only when a route asks
-/// for one ([`params`](Self::params)), once.
+/// One pass reads the envelope and, typed and borrowed from the body, the params
+/// every owned route reads (`taskId`, `name`, `_meta`'s version and capabilities);
+/// a typical request allocates nothing. Another member is found in place when a
+/// route asks for it ([`param_str`](Self::param_str)), and the whole params become
+/// a [`Value`] only when a route asks for one ([`params`](Self::params)), once.
 #[derive(Debug)]
 pub(crate) struct Envelope<'a> {
     /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
@@ -33,7 +36,13 @@ pub(crate) struct Envelope<'a> {
     /// Whether `jsonrpc` is exactly `"2.0"`.
     jsonrpc_ok: bool,
     pub(crate) method: Cow<'a, str>,
-    raw_params: Option<&'a str>,
+    /// The body, for the params' raw text when a route reads a member
+    /// [`Params`] does not keep.
+    body: &'a [u8],
+    /// The members every owned route reads, typed, found in the parse.
+    known: Params<'a>,
+    /// Where `params` is in the body, found on first use.
+    raw_params: OnceLock<Option<&'a str>>,
     params: OnceLock<Option<Value>>,
 }
 
@@ -48,7 +57,234 @@ struct RawMessage<'a> {
     #[serde(default, borrow)]
     method: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    params: Option<&'a RawValue>,
+    params: Option<Params<'a>>,
+}
+
+/// `params`, read in the same pass as the envelope: the members every owned route
+/// reads, typed and borrowed from the body (the last one when a key repeats, as a
+/// map keeps it); any other member is skipped. Any JSON value is accepted: one that
+/// is not an object simply has none of the members.
+#[derive(Debug, Clone, Copy, Default)]
+struct Params<'a> {
+    meta: Option<Meta<'a>>,
+    task_id: Option<&'a str>,
+    name: Option<&'a str>,
+}
+
+/// `params._meta`, as [`Params`] reads it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Meta<'a> {
+    is_object: bool,
+    version: Option<&'a str>,
+    capabilities: Option<Capabilities>,
+}
+
+/// `_meta`'s client capabilities: whether they are an object, and whether their
+/// `extensions` (the last one) holds an object under the tasks extension's id.
+#[derive(Debug, Clone, Copy, Default)]
+struct Capabilities {
+    is_object: bool,
+    declared: bool,
+}
+
+/// `extensions` in the client capabilities: whether the tasks extension's entry
+/// (the last one) is an object.
+#[derive(Debug, Clone, Copy, Default)]
+struct Extensions {
+    declared: bool,
+}
+
+/// Any JSON value, told only whether it is an object.
+#[derive(Debug, Clone, Copy, Default)]
+struct AnyValue {
+    is_object: bool,
+}
+
+/// An object read member by member as it is parsed: the names it reads, and what
+/// it keeps of each. Any other value reads as [`Default`] (no members).
+trait Members<'a>: Default {
+    /// The member names it reads; the index of a name is passed to `member`.
+    const NAMES: &'static [&'static str];
+    /// An object with no members yet.
+    fn object() -> Self;
+    /// Reads the value of the member named `NAMES[at]`.
+    fn member<'de: 'a, M: MapAccess<'de>>(
+        &mut self,
+        at: usize,
+        map: &mut M,
+    ) -> Result<(), M::Error>;
+}
+
+impl<'a> Members<'a> for Params<'a> {
+    const NAMES: &'static [&'static str] = &["_meta", "taskId", "name"];
+    fn object() -> Self {
+        Params::default()
+    }
+    fn member<'de: 'a, M: MapAccess<'de>>(
+        &mut self,
+        at: usize,
+        map: &mut M,
+    ) -> Result<(), M::Error> {
+        match at {
+            0 => self.meta = Some(map.next_value()?),
+            1 => self.task_id = Some(map.next_value::<&'de RawValue>()?.get()),
+            _ => self.name = Some(map.next_value::<&'de RawValue>()?.get()),
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Members<'a> for Meta<'a> {
+    const NAMES: &'static [&'static str] = &[META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES];
+    fn object() -> Self {
+        Meta {
+            is_object: true,
+            ..Meta::default()
+        }
+    }
+    fn member<'de: 'a, M: MapAccess<'de>>(
+        &mut self,
+        at: usize,
+        map: &mut M,
+    ) -> Result<(), M::Error> {
+        match at {
+            0 => self.version = Some(map.next_value::<&'de RawValue>()?.get()),
+            _ => self.capabilities = Some(map.next_value()?),
+        }
+        Ok(())
+    }
+}
+
+impl<'a> Members<'a> for Capabilities {
+    const NAMES: &'static [&'static str] = &["extensions"];
+    fn object() -> Self {
+        Capabilities {
+            is_object: true,
+            declared: false,
+        }
+    }
+    fn member<'de: 'a, M: MapAccess<'de>>(
+        &mut self,
+        _: usize,
+        map: &mut M,
+    ) -> Result<(), M::Error> {
+        self.declared = map.next_value::<Extensions>()?.declared;
+        Ok(())
+    }
+}
+
+impl<'a> Members<'a> for Extensions {
+    const NAMES: &'static [&'static str] = &[EXTENSION_ID];
+    fn object() -> Self {
+        Extensions::default()
+    }
+    fn member<'de: 'a, M: MapAccess<'de>>(
+        &mut self,
+        _: usize,
+        map: &mut M,
+    ) -> Result<(), M::Error> {
+        self.declared = map.next_value::<AnyValue>()?.is_object;
+        Ok(())
+    }
+}
+
+impl Members<'_> for AnyValue {
+    const NAMES: &'static [&'static str] = &[];
+    fn object() -> Self {
+        AnyValue { is_object: true }
+    }
+    fn member<'de, M: MapAccess<'de>>(&mut self, _: usize, _: &mut M) -> Result<(), M::Error> {
+        Ok(())
+    }
+}
+
+/// Deserializes each [`Members`] type from any JSON value.
+macro_rules! deserialize_members {
+    ($($ty:ty),*) => {$(
+        impl<'de: 'a, 'a> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(ObjectVisitor::<'a, $ty>(PhantomData))
+            }
+        }
+    )*};
+}
+deserialize_members!(Params<'a>, Meta<'a>, Capabilities, Extensions, AnyValue);
+
+struct ObjectVisitor<'a, T>(PhantomData<(&'a (), T)>);
+
+impl<'de: 'a, 'a, T: Members<'a>> Visitor<'de> for ObjectVisitor<'a, T> {
+    type Value = T;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<T, M::Error> {
+        let mut out = T::object();
+        while let Some(at) = map.next_key_seed(Name(T::NAMES))? {
+            match at {
+                Some(at) => out.member(at, &mut map)?,
+                // Skipped without decoding, as `RawValue` skips.
+                None => {
+                    map.next_value::<&'de RawValue>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<T, S::Error> {
+        while seq.next_element::<&'de RawValue>()?.is_some() {}
+        Ok(T::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<T, E> {
+        Ok(T::default())
+    }
+
+    fn visit_unit<E>(self) -> Result<T, E> {
+        Ok(T::default())
+    }
+}
+
+/// A member name, read as the index of the name it equals among those given
+/// (compared as decoded text, never copied).
+struct Name(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Name {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Name {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|name| *name == key))
+    }
 }
 
 /// A member that is present, `null` included, is `Some`.
@@ -66,11 +302,6 @@ fn as_str(raw: &str) -> Option<Cow<'_, str>> {
     serde_json::from_str::<String>(raw).ok().map(Cow::Owned)
 }
 
-/// Whether a raw JSON value is an object.
-fn is_object(raw: &str) -> bool {
-    raw.starts_with('{')
-}
-
 /// Member `key` of a JSON object, as raw text, found in place with no copy and no
 /// allocation; the last one when the key repeats, as when the object is read into a
 /// map. `None` when absent or not an object.
@@ -79,6 +310,26 @@ fn is_object(raw: &str) -> bool {
 /// is enough; on text that is not JSON it answers `None` or a wrong slice, never a
 /// panic.
 fn member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
+    let [found] = members(object, [key]);
+    found
+}
+
+/// [`member`] for several keys in one walk of the object.
+fn members<'a, const N: usize>(object: &'a str, keys: [&str; N]) -> [Option<&'a str>; N] {
+    let mut found = [None; N];
+    let _ = walk(object, |key, value| {
+        for (slot, wanted) in found.iter_mut().zip(keys) {
+            if key_is(key, wanted) {
+                *slot = Some(value);
+            }
+        }
+    });
+    found
+}
+
+/// Calls `each` with every member of a JSON object (its raw key and raw value),
+/// in order; `None` where the text stops being an object.
+fn walk<'a>(object: &'a str, mut each: impl FnMut(&'a str, &'a str)) -> Option<()> {
     let bytes = object.as_bytes();
     let mut at = skip_space(bytes, 0);
     if bytes.get(at) != Some(&b'{') {
@@ -86,32 +337,33 @@ fn member<'a>(object: &'a str, key: &str) -> Option<&'a str> {
     }
     at = skip_space(bytes, at + 1);
     if bytes.get(at) == Some(&b'}') {
-        return None;
+        return Some(());
     }
-    let mut found = None;
     loop {
         let key_end = string_end(bytes, at)?;
-        let matches = key_is(object.get(at..key_end)?, key);
+        let key = object.get(at..key_end)?;
         at = skip_space(bytes, key_end);
         if bytes.get(at) != Some(&b':') {
             return None;
         }
         let start = skip_space(bytes, at + 1);
         let end = value_end(bytes, start)?;
-        if matches {
-            found = Some(object.get(start..end)?);
-        }
+        each(key, object.get(start..end)?);
         at = skip_space(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_space(bytes, at + 1),
-            _ => return found,
+            _ => return Some(()),
         }
     }
 }
 
 /// Whether a raw key (a JSON string) decodes to `key`.
 fn key_is(raw: &str, key: &str) -> bool {
-    as_str(raw).is_some_and(|text| text == key)
+    // Most keys are written without escapes: compare the bytes first.
+    match raw.get(1..raw.len().saturating_sub(1)) {
+        Some(inner) if !inner.contains('\\') => inner == key,
+        _ => as_str(raw).is_some_and(|text| text == key),
+    }
 }
 
 fn skip_space(bytes: &[u8], mut at: usize) -> usize {
@@ -209,7 +461,9 @@ impl<'a> Envelope<'a> {
             raw_id: raw.id,
             jsonrpc_ok: raw.jsonrpc.map(RawValue::get).and_then(as_str).as_deref() == Some("2.0"),
             method,
-            raw_params: raw.params.map(RawValue::get),
+            body,
+            known: raw.params.unwrap_or_default(),
+            raw_params: OnceLock::new(),
             params: OnceLock::new(),
         }))
     }
@@ -247,7 +501,7 @@ impl<'a> Envelope<'a> {
     pub(crate) fn params(&self) -> Option<&Map<String, Value>> {
         self.params
             .get_or_init(|| {
-                self.raw_params
+                self.raw_params()
                     .and_then(|raw| serde_json::from_str(raw).ok())
             })
             .as_ref()
@@ -265,11 +519,25 @@ impl<'a> Envelope<'a> {
 
     /// A param as raw JSON text, found in place.
     pub(crate) fn raw_param(&self, key: &str) -> Option<&'a str> {
-        self.raw_params.and_then(|params| member(params, key))
+        match key {
+            "taskId" => self.known.task_id,
+            "name" => self.known.name,
+            _ => self.raw_params().and_then(|params| member(params, key)),
+        }
     }
 
-    fn meta(&self) -> Option<&'a str> {
-        self.raw_param("_meta").filter(|m| is_object(m))
+    /// The raw text of `params`, found in the (already parsed) body on first use.
+    fn raw_params(&self) -> Option<&'a str> {
+        *self.raw_params.get_or_init(|| {
+            std::str::from_utf8(self.body)
+                .ok()
+                .and_then(|body| member(body, "params"))
+        })
+    }
+
+    /// `params._meta`, when it is an object.
+    fn meta(&self) -> Option<&Meta<'a>> {
+        self.known.meta.as_ref().filter(|meta| meta.is_object)
     }
 
     /// Legacy by the dual-era rule: a session id, or no `_meta` and a version header
@@ -298,11 +566,13 @@ impl<'a> Envelope<'a> {
         let meta = self
             .meta()
             .ok_or_else(|| RpcError::missing_meta("Missing params._meta"))?;
-        let version = member(meta, META_PROTOCOL_VERSION)
+        let version = meta
+            .version
             .and_then(as_str)
             .ok_or_else(|| RpcError::missing_meta("Missing _meta protocolVersion"))?;
-        let capabilities = member(meta, META_CLIENT_CAPABILITIES)
-            .filter(|c| is_object(c))
+        let capabilities = meta
+            .capabilities
+            .filter(|c| c.is_object)
             .ok_or_else(|| RpcError::missing_meta("Missing _meta clientCapabilities"))?;
         if header_version.as_bytes().trim_ascii() != version.as_bytes() {
             return Err(RpcError::header_mismatch(
@@ -319,10 +589,7 @@ impl<'a> Envelope<'a> {
         if let Some(expected) = self.expected_name() {
             check_header(headers, MCP_NAME, &expected)?;
         }
-        let declared = member(capabilities, "extensions")
-            .and_then(|extensions| member(extensions, EXTENSION_ID))
-            .is_some_and(is_object);
-        Ok(Declared(declared))
+        Ok(Declared(capabilities.declared))
     }
 
     /// What `Mcp-Name` must equal, for the methods the layer checks it on. Skipped
@@ -552,6 +819,14 @@ mod tests {
             let found: Value = serde_json::from_str(member(&text, key).unwrap()).unwrap();
             assert_eq!(&found, value, "{key}");
         }
+
+        // Several keys in one walk answer as one walk per key does.
+        let keys = ["a", "eA", "b", "n", "missing", "z"];
+        let found = members(object, keys);
+        for (key, value) in keys.iter().zip(found) {
+            assert_eq!(value, member(object, key), "{key}");
+        }
+        assert_eq!(members("[1]", ["a"]), [None]);
 
         assert_eq!(as_str(r#""plain""#), Some(Cow::Borrowed("plain")));
         assert_eq!(

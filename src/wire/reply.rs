@@ -1,7 +1,7 @@
 //! The one place a JSON-RPC reply or error becomes an HTTP response.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -74,18 +74,81 @@ fn render(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
     Bytes::from(out)
 }
 
+/// The id a reply echoes: as the client wrote it, or as the layer read it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReplyId<'a> {
+    Raw(Option<&'a RawValue>),
+    Value(Option<&'a Value>),
+}
+
+/// Scratch space for [`result_response_with`], one per thread: a reply is written
+/// here, then copied once into bytes of exactly its length.
+const SCRATCH_KEPT: usize = 16 * 1024;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A JSON-RPC success response, HTTP 200, whose result `write` appends as JSON
+/// text. The body is one allocation of exactly its size: it is written in a
+/// per-thread scratch buffer (kept up to 16 KiB) and copied out. `headers` is
+/// cleared and becomes the response's (with its `Content-Type`): passing the
+/// request's own map, which has room already, saves allocating another.
+pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
+    id: ReplyId<'_>,
+    mut headers: HeaderMap,
+    write: W,
+) -> Response<Bytes> {
+    let fill = |out: &mut Vec<u8>, write: W| {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        match id {
+            ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.get().as_bytes()),
+            ReplyId::Value(Some(value)) => crate::task::write_value(out, value),
+            ReplyId::Raw(None) | ReplyId::Value(None) => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"result\":");
+        write(out);
+        out.push(b'}');
+    };
+    let mut write = Some(write);
+    let written = SCRATCH
+        .try_with(|scratch| {
+            let mut out = scratch.try_borrow_mut().ok()?;
+            out.clear();
+            fill(&mut out, write.take()?);
+            let body = Bytes::from(out.to_vec());
+            if out.capacity() > SCRATCH_KEPT {
+                *out = Vec::new();
+            }
+            Some(body)
+        })
+        .ok()
+        .flatten();
+    // Without the scratch buffer (a nested reply, or a thread being torn down), a
+    // buffer of its own.
+    let body = match (written, write) {
+        (Some(body), _) => body,
+        (None, write) => {
+            let mut out = Vec::with_capacity(512);
+            if let Some(write) = write {
+                fill(&mut out, write);
+            }
+            Bytes::from(out)
+        }
+    };
+    headers.clear();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let mut response = Response::new(body);
+    *response.headers_mut() = headers;
+    response
+}
+
 /// A JSON-RPC success response with the layer's result, HTTP 200.
 pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) -> Response<Bytes> {
     json_response(StatusCode::OK, message_body(id, Member::Result, &result))
-}
-
-/// A JSON-RPC success response echoing the raw request id, its result written
-/// straight from `result`.
-pub(crate) fn result_response_raw(
-    id: Option<&RawValue>,
-    result: &impl Serialize,
-) -> Response<Bytes> {
-    json_response(StatusCode::OK, message_body_raw(id, Member::Result, result))
 }
 
 #[cfg(test)]
@@ -110,7 +173,9 @@ mod tests {
     #[test]
     fn a_raw_id_is_echoed_as_written() {
         let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
-        let response = result_response_raw(Some(&id), &Map::new());
+        let response = result_response_with(ReplyId::Raw(Some(&id)), HeaderMap::new(), |out| {
+            out.extend(b"{}")
+        });
         let text = std::str::from_utf8(response.body()).unwrap();
         assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
         let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
