@@ -27,7 +27,9 @@ const MAX_TABLE_LEN: usize = 48;
 const LISTEN_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How often a listener notes how far the change log has come: after a reconnect it
-/// replays the log from the position noted one tick before the last.
+/// replays the log from the position noted one tick before the last. Each tick also
+/// delivers again what was logged in the tick before the last, so a write whose node
+/// died between its commit and its announcement is heard within two ticks.
 const FEED_CHECKPOINT: Duration = Duration::from_secs(5);
 /// How long the change log keeps an entry; a listener away longer than this
 /// reports [`FeedEvent::Missed`](super::FeedEvent::Missed).
@@ -1600,9 +1602,21 @@ impl Relay {
                         Ok(latest) => latest,
                         Err(e) => return e,
                     };
-                    if let Some(position) = &mut self.position {
-                        position.replay_from = position.latest;
-                        position.latest = latest;
+                    if let Some(position) = self.position {
+                        // What was logged a tick ago has been announced by now if
+                        // its writer lived to announce it (announcements follow the
+                        // commit): delivering it again here is what bounds the
+                        // delay of a write whose node died in between.
+                        if let Err(e) = self
+                            .deliver(&mut listener, position.replay_from, Some(position.latest))
+                            .await
+                        {
+                            return e;
+                        }
+                        self.position = Some(Checkpoint {
+                            replay_from: position.latest,
+                            latest,
+                        });
                     }
                 }
             }
@@ -1637,6 +1651,23 @@ impl Relay {
             );
             self.sender.missed();
         }
+        from = self.deliver(listener, from, None).await?;
+        self.position = Some(Checkpoint {
+            replay_from: from,
+            latest: from,
+        });
+        Ok(())
+    }
+
+    /// Delivers every logged change after position `from`, up to `until` when
+    /// given (this node's own too: a re-read of one's own write changes nothing).
+    /// Returns the last position delivered (`from` when none was).
+    async fn deliver(
+        &self,
+        listener: &mut PgListener,
+        mut from: i64,
+        until: Option<i64>,
+    ) -> Result<i64, sqlx::Error> {
         let mut replayed = 0usize;
         loop {
             let rows: Vec<(i64, Vec<u8>)> = bounded(
@@ -1646,27 +1677,25 @@ impl Relay {
                     .fetch_all(&mut *listener),
             )
             .await?;
-            let last = rows.last().map(|(seq, _)| *seq);
             let full = rows.len() as i64 >= CATCH_UP_BATCH;
-            for (_, id) in rows {
+            let mut past_end = false;
+            for (seq, id) in rows {
+                if until.is_some_and(|until| seq > until) {
+                    past_end = true;
+                    break;
+                }
                 if let Ok(bytes) = <[u8; 32]>::try_from(id.as_slice()) {
                     self.sender.send(TaskId::from_bytes(bytes));
                     replayed += 1;
                 }
+                from = seq;
             }
-            if let Some(last) = last {
-                from = last;
-            }
-            if !full {
+            if !full || past_end {
                 break;
             }
         }
         tracing::debug!(replayed, "mcp-tasks: replayed the PostgreSQL change log");
-        self.position = Some(Checkpoint {
-            replay_from: from,
-            latest: from,
-        });
-        Ok(())
+        Ok(from)
     }
 
     fn forward(&self, payload: &str) {

@@ -15,7 +15,8 @@
 //! PostgreSQL refuses the statement, the ids are kept and sent again after a
 //! backoff of 10 ms doubling to 1 s; none is dropped. A process that stops between
 //! a commit and its announcement leaves that write unannounced: the change log
-//! still holds it, and a listener replays it after its next reconnect.
+//! still holds it, and every listener delivers it within two of its checkpoint
+//! ticks (10 s), as it delivers each tick's log entries again one tick late.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
