@@ -14,8 +14,9 @@
 //! with a tool error (`isError`); `protocol_error_job` sleeps and answers with a
 //! JSON-RPC error; `confirm_delete`, `multi_input` and `test_tool_with_task` ask
 //! through plain MRTR `input_required` rounds and answer the retry. Every tool is
-//! `Auto` with a 250 ms budget, except `greet` (`Never`). What a retrofit cannot do
-//! by construction is listed in `scripts/conformance-retrofit-expected-failures.txt`.
+//! `Auto` with a 250 ms budget, except `greet` (`Never`) and `failing_job`
+//! (`AutoRequired`: task-only). What a retrofit cannot do by construction would be
+//! listed in `scripts/conformance-retrofit-expected-failures.txt`.
 //!
 //! Environment: `MCP_ADDR` (default `127.0.0.1:3004`), `MCP_STORE`, `RUST_LOG`
 //! (default `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the
@@ -238,6 +239,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
             .with_default_mode(TaskMode::Auto { after: AFTER })
             .with_tool_mode("greet", TaskMode::Never)
+            // Task-required in the fixture table: too long to run synchronously.
+            .with_tool_mode("failing_job", TaskMode::AutoRequired { after: AFTER })
             .build()?;
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)

@@ -5,6 +5,7 @@
 //! MCP_ADDR=127.0.0.1:4000 cargo run --example quickstart  # another address
 //! MCP_STORE=postgres://postgres@127.0.0.1:5432/test cargo run --example quickstart --features postgres
 //! RUST_LOG=trace cargo run --example quickstart           # default filter: info,tower_http=debug,mcp_tasks=debug
+//! MCP_TASK_TOOLS=1 cargo run --example quickstart         # task tools for clients without the extension
 //! ```
 //!
 //! The whole wiring, outermost first: `axum::serve` (with `TCP_NODELAY`), an
@@ -61,11 +62,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
 
     // The layer and its store. `deploy` only ever runs as a task.
-    let tasks_layer =
-        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
-            .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
-            .with_tool_mode("deploy", TaskMode::Required)
-            .build()?;
+    let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+        .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
+        .with_tool_mode("deploy", TaskMode::Required);
+    let tasks_layer = common::with_task_tools_from_env(builder).build()?;
 
     // The rmcp server: stateless Streamable HTTP, JSON replies. Each task's work gets
     // its own handle from the layer.

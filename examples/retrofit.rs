@@ -5,6 +5,7 @@
 //! MCP_ADDR=127.0.0.1:4002 cargo run --example retrofit  # another address
 //! RUST_LOG=debug cargo run --example retrofit           # default filter: info,mcp_tasks=debug
 //! MCP_STORE=redis://127.0.0.1:6379 cargo run --example retrofit --features redis   # a shared store
+//! MCP_TASK_TOOLS=1 cargo run --example retrofit         # task tools for clients without the extension
 //! ```
 //!
 //! The handlers in `retrofit_app/mod.rs` are plain rmcp and contain no mcp-tasks
@@ -19,6 +20,9 @@
 //! - `slow_ask {ms}`: waits `ms`, then asks for confirmation (MRTR, a form with a
 //!   boolean `confirm`); the retry answers `confirmed: true` or `confirmed: false`.
 //!   As a task, the question appears as the task's `inputRequests`;
+//! - `steps {steps, ms}`: works `steps` steps of `ms` milliseconds and reports
+//!   progress with a message after each; as a task, the newest message is the
+//!   task's `statusMessage`;
 //! - `stats`: `{"finished": n, "dropped": m}`, how many `sleep` calls ran to the end
 //!   and how many were dropped before it (cancelled tasks show up here).
 //!
@@ -38,10 +42,10 @@ use tower::ServiceBuilder;
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("info,mcp_tasks=debug");
 
-    let tasks_layer = common::with_lease_from_env(retrofit_app::layer_builder_on(
+    let builder = common::with_lease_from_env(retrofit_app::layer_builder_on(
         common::store_from_env().await?,
-    ))
-    .build()?;
+    ));
+    let tasks_layer = common::with_task_tools_from_env(builder).build()?;
     let mcp = retrofit_app::mcp_service(retrofit_app::Retrofit::default(), true);
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()

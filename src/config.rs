@@ -29,6 +29,7 @@ pub(crate) struct Config {
     pub(crate) tool_modes: HashMap<String, TaskMode>,
     pub(crate) default_mode: TaskMode,
     pub(crate) task_policy: Option<TaskPolicy>,
+    pub(crate) task_tools: bool,
     pub(crate) janitor: Option<(Duration, Duration)>,
     pub(crate) max_listen_task_ids: usize,
     pub(crate) max_listen_streams_per_owner: usize,
@@ -77,6 +78,7 @@ impl Config {
 ///     .with_tool_mode("build", TaskMode::Optional)
 ///     .with_tool_mode("deploy", TaskMode::Required)
 ///     .with_tool_mode("export", TaskMode::Auto { after: Duration::from_millis(250) })
+///     .with_tool_mode("migrate", TaskMode::AutoRequired { after: Duration::from_secs(1) })
 ///     .build();
 /// assert!(layer.is_ok());
 /// ```
@@ -110,10 +112,42 @@ pub enum TaskMode {
     /// The inner handler sees a request without the tasks extension in its
     /// `_meta` client capabilities, and a [`TaskContext`](crate::TaskContext) that refuses to make a
     /// task: it cannot nest one.
+    ///
+    /// The call carries a `progressToken` (the layer's own when the client sent
+    /// none), and the inner server's `notifications/progress` become the task's
+    /// `statusMessage`: the report's `message`, otherwise "n of total"; the newest
+    /// wins, written at most every 250 ms. Reports are never forwarded on listen
+    /// streams, and never reach a client that sent no token.
     Auto {
         /// How long the client waits for the inner answer before it gets a task.
         after: Duration,
     },
+    /// [`Auto`](TaskMode::Auto) for a client that declared the extension, and
+    /// -32021 (HTTP 400, with `requiredCapabilities`) for one that did not, as
+    /// [`Required`](TaskMode::Required) does: for a retrofitted tool that runs too
+    /// long to be called synchronously at all. With
+    /// [`with_task_tools`](crate::TasksLayerBuilder::with_task_tools), such a client
+    /// gets a task it follows through the task tools instead. While the layer drains, a client with
+    /// the extension gets -32603 "Server is shutting down".
+    AutoRequired {
+        /// How long the client waits for the inner answer before it gets a task.
+        after: Duration,
+    },
+}
+
+impl TaskMode {
+    /// The budget of an automatic mode.
+    pub(crate) fn auto_after(self) -> Option<Duration> {
+        match self {
+            TaskMode::Auto { after } | TaskMode::AutoRequired { after } => Some(after),
+            _ => None,
+        }
+    }
+
+    /// Whether a client must declare the extension to call the tool at all.
+    pub(crate) fn requires_extension(self) -> bool {
+        matches!(self, TaskMode::Required | TaskMode::AutoRequired { .. })
+    }
 }
 
 pub(crate) type PolicyFn =

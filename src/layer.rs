@@ -339,6 +339,7 @@ impl TasksLayerBuilder {
                 tool_modes: HashMap::new(),
                 default_mode: TaskMode::Optional,
                 task_policy: None,
+                task_tools: false,
                 janitor: Some((defaults::JANITOR_INTERVAL, defaults::RETENTION)),
                 max_listen_task_ids: defaults::MAX_LISTEN_TASK_IDS,
                 max_listen_streams_per_owner: defaults::MAX_LISTEN_STREAMS_PER_OWNER,
@@ -676,6 +677,33 @@ impl TasksLayerBuilder {
         F: Fn(&str, &serde_json::Value) -> Option<TaskMode> + Send + Sync + 'static,
     {
         self.config.task_policy = Some(TaskPolicy(Arc::new(policy)));
+        self
+    }
+
+    /// Tasks for clients that do not speak the extension (default: off). For a
+    /// client that did not declare it — on 2026-07-28 or an earlier revision,
+    /// sessions included — a call that becomes a task (an `Auto` or `AutoRequired`
+    /// tool past its budget, an `Optional` or `Required` tool whose handler makes
+    /// one) answers
+    /// with an ordinary tool result saying that the work goes on as a task, with its
+    /// id and how to follow it; and that client's `tools/list` gains three tools
+    /// answered by the layer from the store, with the same owner scoping as
+    /// `tasks/*`: `task_status {taskId}` (status, status message, questions, and
+    /// once done the tool's own result), `task_answer {taskId, answers}` and
+    /// `task_cancel {taskId}`. Clients that declared the extension see no change.
+    ///
+    /// With it on, the layer reads the body of every earlier-revision `POST` and of
+    /// `tools/list` (up to [`with_max_request_bytes`](Self::with_max_request_bytes)),
+    /// to find the calls it answers.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_task_tools().build();
+    /// assert!(layer.is_ok());
+    /// ```
+    pub fn with_task_tools(mut self) -> Self {
+        self.config.task_tools = true;
         self
     }
 

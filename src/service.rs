@@ -182,7 +182,11 @@ where
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         if self.engine.config.enabled {
-            match route_by_headers(req.method(), req.headers()) {
+            let mut route = route_by_headers(req.method(), req.headers());
+            if self.engine.config.task_tools {
+                route = routes::task_tools::reroute(route, req.headers());
+            }
+            match route {
                 HeaderRoute::Passthrough => {}
                 HeaderRoute::Legacy => {
                     req.extensions_mut()
@@ -271,12 +275,16 @@ where
         Err(e) => return Ok(reply(e, None)),
     };
     if envelope.is_legacy(&parts.headers) {
+        if routes::task_tools::handles(&engine, &envelope.method, false) {
+            return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
+        }
         parts
             .extensions
             .insert(TaskContext::refused(TaskRefused::LegacyEra));
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
-    if !is_owned_method(&envelope.method) {
+    let listing_tools = engine.config.task_tools && envelope.method == "tools/list";
+    if !is_owned_method(&envelope.method) && !listing_tools {
         if owned_header {
             let mismatch = RpcError::header_mismatch("Mcp-Method header does not match the body");
             return Ok(reply(mismatch, envelope.id.as_ref()));
@@ -325,6 +333,9 @@ where
         Ok(declared) => declared.0,
         Err(e) => return Ok(reply(e, id)),
     };
+    if routes::task_tools::handles(&engine, &envelope.method, declared) {
+        return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
+    }
     match &*envelope.method {
         "tools/call" => {
             let tool = envelope.param_str("name");
@@ -332,18 +343,18 @@ where
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
             let mode = engine.config.mode_for_call(tool, arguments);
             let draining = engine.is_draining();
-            if draining && declared && mode == TaskMode::Required {
+            if draining && declared && mode.requires_extension() {
                 observe::task_refused("shutting_down");
                 return Ok(reply(RpcError::internal("Server is shutting down"), id));
             }
-            if let TaskMode::Auto { after } = mode
+            if let Some(after) = mode.auto_after()
                 && declared
                 && !draining
             {
                 let id = id.cloned();
                 return routes::auto::call(engine, inner, parts, bytes.clone(), id, after).await;
             }
-            if mode == TaskMode::Required && !declared {
+            if mode.requires_extension() && !declared {
                 observe::task_refused("extension_required");
                 return Ok(reply(RpcError::tasks_extension_required(), id));
             }

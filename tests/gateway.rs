@@ -42,16 +42,19 @@ struct Stack {
 
 impl Stack {
     fn start() -> Stack {
+        Self::start_with(&[])
+    }
+
+    /// The stack with more environment for the gateway.
+    fn start_with(env: &[(&str, &str)]) -> Stack {
         let upstream = procs::spawn("retrofit", &[], &[("RUST_LOG", "warn")]);
-        let gateway = procs::spawn(
-            "gateway",
-            &[],
-            &[
-                ("MCP_UPSTREAM", upstream.url.as_str()),
-                ("MCP_AUTO_AFTER_MS", BUDGET_MS),
-                ("RUST_LOG", "warn"),
-            ],
-        );
+        let mut gateway_env = vec![
+            ("MCP_UPSTREAM", upstream.url.as_str()),
+            ("MCP_AUTO_AFTER_MS", BUDGET_MS),
+            ("RUST_LOG", "warn"),
+        ];
+        gateway_env.extend_from_slice(env);
+        let gateway = procs::spawn("gateway", &[], &gateway_env);
         Stack { upstream, gateway }
     }
 
@@ -128,7 +131,7 @@ async fn other_methods_pass_through_and_discovery_gains_the_extension() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names, ["sleep", "boom", "slow_ask", "stats"]);
+    assert_eq!(names, ["sleep", "boom", "slow_ask", "steps", "stats"]);
 
     let discover = stack
         .client()
@@ -252,7 +255,12 @@ async fn an_unreachable_upstream_is_a_json_rpc_error() {
 
 /// The gateway's proxy, without the layer, in front of `upstream`.
 async fn proxy_to(upstream: &TestServer) -> TestServer {
-    serve(proxy::Proxy::new(upstream.url.parse().unwrap())).await
+    proxy_with(&upstream.url, proxy::ProxyConfig::default()).await
+}
+
+/// The gateway's proxy with `config` in front of `upstream` (a URL).
+async fn proxy_with(upstream: &str, config: proxy::ProxyConfig) -> TestServer {
+    serve(proxy::Proxy::with_config(upstream.parse().unwrap(), config)).await
 }
 
 /// A POST to the proxy at `addr` with `body`.
@@ -331,9 +339,10 @@ async fn the_proxy_streams_the_request() {
     assert_eq!(echoed, "{\"a\":1}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_proxy_forwards_end_to_end_headers_only() {
-    let (seen, mut requests) = mpsc::unbounded_channel::<HeaderMap>();
+/// An upstream that reports each request's headers and answers with a few headers
+/// of its own, hop-by-hop ones included.
+async fn header_upstream() -> (TestServer, mpsc::UnboundedReceiver<HeaderMap>) {
+    let (seen, requests) = mpsc::unbounded_channel::<HeaderMap>();
     let upstream = serve(tower::service_fn(move |request: Request<Incoming>| {
         let _ = seen.send(request.headers().clone());
         async move {
@@ -342,41 +351,103 @@ async fn the_proxy_forwards_end_to_end_headers_only() {
                 .header("keep-alive", "timeout=5")
                 .header(header::CONNECTION, "x-hop")
                 .header("x-hop", "1")
+                .header(header::SET_COOKIE, "session=upstream")
                 .body(Full::from("ok"))
                 .unwrap();
             Ok::<_, Infallible>(response)
         }
     }))
     .await;
-    let gateway = proxy_to(&upstream).await;
+    (upstream, requests)
+}
 
-    let mut request = post(gateway.addr, Full::new(Bytes::from_static(b"{}")));
+/// A request to the proxy carrying credentials, a custom header and hop-by-hop
+/// headers.
+fn request_with_credentials(addr: std::net::SocketAddr) -> Request<Full<Bytes>> {
+    let mut request = post(addr, Full::new(Bytes::from_static(b"{}")));
     let headers = request.headers_mut();
     headers.insert(header::CONNECTION, "x-private".parse().unwrap());
     headers.insert("x-private", "secret".parse().unwrap());
     headers.insert(header::TE, "trailers".parse().unwrap());
     headers.insert(header::PROXY_AUTHORIZATION, "Basic YTpi".parse().unwrap());
     headers.insert(header::AUTHORIZATION, "Bearer alice".parse().unwrap());
+    headers.insert(header::COOKIE, "theme=dark".parse().unwrap());
+    headers.insert("x-tenant", "acme".parse().unwrap());
+    headers.insert(header::ACCEPT_ENCODING, "gzip".parse().unwrap());
     headers.insert("mcp-method", "tools/list".parse().unwrap());
-    let (mut sender, _connection) = connect(gateway.addr).await;
-    let response = within("the reply", sender.send_request(request))
-        .await
-        .unwrap();
+    headers.insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
+    request
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_forwards_credentials_only_when_configured() {
+    let (upstream, mut requests) = header_upstream().await;
+    let config = proxy::ProxyConfig {
+        forward: vec![
+            header::AUTHORIZATION,
+            header::COOKIE,
+            "x-tenant".parse().unwrap(),
+            // Named, but hop-by-hop: still dropped.
+            header::PROXY_AUTHORIZATION,
+        ],
+        ..proxy::ProxyConfig::default()
+    };
+    let gateway = proxy_with(&upstream.url, config).await;
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let response = within(
+        "the reply",
+        sender.send_request(request_with_credentials(gateway.addr)),
+    )
+    .await
+    .unwrap();
     let upstream_saw = recv("the upstream request", &mut requests).await;
     assert_eq!(upstream_saw["authorization"], "Bearer alice");
+    assert_eq!(upstream_saw["cookie"], "theme=dark");
+    assert_eq!(upstream_saw["x-tenant"], "acme");
+    for dropped in ["x-private", "proxy-authorization", "accept-encoding"] {
+        assert!(
+            !upstream_saw.contains_key(dropped),
+            "{dropped} reached the upstream"
+        );
+    }
+    assert_eq!(response.headers()[header::SET_COOKIE], "session=upstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_forwards_an_explicit_set_of_headers() {
+    let (upstream, mut requests) = header_upstream().await;
+    let gateway = proxy_to(&upstream).await;
+
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let response = within(
+        "the reply",
+        sender.send_request(request_with_credentials(gateway.addr)),
+    )
+    .await
+    .unwrap();
+
+    let upstream_saw = recv("the upstream request", &mut requests).await;
     assert_eq!(upstream_saw["mcp-method"], "tools/list");
+    assert_eq!(upstream_saw["mcp-protocol-version"], "2026-07-28");
     assert_eq!(upstream_saw["content-type"], "application/json");
     assert_eq!(upstream_saw["content-length"], "2");
     assert_eq!(upstream_saw["host"], upstream.addr.to_string());
-    for hop in ["x-private", "te", "proxy-authorization"] {
+    for dropped in [
+        "x-private",
+        "te",
+        "proxy-authorization",
+        "authorization",
+        "cookie",
+        "x-tenant",
+        "accept-encoding",
+    ] {
         assert!(
-            !upstream_saw.contains_key(hop),
-            "{hop} reached the upstream"
+            !upstream_saw.contains_key(dropped),
+            "{dropped} reached the upstream"
         );
     }
     assert_eq!(response.headers()["x-answer"], "42");
-    for hop in ["keep-alive", "x-hop"] {
+    for hop in ["keep-alive", "x-hop", "set-cookie"] {
         assert!(
             !response.headers().contains_key(hop),
             "{hop} reached the client"
@@ -384,4 +455,132 @@ async fn the_proxy_forwards_end_to_end_headers_only() {
     }
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(body, "ok");
+}
+
+/// Reads a JSON-RPC error the proxy made itself: its status and message.
+async fn proxy_error(response: Response<Incoming>) -> (u16, String) {
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let message: Value = serde_json::from_slice(&body).expect("a JSON body");
+    assert_eq!(message["jsonrpc"], "2.0", "{message}");
+    assert_eq!(message["error"]["code"], -32603, "{message}");
+    (
+        status,
+        message["error"]["message"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_starts_its_response_times_out() {
+    // Accepts the request and never answers: far past the proxy's limit.
+    let upstream = serve(tower::service_fn(|_: Request<Incoming>| async {
+        std::future::pending::<()>().await;
+        Ok::<_, Infallible>(Response::new(Full::<Bytes>::default()))
+    }))
+    .await;
+    let config = proxy::ProxyConfig {
+        response_timeout: Some(std::time::Duration::from_millis(300)),
+        ..proxy::ProxyConfig::default()
+    };
+    let gateway = proxy_with(&upstream.url, config).await;
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let request = post(gateway.addr, Full::new(Bytes::from_static(b"{}")));
+    let response = within("the reply", sender.send_request(request))
+        .await
+        .unwrap();
+    assert_eq!(
+        proxy_error(response).await,
+        (
+            504,
+            "Upstream did not start its response within 300 ms".to_owned()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_never_accepts_the_connection_times_out() {
+    // A listener whose accept queue is full and never drained: the kernel drops
+    // further connection attempts, so they hang until the proxy gives up.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    loop {
+        let attempt = tokio::time::timeout(
+            std::time::Duration::from_millis(200),
+            tokio::net::TcpStream::connect(addr),
+        );
+        match attempt.await {
+            Ok(Ok(stream)) => held.push(stream),
+            Ok(Err(e)) => panic!("connecting to the full listener failed: {e}"),
+            Err(_) => break,
+        }
+        assert!(held.len() < 64, "the accept queue never filled");
+    }
+    let config = proxy::ProxyConfig {
+        connect_timeout: Some(std::time::Duration::from_millis(300)),
+        ..proxy::ProxyConfig::default()
+    };
+    let gateway = proxy_with(&format!("http://{addr}/mcp"), config).await;
+    let (mut sender, _connection) = connect(gateway.addr).await;
+    let request = post(gateway.addr, Full::new(Bytes::from_static(b"{}")));
+    let response = within("the reply", sender.send_request(request))
+        .await
+        .unwrap();
+    assert_eq!(
+        proxy_error(response).await,
+        (504, "Upstream connection timed out after 300 ms".to_owned())
+    );
+    drop((held, listener));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_progress_becomes_the_status_message() {
+    let stack = Stack::start();
+    let client = stack.client();
+    let id = client
+        .create_task_id("steps", json!({"steps": 4, "ms": 500}), ALICE)
+        .await;
+    let working = client
+        .wait_for(&id, ALICE, |t| {
+            t["statusMessage"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("step "))
+                || t["status"] == "completed"
+        })
+        .await;
+    assert_eq!(working["status"], "working", "{working}");
+    let done = client.wait_for_status(&id, ALICE, "completed").await;
+    assert_eq!(first_text(&done["result"]), "4 steps done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_tools_let_a_client_without_the_extension_follow_a_long_call() {
+    let stack = Stack::start_with(&[("MCP_TASK_TOOLS", "1")]);
+    let client = stack.client();
+    let reply = client
+        .call_tool("sleep", json!({"ms": SLOW_MS}), false, ALICE)
+        .await;
+    let text = first_text(reply.ok()).to_owned();
+    let id = text
+        .split("as task ")
+        .nth(1)
+        .and_then(|rest| rest.split('.').next())
+        .unwrap_or_else(|| panic!("no task in {text}"))
+        .to_owned();
+    let mut last = Value::Null;
+    let done = wait::poll(async || {
+        let status = client
+            .call_tool("task_status", json!({"taskId": id}), false, ALICE)
+            .await;
+        last = status.ok().clone();
+        last["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("has completed"))
+            .then(|| last.clone())
+    })
+    .await
+    .unwrap_or_else(|| panic!("never completed: {last}"));
+    assert_eq!(done["content"][1]["text"], format!("slept {SLOW_MS}ms"));
 }

@@ -532,3 +532,107 @@ async fn cancel_and_expiry_drop_a_raw_inner_future() {
     let failed = client.get(&id, ALICE).await;
     assert_eq!(failed.ok()["status"], "failed", "{}", failed.text());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auto_tool_that_requires_the_extension_refuses_other_clients() {
+    let builder = layer_builder().with_tool_mode(
+        "sleep",
+        TaskMode::AutoRequired {
+            after: Duration::from_millis(50),
+        },
+    );
+    let server = Server::start(builder, true).await;
+    let client = server.client();
+
+    // Without the extension: -32021 with requiredCapabilities, and rmcp never sees it.
+    let refused = client
+        .call_tool("sleep", json!({"ms": 10}), false, ALICE)
+        .await;
+    refused.assert_capability_error();
+    assert!(server.inbox.calls("sleep").is_empty());
+
+    // With it: a fast call is answered as it is, a slow one becomes a task.
+    let fast = client
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await;
+    assert_eq!(first_text(fast.ok()), "slept 5ms", "{}", fast.text());
+    let id = client
+        .create_task_id("sleep", json!({"ms": 300}), ALICE)
+        .await;
+    let done = client.wait_for_status(&id, ALICE, "completed").await;
+    assert_eq!(first_text(&done["result"]), "slept 300ms");
+    // Other `Auto` tools still answer clients without the extension.
+    let boom = client
+        .call_tool("boom", json!({"ms": 5}), false, ALICE)
+        .await;
+    assert_eq!(boom.json["error"]["message"], "boom", "{}", boom.text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_becomes_the_status_message_and_stays_off_the_streams() {
+    for json in [true, false] {
+        let server = Server::start(layer_builder(), json).await;
+        let client = server.client();
+
+        // Within the budget: the answer as it is, with no progress the client never
+        // asked for.
+        let fast = client
+            .call_tool("steps", json!({"steps": 3, "ms": 1}), true, ALICE)
+            .await;
+        assert_eq!(first_text(fast.ok()), "3 steps done", "{}", fast.text());
+        assert!(
+            !fast.text().contains("notifications/progress"),
+            "{}",
+            fast.text()
+        );
+        let seen = server.inbox.calls("steps");
+        assert!(
+            seen[0].message["params"]["_meta"]["progressToken"].is_string(),
+            "the layer asks the inner server for progress: {}",
+            seen[0].message
+        );
+
+        // A task: 200 progress reports, far more than the status message is written.
+        let id = client
+            .create_task_id("steps", json!({"steps": 200, "ms": 5}), ALICE)
+            .await;
+        let mut stream = client.listen(ALICE, json!("progress"), &[&id]).await;
+        let ack = stream.next_message().await;
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+        // `next_task` fails on any other message, a raw progress notification included.
+        let seen = stream.tasks_until(|t| t["status"] == "completed").await;
+        let messages: Vec<&str> = seen
+            .iter()
+            .filter(|t| t["status"] == "working")
+            .filter_map(|t| t["statusMessage"].as_str())
+            .filter(|m| m.starts_with("step "))
+            .collect();
+        assert!(
+            !messages.is_empty(),
+            "no progress reached the task: {seen:?}"
+        );
+        assert!(
+            messages.len() < 50,
+            "progress is not coalesced: {messages:?}"
+        );
+        let done = client.get(&id, ALICE).await;
+        assert_eq!(first_text(&done.ok()["result"]), "200 steps done");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poller_sees_the_newest_progress() {
+    let server = Server::example().await;
+    let client = server.client();
+    let id = client
+        .create_task_id("steps", json!({"steps": 3, "ms": 400}), ALICE)
+        .await;
+    let working = client
+        .wait_for(&id, ALICE, |t| {
+            t["statusMessage"] == "step 2 of 3 done" || t["status"] == "completed"
+        })
+        .await;
+    assert_eq!(working["status"], "working", "{working}");
+    let done = client.wait_for_status(&id, ALICE, "completed").await;
+    assert_eq!(first_text(&done["result"]), "3 steps done");
+}

@@ -143,6 +143,15 @@ pub(crate) fn with_lease_from_env(mut builder: TasksLayerBuilder) -> TasksLayerB
     }
 }
 
+/// `MCP_TASK_TOOLS=1` turns on the task tools: clients without the tasks extension
+/// get `task_status`, `task_answer` and `task_cancel` and can follow long calls too.
+pub(crate) fn with_task_tools_from_env(builder: TasksLayerBuilder) -> TasksLayerBuilder {
+    match std::env::var("MCP_TASK_TOOLS").is_ok_and(|v| v == "1") {
+        true => builder.with_task_tools(),
+        false => builder,
+    }
+}
+
 /// The address to listen on: `MCP_ADDR`, or `default`.
 pub(crate) fn listen_addr(default: &str) -> SocketAddr {
     std::env::var("MCP_ADDR")

@@ -15,15 +15,32 @@
 //! input requests, and `tasks/cancel` drops the proxied request, which closes its
 //! upstream connection (the upstream sees the client go away).
 //!
-//! Request and response bodies stream through; end-to-end headers are forwarded
-//! and hop-by-hop ones dropped; upstream connections are pooled and use
-//! `TCP_NODELAY`. An unreachable upstream answers 502 with a JSON-RPC error.
+//! Request and response bodies stream through; upstream connections are pooled
+//! and use `TCP_NODELAY`. Which request headers go upstream is explicit: every
+//! `Mcp-*` header, `Content-Type`, `Accept`, `User-Agent`, `Last-Event-ID`,
+//! `traceparent` and `tracestate`, and only the ones named in `MCP_FORWARD_HEADERS`
+//! besides (`Authorization` and `Cookie` only then; with `Cookie` named, the
+//! upstream's `Set-Cookie` comes back too). Hop-by-hop headers never pass either way.
+//! Every upstream failure is a JSON-RPC error (-32603, `id` null): 502 "Upstream
+//! unavailable" when the upstream cannot be reached, 504 "Upstream connection timed
+//! out after N ms" past `MCP_UPSTREAM_CONNECT_TIMEOUT_MS` (default 5000), and 504
+//! "Upstream did not start its response within N ms" past
+//! `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (default 300000) — the time to the response's
+//! head: an upstream that streams (SSE) starts at once, one that answers with JSON
+//! only when the call ends, so set it above the longest such call. 0 turns either
+//! timeout off. For a call that already became a task, the error fails the task.
 //!
 //! Environment: `MCP_UPSTREAM` (required, an `http://` URL), `MCP_ADDR` (default
-//! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_STORE` (see
+//! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_TASK_REQUIRED_TOOLS`
+//! (comma-separated tools that are `TaskMode::AutoRequired`: clients without the
+//! extension get -32021 for them), `MCP_FORWARD_HEADERS`,
+//! `MCP_UPSTREAM_CONNECT_TIMEOUT_MS`, `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (above),
+//! `MCP_TASK_TOOLS=1` (task tools for clients without the extension),
+//! `MCP_STORE` (see
 //! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
 //! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
-//! `<name>`; the header is also forwarded upstream.
+//! `<name>`; the header reaches the upstream only with
+//! `MCP_FORWARD_HEADERS=authorization`.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -31,11 +48,11 @@ mod proxy;
 
 use std::time::Duration;
 
-use http::Uri;
+use http::{HeaderName, Uri};
 use mcp_tasks::{TaskMode, TasksLayer};
 use tower::ServiceBuilder;
 
-use proxy::Proxy;
+use proxy::{Proxy, ProxyConfig};
 
 /// The gateway's name in `_meta.serverInfo` of the results it makes itself.
 const NAME: &str = "mcp-tasks-gateway";
@@ -53,32 +70,73 @@ fn upstream_from_env() -> Result<Uri, Box<dyn std::error::Error>> {
     Ok(uri)
 }
 
-/// `MCP_AUTO_AFTER_MS`, the `Auto` budget of every tool (default 250 ms).
-fn budget_from_env() -> Result<Duration, Box<dyn std::error::Error>> {
-    match std::env::var("MCP_AUTO_AFTER_MS") {
-        Err(_) => Ok(Duration::from_millis(250)),
-        Ok(ms) => Ok(Duration::from_millis(ms.parse().map_err(|_| {
-            format!("MCP_AUTO_AFTER_MS must be milliseconds, not {ms:?}")
-        })?)),
+/// The milliseconds in `var`, if it is set.
+fn millis_from_env(var: &str) -> Result<Option<Duration>, String> {
+    match std::env::var(var) {
+        Err(_) => Ok(None),
+        Ok(ms) => match ms.trim().parse() {
+            Ok(ms) => Ok(Some(Duration::from_millis(ms))),
+            Err(_) => Err(format!("{var} must be milliseconds, not {ms:?}")),
+        },
     }
+}
+
+/// The comma-separated names in `var`.
+fn names_from_env(var: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The proxy's settings from `MCP_FORWARD_HEADERS` (comma-separated header names),
+/// `MCP_UPSTREAM_CONNECT_TIMEOUT_MS` (default 5000) and
+/// `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (default 300000); 0 means no timeout.
+fn proxy_config_from_env() -> Result<ProxyConfig, String> {
+    let mut config = ProxyConfig::default();
+    for name in names_from_env("MCP_FORWARD_HEADERS") {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("MCP_FORWARD_HEADERS: {name:?} is not a header name"))?;
+        config.forward.push(header);
+    }
+    let timeout = |var: &str, default: Option<Duration>| {
+        Ok::<_, String>(match millis_from_env(var)? {
+            None => default,
+            Some(Duration::ZERO) => None,
+            limit => limit,
+        })
+    };
+    config.connect_timeout = timeout("MCP_UPSTREAM_CONNECT_TIMEOUT_MS", config.connect_timeout)?;
+    config.response_timeout = timeout("MCP_UPSTREAM_RESPONSE_TIMEOUT_MS", config.response_timeout)?;
+    Ok(config)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     common::init_tracing("info,mcp_tasks=debug");
     let upstream = upstream_from_env()?;
-    let after = budget_from_env()?;
+    // The `Auto` budget of every tool (default 250 ms).
+    let after = millis_from_env("MCP_AUTO_AFTER_MS")?.unwrap_or(Duration::from_millis(250));
+    let proxy = proxy_config_from_env()?;
 
-    let tasks_layer =
-        common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
-            .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-            .with_default_mode(TaskMode::Auto { after })
-            .build()?;
+    let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
+        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+        .with_default_mode(TaskMode::Auto { after });
+    // Upstream tools too long to call synchronously: -32021 without the extension.
+    let builder = names_from_env("MCP_TASK_REQUIRED_TOOLS")
+        .into_iter()
+        .fold(builder, |builder, tool| {
+            builder.with_tool_mode(tool, TaskMode::AutoRequired { after })
+        });
+    let tasks_layer = common::with_task_tools_from_env(builder).build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer)
-        .service(Proxy::new(upstream.clone()));
+        .service(Proxy::with_config(upstream.clone(), proxy));
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
     let addr = listener.local_addr()?;

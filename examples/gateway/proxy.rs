@@ -1,10 +1,12 @@
 //! The gateway's reverse proxy: one upstream MCP endpoint, bodies streamed both
-//! ways, hop-by-hop headers dropped, pooled `TCP_NODELAY` connections. Apart from
-//! `main` so that the tests can run it in process.
+//! ways, an explicit set of request headers forwarded, hop-by-hop headers dropped,
+//! connect and response-start timeouts, pooled `TCP_NODELAY` connections. Apart
+//! from `main` so that the tests can run it in process.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,6 +38,51 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
+/// Request headers forwarded upstream besides every `mcp-*` header: what an MCP
+/// request needs to be understood. Anything else, `Authorization` and `Cookie`
+/// included, goes only when configured ([`ProxyConfig::forward`]).
+const FORWARDED: [&str; 6] = [
+    "content-type",
+    "accept",
+    "user-agent",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+];
+
+/// What the proxy forwards and how long it waits.
+#[derive(Clone, Debug)]
+pub(crate) struct ProxyConfig {
+    /// Request headers forwarded on top of the standard set (`authorization`,
+    /// `cookie`, …). Hop-by-hop headers are never forwarded. When `cookie` is
+    /// named, the upstream's `Set-Cookie` reaches the client too.
+    pub(crate) forward: Vec<HeaderName>,
+    /// The longest wait for a connection to the upstream.
+    pub(crate) connect_timeout: Option<Duration>,
+    /// The longest wait, once connected, for the upstream's response head. A
+    /// streamed (SSE) answer starts at once; a JSON answer starts when the call ends.
+    pub(crate) response_timeout: Option<Duration>,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        ProxyConfig {
+            forward: Vec::new(),
+            connect_timeout: Some(Duration::from_secs(5)),
+            response_timeout: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+impl ProxyConfig {
+    /// Whether a request header goes upstream.
+    fn forwards(&self, name: &HeaderName) -> bool {
+        name.as_str().starts_with("mcp-")
+            || FORWARDED.contains(&name.as_str())
+            || self.forward.contains(name)
+    }
+}
+
 /// Drops the hop-by-hop headers, those the `Connection` header names included.
 fn drop_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
@@ -53,16 +100,49 @@ fn drop_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The reply when the upstream cannot be reached or breaks off before its head.
-fn bad_gateway() -> Response<ProxyBody> {
-    let body =
-        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Upstream unavailable"}}"#;
+/// The request headers that go upstream: the standard set and the configured ones,
+/// never a hop-by-hop one.
+fn forwarded_headers(headers: HeaderMap, config: &ProxyConfig) -> HeaderMap {
+    let mut headers = headers;
+    drop_hop_by_hop(&mut headers);
+    let mut kept = HeaderMap::with_capacity(headers.len());
+    let mut current = None;
+    for (name, value) in headers {
+        if let Some(name) = name {
+            current = Some(name);
+        }
+        if let Some(name) = current.as_ref().filter(|n| config.forwards(n)) {
+            kept.append(name.clone(), value);
+        }
+    }
+    kept
+}
+
+/// Whether an error, or what caused it, is a timeout.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// A JSON-RPC error from the proxy itself (the request id is not known here).
+fn proxy_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+        "error": {"code": -32603, "message": message}});
     let mut response = Response::new(
-        Full::from(body)
+        Full::from(body.to_string())
             .map_err(|never| match never {})
             .boxed_unsync(),
     );
-    *response.status_mut() = StatusCode::BAD_GATEWAY;
+    *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -77,18 +157,24 @@ fn bad_gateway() -> Response<ProxyBody> {
 pub(crate) struct Proxy {
     client: Client<HttpConnector, ProxyBody>,
     upstream: Uri,
+    config: Arc<ProxyConfig>,
 }
 
 impl Proxy {
-    /// A proxy to `upstream`, an `http://` URL.
-    pub(crate) fn new(upstream: Uri) -> Proxy {
+    /// A proxy to `upstream`, an `http://` URL, with `config`.
+    pub(crate) fn with_config(upstream: Uri, config: ProxyConfig) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.enforce_http(true);
+        connector.set_connect_timeout(config.connect_timeout);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
-        Proxy { client, upstream }
+        Proxy {
+            client,
+            upstream,
+            config: Arc::new(config),
+        }
     }
 
     /// The upstream URL with the request's query, if any.
@@ -117,9 +203,8 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let (mut parts, body) = request.into_parts();
-        drop_hop_by_hop(&mut parts.headers);
-        // hyper sets the upstream's own `Host`.
-        parts.headers.remove(header::HOST);
+        // hyper sets the upstream's own `Host`; the length is set below.
+        parts.headers = forwarded_headers(std::mem::take(&mut parts.headers), &self.config);
         if let Some(length) = body.size_hint().exact() {
             parts
                 .headers
@@ -133,19 +218,43 @@ where
         *outbound.uri_mut() = parts.uri;
         *outbound.headers_mut() = parts.headers;
         let response = self.client.request(outbound);
+        let config = self.config.clone();
         Box::pin(async move {
-            match response.await {
+            let response = match config.response_timeout {
+                Some(limit) => match tokio::time::timeout(limit, response).await {
+                    Ok(response) => response,
+                    Err(_) => {
+                        tracing::warn!(?limit, "the upstream did not start its response in time");
+                        let message = format!(
+                            "Upstream did not start its response within {} ms",
+                            limit.as_millis()
+                        );
+                        return Ok(proxy_error(StatusCode::GATEWAY_TIMEOUT, &message));
+                    }
+                },
+                None => response.await,
+            };
+            match response {
                 Ok(response) => {
                     let (mut parts, body) = response.into_parts();
                     drop_hop_by_hop(&mut parts.headers);
+                    if !config.forward.contains(&header::COOKIE) {
+                        parts.headers.remove(header::SET_COOKIE);
+                    }
                     Ok(Response::from_parts(
                         parts,
                         body.map_err(Into::into).boxed_unsync(),
                     ))
                 }
+                Err(e) if e.is_connect() && timed_out(&e) => {
+                    tracing::warn!(error = %e, "the upstream connection timed out");
+                    let limit = config.connect_timeout.unwrap_or_default().as_millis();
+                    let message = format!("Upstream connection timed out after {limit} ms");
+                    Ok(proxy_error(StatusCode::GATEWAY_TIMEOUT, &message))
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "the upstream request failed");
-                    Ok(bad_gateway())
+                    Ok(proxy_error(StatusCode::BAD_GATEWAY, "Upstream unavailable"))
                 }
             }
         })

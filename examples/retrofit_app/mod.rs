@@ -12,8 +12,8 @@ use std::time::Duration;
 use mcp_tasks::{MemoryStore, TaskMode, TasksLayer, TasksLayerBuilder};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InputRequiredResult, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -27,7 +27,7 @@ use crate::common::{schema, text};
 pub(crate) const NAME: &str = "mcp-tasks-retrofit";
 
 /// The tools the layer runs in the background.
-pub(crate) const TOOLS: [&str; 4] = ["sleep", "boom", "slow_ask", "stats"];
+pub(crate) const TOOLS: [&str; 5] = ["sleep", "boom", "slow_ask", "steps", "stats"];
 
 /// How long a client waits for an answer before it gets a task instead.
 pub(crate) const AFTER: Duration = Duration::from_millis(250);
@@ -138,6 +138,31 @@ impl Retrofit {
         .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(CallToolResponse::InputRequired(ask))
     }
+
+    /// Works `steps` steps of `ms` each and reports progress, with a message, after
+    /// each one (when the caller asked for progress with a token).
+    async fn steps(
+        &self,
+        arguments: &JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let steps = arguments
+            .get("steps")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            .min(10_000);
+        let token = context.meta.get_progress_token();
+        for step in 1..=steps {
+            tokio::time::sleep(millis(arguments)).await;
+            if let Some(token) = &token {
+                let progress = ProgressNotificationParam::new(token.clone(), step as f64)
+                    .with_total(steps as f64)
+                    .with_message(format!("step {step} of {steps} done"));
+                let _ = context.peer.notify_progress(progress).await;
+            }
+        }
+        Ok(text(format!("{steps} steps done")).into())
+    }
 }
 
 impl ServerHandler for Retrofit {
@@ -176,6 +201,13 @@ impl ServerHandler for Retrofit {
                 ms(),
             ),
             Tool::new(
+                "steps",
+                "Works `steps` steps of ms milliseconds each, reporting progress after each",
+                schema(json!({"type": "object", "properties": {
+                    "steps": {"type": "integer", "minimum": 1, "maximum": 10000},
+                    "ms": {"type": "integer", "minimum": 0, "maximum": 600000}}})),
+            ),
+            Tool::new(
                 "stats",
                 "How many sleep calls finished and how many were dropped",
                 schema(json!({"type": "object"})),
@@ -196,6 +228,7 @@ impl ServerHandler for Retrofit {
                 Err(ErrorData::internal_error("boom", None))
             }
             "slow_ask" => self.slow_ask(millis(&arguments), &request).await,
+            "steps" => self.steps(&arguments, &context).await,
             "stats" => Ok(text(self.counters.snapshot().to_string()).into()),
             other => Err(ErrorData::invalid_params(
                 format!("unknown tool {other}"),

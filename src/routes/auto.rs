@@ -26,6 +26,8 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tower_service::Service;
 
+use super::progress::{self, ProgressSink};
+use super::task_tools::{AsToolResult, task_result};
 use super::{Reply, reply};
 use crate::backoff::Backoff;
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
@@ -49,7 +51,8 @@ const RETRY_FIRST: Duration = Duration::from_millis(50);
 const RETRY_LAST: Duration = Duration::from_secs(2);
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
-/// declared the extension. `inner` must be ready (polled).
+/// declared the extension (or one served by the task tools). `inner` must be ready
+/// (polled).
 pub(crate) async fn call<S, B, ResBody>(
     engine: Arc<Engine>,
     inner: S,
@@ -72,12 +75,15 @@ where
     if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
         return Ok(reply(e, id.as_ref()));
     }
+    let mut parts = parts;
+    let as_tool = parts.extensions.remove::<AsToolResult>();
     let Some(call) = Call::new(parts, &bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
     let (answer_tx, mut answer_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
     let (me_tx, me_rx) = oneshot::channel();
+    let progress = Arc::new(ProgressSink::new(call.own_progress_token));
     let runner = Runner {
         engine,
         spare: inner.clone(),
@@ -85,6 +91,9 @@ where
         id: id.clone(),
         owner,
         expires_at: None,
+        reports: progress.subscribe(),
+        progress,
+        as_tool,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -120,12 +129,15 @@ struct Call {
     headers: http::HeaderMap,
     extensions: http::Extensions,
     message: RawObject,
+    /// The `progressToken` is the layer's, not the client's.
+    own_progress_token: bool,
 }
 
 impl Call {
     fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Call> {
         let mut message = RawObject::parse(bytes)?;
         strip_extension(&mut message);
+        let own_progress_token = progress::ensure_token(&mut message);
         let mut extensions = parts.extensions;
         // The inner handler cannot make a task of its own: the layer already does.
         extensions.insert(TaskContext::refused(TaskRefused::NotDeclared));
@@ -136,6 +148,7 @@ impl Call {
             headers: parts.headers,
             extensions,
             message,
+            own_progress_token,
         })
     }
 
@@ -196,6 +209,7 @@ async fn exchange<S, B, ResBody>(
     mut inner: S,
     request: Request<RequestBody<B>>,
     cap: usize,
+    progress: Arc<ProgressSink>,
 ) -> Exchange<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -211,7 +225,7 @@ where
     };
     let (head, body) = response.into_parts();
     if sse::is_event_stream(&head.headers) {
-        return match read_to_response(body, cap).await {
+        return match read_to_response(body, cap, &progress).await {
             Ok(SseRead::Answered(prefix, rest)) => Exchange::Answered(head, prefix, rest),
             Ok(SseRead::Ended(bytes)) => Exchange::Full(head, bytes),
             Ok(SseRead::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
@@ -246,7 +260,12 @@ enum SseRead<B> {
 /// Reads an SSE body event by event until its JSON-RPC response: the answer is
 /// taken from the response event, not from the end of the stream (which a server
 /// may keep open). Each byte is scanned once; at most `cap` bytes are held.
-async fn read_to_response<B>(body: B, cap: usize) -> Result<SseRead<B>, B::Error>
+/// Progress reports go to `progress`, and are left out when the token is the layer's.
+async fn read_to_response<B>(
+    body: B,
+    cap: usize,
+    progress: &ProgressSink,
+) -> Result<SseRead<B>, B::Error>
 where
     B: Body<Data = Bytes>,
 {
@@ -260,7 +279,11 @@ where
         };
         events.push(&data);
         while let Some(event) = events.next_event() {
-            let is_response = event.json().is_some_and(|m| sse::is_response(&m));
+            let message = event.json();
+            if message.as_ref().is_some_and(|m| !progress.observe(m)) {
+                continue;
+            }
+            let is_response = message.is_some_and(|m| sse::is_response(&m));
             read.extend_from_slice(&event.raw);
             if is_response {
                 read.extend_from_slice(&events.take_rest());
@@ -418,6 +441,11 @@ struct Runner<S> {
     owner: Option<Principal>,
     /// When the task expires: store calls that fail are retried until then.
     expires_at: Option<Timestamp>,
+    /// Where the inner server's progress reports go, and the newest of them.
+    progress: Arc<ProgressSink>,
+    reports: tokio::sync::watch::Receiver<Option<String>>,
+    /// The task is answered as a tool result (a client without the extension).
+    as_tool: Option<AsToolResult>,
 }
 
 impl<S> Runner<S> {
@@ -433,7 +461,8 @@ impl<S> Runner<S> {
         ResBody::Error: Into<BoxError>,
     {
         let cap = self.engine.config.max_response_bytes;
-        let first = exchange(inner, self.call.request(&self.call.message), cap);
+        let request = self.call.request(&self.call.message);
+        let first = exchange(inner, request, cap, self.progress.clone());
         tokio::pin!(first);
         let done = tokio::select! {
             biased;
@@ -474,7 +503,7 @@ impl<S> Runner<S> {
         if let Ok(me) = me.await {
             self.engine.register_runner(task, me);
         }
-        let created = self.engine.create_task_result(&record);
+        let created = task_result(&self.engine, &record, self.as_tool);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
         if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.
@@ -517,7 +546,7 @@ impl<S> Runner<S> {
         ResBody::Error: Into<BoxError>,
     {
         let cap = self.engine.config.max_response_bytes;
-        let mut outcome = first.await;
+        let mut outcome = progress::relaying(&self.engine, &task, &mut self.reports, first).await;
         let mut round = 0u32;
         loop {
             let (requests, state) = match classify(outcome) {
@@ -584,7 +613,9 @@ impl<S> Runner<S> {
                 }
             }
             let retry = self.call.retry(round, responses, state);
-            outcome = exchange(self.spare.clone(), self.call.request(&retry), cap).await;
+            let request = self.call.request(&retry);
+            let next = exchange(self.spare.clone(), request, cap, self.progress.clone());
+            outcome = progress::relaying(&self.engine, &task, &mut self.reports, next).await;
         }
     }
 

@@ -8,6 +8,7 @@
 //! | `tools/call` (`TaskMode::Auto`) | `auto.rs` |
 //! | `server/discover` | `discover.rs` |
 //! | `subscriptions/listen` | `listen.rs` |
+//! | `tools/list`, `tools/call` of clients without the extension (task tools) | `fallback.rs`, `task_tools.rs` |
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -26,7 +27,10 @@ use crate::worker;
 
 pub(crate) mod auto;
 pub(crate) mod discover;
+pub(crate) mod fallback;
 pub(crate) mod listen;
+pub(crate) mod progress;
+pub(crate) mod task_tools;
 pub(crate) mod tasks;
 pub(crate) mod tools_call;
 

@@ -118,7 +118,7 @@ pub(crate) async fn answer(
 ///
 /// The total is read before the update, so two updates racing on one task may
 /// together pass it by at most one request's answers.
-async fn check_input_sizes(
+pub(crate) async fn check_input_sizes(
     engine: &Engine,
     id: &TaskId,
     scope: Scope<'_>,

@@ -15,6 +15,7 @@ use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tower_service::Service;
 
+use super::task_tools::{AsToolResult, task_result};
 use super::{Reply, reply};
 use crate::body::{BoxBody, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskSpec};
@@ -42,6 +43,7 @@ where
     ResBody::Error: Into<BoxError>,
 {
     let owner = engine.principal(&parts);
+    let as_tool = parts.extensions.remove::<AsToolResult>();
     parts.extensions.insert(context.clone());
     let response = inner
         .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
@@ -65,6 +67,7 @@ where
             spec: spec_on_response,
             owner,
             id: id.cloned(),
+            as_tool,
         };
         let body = DecidingBody::new(Box::pin(body.map_err(Into::into)), decision);
         return Ok(Response::from_parts(
@@ -88,9 +91,11 @@ where
     match super::create_task(engine, owner, spec).await {
         Ok(task) => {
             observe::outcome(Outcome::Task);
-            Ok(engine
-                .create_task_response(&task, ReplyId::Value(id))
-                .map(ResponseBody::full))
+            let response = match as_tool {
+                None => engine.create_task_response(&task, ReplyId::Value(id)),
+                Some(_) => result_response(id, task_result(engine, &task, as_tool)),
+            };
+            Ok(response.map(ResponseBody::full))
         }
         Err(e) => Ok(reply(e, id)),
     }
@@ -104,6 +109,8 @@ pub(crate) struct Decision {
     pub(crate) spec: Option<TaskSpec>,
     pub(crate) owner: Option<Principal>,
     pub(crate) id: Option<Value>,
+    /// The task is answered as a tool result (a client without the extension).
+    pub(crate) as_tool: Option<AsToolResult>,
 }
 
 impl Decision {
@@ -112,12 +119,16 @@ impl Decision {
     fn into_task_event(self) -> Option<BoxFuture<'static, Bytes>> {
         let spec = self.spec.or_else(|| self.context.take())?;
         let Decision {
-            engine, owner, id, ..
+            engine,
+            owner,
+            id,
+            as_tool,
+            ..
         } = self;
         Some(Box::pin(async move {
             let message = match super::create_task(&engine, owner, spec).await {
                 Ok(task) => {
-                    result_response(id.as_ref(), engine.create_task_result(&task)).into_body()
+                    result_response(id.as_ref(), task_result(&engine, &task, as_tool)).into_body()
                 }
                 Err(e) => e.to_body(id.as_ref()),
             };

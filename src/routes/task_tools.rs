@@ -1,0 +1,525 @@
+//! Tasks for clients without the extension
+//! ([`with_task_tools`](crate::TasksLayerBuilder::with_task_tools)): a call that
+//! becomes a task answers with an ordinary tool result that says so, and the
+//! client's `tools/list` gains `task_status`, `task_answer` and `task_cancel`,
+//! answered here from the store with the caller's owner scope. The texts are
+//! written for a language model to act on. `fallback.rs` routes the requests here.
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response, header};
+use http_body::Body;
+use serde_json::{Map, Value, json};
+use std::fmt::Write as _;
+use tower_service::Service;
+
+use super::{Reply, reply};
+use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
+use crate::engine::Engine;
+use crate::error::{BoxError, StoreError, TransitionError};
+use crate::observe::{self, Outcome};
+use crate::store::Applied;
+use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
+use crate::wire::sse::{self, Splitter};
+use crate::wire::{Envelope, HeaderRoute, MCP_METHOD, RpcError, result_response};
+
+/// The tools the layer adds.
+const STATUS: &str = "task_status";
+const ANSWER: &str = "task_answer";
+const CANCEL: &str = "task_cancel";
+
+/// Put in a `tools/call`'s extensions when a task it makes must be answered as a
+/// tool result, not a `CreateTaskResult`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AsToolResult {
+    /// The client speaks a revision before 2026-07-28: no `resultType`, no `_meta`.
+    legacy: bool,
+}
+
+/// Which requests the layer reads with task tools on: every earlier-revision `POST`
+/// (any may be a `tools/list` or `tools/call`) and a modern `tools/list`.
+pub(crate) fn reroute(route: HeaderRoute, headers: &http::HeaderMap) -> HeaderRoute {
+    match route {
+        HeaderRoute::Legacy => HeaderRoute::Inspect,
+        HeaderRoute::Passthrough
+            if headers
+                .get(MCP_METHOD)
+                .is_some_and(|m| m.as_bytes().trim_ascii() == b"tools/list") =>
+        {
+            HeaderRoute::Inspect
+        }
+        route => route,
+    }
+}
+
+/// Whether this request is the fallback's: task tools on, a client that did not
+/// declare the extension, `tools/list` or `tools/call`.
+pub(crate) fn handles(engine: &Engine, method: &str, declared: bool) -> bool {
+    engine.config.task_tools && !declared && matches!(method, "tools/list" | "tools/call")
+}
+
+/// `task_status`, `task_answer` or `task_cancel` of a client without the
+/// extension, answered from the store with the caller's owner scope.
+pub(crate) async fn answer_tool<B>(
+    engine: &Engine,
+    parts: &http::request::Parts,
+    envelope: &Envelope<'_>,
+) -> Response<ResponseBody<B>> {
+    let legacy = envelope.is_legacy(&parts.headers);
+    let tool = envelope.param_str("name");
+    let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
+    let owner = engine.principal(parts);
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return reply(e, envelope.id.as_ref());
+    }
+    let scope = Scope::Owner(owner.as_ref());
+    let result = answer(engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
+    observe::outcome(Outcome::Result);
+    tool_response(engine, envelope.id.as_ref(), result, legacy)
+}
+
+/// Whether a `tools/call` names one of the task tools.
+pub(crate) fn is_task_tool(tool: &str) -> bool {
+    matches!(tool, STATUS | ANSWER | CANCEL)
+}
+
+/// A marker that a task made by this `tools/call` is answered as a tool result.
+pub(crate) fn as_tool_result(legacy: bool) -> AsToolResult {
+    AsToolResult { legacy }
+}
+
+/// What a call that became a task answers: a `CreateTaskResult`, or for a client
+/// without the extension, a tool result saying how to follow the task.
+pub(crate) fn task_result(
+    engine: &Engine,
+    task: &TaskRecord,
+    as_tool: Option<AsToolResult>,
+) -> Map<String, Value> {
+    let Some(AsToolResult { legacy }) = as_tool else {
+        return engine.create_task_result(task);
+    };
+    let id = task.id;
+    let text = format!(
+        "This call takes longer than a direct answer allows, so it goes on in the background \
+         as task {id}. Follow it with the tool {STATUS} and the arguments \
+         {{\"taskId\": \"{id}\"}}: it tells how the task is doing, asks any question the task \
+         needs answered, and returns this call's result once the task is done. Check about \
+         every {} seconds. To stop the task, call {CANCEL} with the same arguments.",
+        poll_seconds(task)
+    );
+    tool_result(engine, vec![text_block(text)], false, legacy)
+}
+
+/// The three tools' definitions.
+fn definitions() -> [Value; 3] {
+    let task_id = json!({"type": "string",
+        "description": "The task id from the tool result that started the task"});
+    [
+        json!({
+            "name": STATUS,
+            "description": "Reports on a task that a long tool call started: its status, its \
+                latest progress, any question it waits on, and once it has finished, the \
+                original tool's result.",
+            "inputSchema": {"type": "object", "properties": {"taskId": task_id},
+                "required": ["taskId"]},
+        }),
+        json!({
+            "name": ANSWER,
+            "description": "Answers the questions a task waits on (task_status lists them \
+                with their keys), so that it can go on.",
+            "inputSchema": {"type": "object", "properties": {
+                "taskId": task_id,
+                "answers": {"type": "object", "description": "One entry per question key, \
+                    e.g. {\"confirm\": {\"action\": \"accept\", \"content\": {\"confirm\": true}}}; \
+                    {\"action\": \"decline\"} refuses a question"},
+            }, "required": ["taskId", "answers"]},
+        }),
+        json!({
+            "name": CANCEL,
+            "description": "Stops a task that a long tool call started. A finished task \
+                stays as it is.",
+            "inputSchema": {"type": "object", "properties": {"taskId": task_id},
+                "required": ["taskId"]},
+        }),
+    ]
+}
+
+/// Forwards `tools/list` and adds the three tools to its last page (the one without
+/// `nextCursor`). An answer past the response cap or with no tool list passes as it
+/// is.
+pub(crate) async fn list<S, B, ResBody>(
+    engine: &Engine,
+    mut inner: S,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    id: Option<&Value>,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let response = inner
+        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .await?;
+    let (mut head, body) = response.into_parts();
+    let read = match read_up_to(body, engine.config.max_response_bytes).await {
+        Ok(ReadOutcome::Complete(read)) => read,
+        Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
+        Err(e) => {
+            let e: BoxError = e.into();
+            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            return Ok(reply(RpcError::internal_error(), id));
+        }
+    };
+    let extended = match sse::is_event_stream(&head.headers) {
+        true => extend_events(&read),
+        false => serde_json::from_slice(&read)
+            .ok()
+            .and_then(extend_message)
+            .map(Bytes::from),
+    };
+    let Some(extended) = extended else {
+        return Ok(Response::from_parts(head, ResponseBody::full(read)));
+    };
+    head.headers.remove(header::CONTENT_LENGTH);
+    Ok(Response::from_parts(head, ResponseBody::full(extended)))
+}
+
+/// The `tools/list` response with the three tools added, or `None` when it is not
+/// a last page of tools.
+fn extend_message(mut message: Value) -> Option<Vec<u8>> {
+    let result = message.get_mut("result")?.as_object_mut()?;
+    if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
+        return None;
+    }
+    let tools = result.get_mut("tools")?.as_array_mut()?;
+    for tool in definitions() {
+        if !tools.iter().any(|t| t["name"] == tool["name"]) {
+            tools.push(tool);
+        }
+    }
+    serde_json::to_vec(&message).ok()
+}
+
+/// An SSE answer to `tools/list` with its response event extended.
+fn extend_events(stream: &[u8]) -> Option<Bytes> {
+    let mut events = Splitter::new();
+    events.push(stream);
+    let mut out = BytesMut::with_capacity(stream.len() + 1024);
+    let mut extended = false;
+    while let Some(event) = events.next_event() {
+        match event.json().filter(|m| !extended && sse::is_response(m)) {
+            Some(message) => {
+                let message = extend_message(message)?;
+                out.extend_from_slice(&sse::data_event(&message));
+                extended = true;
+            }
+            None => out.extend_from_slice(&event.raw),
+        }
+    }
+    out.extend_from_slice(&events.take_rest());
+    extended.then(|| out.freeze())
+}
+
+/// What one of the three tools answers: its content and whether it is an error.
+struct ToolAnswer {
+    content: Vec<Value>,
+    structured: Option<Value>,
+    is_error: bool,
+}
+
+impl ToolAnswer {
+    fn text(text: String, is_error: bool) -> ToolAnswer {
+        ToolAnswer {
+            content: vec![text_block(text)],
+            structured: None,
+            is_error,
+        }
+    }
+}
+
+fn text_block(text: String) -> Value {
+    json!({"type": "text", "text": text})
+}
+
+/// A `CallToolResult` as this client's revision writes it.
+fn tool_result(
+    engine: &Engine,
+    content: Vec<Value>,
+    is_error: bool,
+    legacy: bool,
+) -> Map<String, Value> {
+    let mut result = Map::with_capacity(4);
+    if !legacy {
+        result.insert("resultType".into(), Value::String("complete".into()));
+    }
+    result.insert("content".into(), Value::Array(content));
+    result.insert("isError".into(), Value::Bool(is_error));
+    if !legacy {
+        engine.result_meta(&mut result);
+    }
+    result
+}
+
+fn tool_response<B>(
+    engine: &Engine,
+    id: Option<&Value>,
+    answer: ToolAnswer,
+    legacy: bool,
+) -> Response<ResponseBody<B>> {
+    let mut result = tool_result(engine, answer.content, answer.is_error, legacy);
+    if let Some(structured) = answer.structured {
+        result.insert("structuredContent".into(), structured);
+    }
+    result_response(id, result).map(ResponseBody::full)
+}
+
+/// `task_status`, `task_answer` or `task_cancel`, scoped to the caller.
+async fn answer(engine: &Engine, tool: &str, arguments: &Value, scope: Scope<'_>) -> ToolAnswer {
+    let Some(text) = arguments["taskId"].as_str() else {
+        return ToolAnswer::text(
+            format!("{tool} needs the argument taskId, the task id a tool result gave."),
+            true,
+        );
+    };
+    let unknown = || {
+        ToolAnswer::text(
+            format!(
+                "There is no task {text}: the id is wrong, or the task has expired. Task ids \
+                 come from the tool result that started the task."
+            ),
+            true,
+        )
+    };
+    let Ok(id) = text.parse::<TaskId>() else {
+        return unknown();
+    };
+    let outcome = match tool {
+        STATUS => status(engine, &id, scope).await,
+        ANSWER => answer_questions(engine, &id, scope, &arguments["answers"]).await,
+        _ => cancel(engine, &id, scope).await,
+    };
+    match outcome {
+        Ok(Some(answer)) => answer,
+        Ok(None) => unknown(),
+        Err(e) => {
+            tracing::error!(error = %e, "task store failed");
+            ToolAnswer::text(
+                format!("The task store did not answer; try {tool} again in a few seconds."),
+                true,
+            )
+        }
+    }
+}
+
+async fn status(
+    engine: &Engine,
+    id: &TaskId,
+    scope: Scope<'_>,
+) -> Result<Option<ToolAnswer>, StoreError> {
+    let Some(task) = engine.store.get(id, scope, Timestamp::now()).await? else {
+        return Ok(None);
+    };
+    engine.stop_runner(&task);
+    Ok(Some(describe(&task, String::new())))
+}
+
+async fn answer_questions(
+    engine: &Engine,
+    id: &TaskId,
+    scope: Scope<'_>,
+    answers: &Value,
+) -> Result<Option<ToolAnswer>, StoreError> {
+    let Some(responses) = answers.as_object() else {
+        return Ok(Some(ToolAnswer::text(
+            format!(
+                "{ANSWER} needs the argument answers, an object with one entry per question \
+                 key, as {STATUS} lists them."
+            ),
+            true,
+        )));
+    };
+    if let Err(e) = super::tasks::check_input_sizes(engine, id, scope, responses).await {
+        return Ok(Some(ToolAnswer::text(e.message().to_owned(), true)));
+    }
+    let transition = Transition::Answer {
+        responses: responses.clone(),
+    };
+    let Some(updated) = engine.update(id, scope, &transition).await? else {
+        return Ok(None);
+    };
+    let lead = match updated.outcome {
+        Ok(Applied::Changed) => "Thank you, the answers are recorded. ".to_owned(),
+        Ok(Applied::Unchanged) => format!(
+            "None of these answers matched a question the task waits on (keys given: {}). ",
+            responses.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        Err(TransitionError::Invalid(reason)) => {
+            return Ok(Some(ToolAnswer::text(
+                format!("The answers were not accepted: {reason}"),
+                true,
+            )));
+        }
+        Err(_) => String::new(),
+    };
+    Ok(Some(describe(&updated.record, lead)))
+}
+
+async fn cancel(
+    engine: &Engine,
+    id: &TaskId,
+    scope: Scope<'_>,
+) -> Result<Option<ToolAnswer>, StoreError> {
+    let Some(updated) = engine.update(id, scope, &Transition::Cancel).await? else {
+        return Ok(None);
+    };
+    let task = &updated.record;
+    let id = task.id;
+    let text = match (updated.outcome, task.status) {
+        (Ok(Applied::Changed), _) | (_, TaskStatus::Cancelled) => {
+            format!("Task {id} is cancelled: its work has stopped, and it has no result.")
+        }
+        (_, status) => format!(
+            "Task {id} had already ended ({}), so there was nothing to cancel. Call {STATUS} for \
+             its outcome.",
+            status.as_str()
+        ),
+    };
+    Ok(Some(ToolAnswer::text(text, false)))
+}
+
+/// About how many seconds to wait between two `task_status` calls.
+fn poll_seconds(task: &TaskRecord) -> u64 {
+    task.poll_interval_ms
+        .unwrap_or(5_000)
+        .div_ceil(1_000)
+        .max(1)
+}
+
+/// The task as a language model reads it, after `lead`.
+fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
+    let id = task.id;
+    let mut text = lead;
+    let latest = task
+        .status_message
+        .as_deref()
+        .map(|m| format!(" Latest status: {m}."))
+        .unwrap_or_default();
+    match task.status {
+        TaskStatus::Working => {
+            let _ = write!(
+                text,
+                "Task {id} is still working.{latest} Call {STATUS} again in about {} seconds; \
+                 call {CANCEL} to stop it.",
+                poll_seconds(task)
+            );
+            ToolAnswer::text(text, false)
+        }
+        TaskStatus::InputRequired => {
+            let _ = write!(
+                text,
+                "Task {id} is waiting for answers before it can go on.{latest} Questions, by \
+                 key:"
+            );
+            for (key, request) in &task.input_requests {
+                if !task.input_responses.contains_key(key) {
+                    let _ = write!(text, "\n- {key}: {}", question(request));
+                }
+            }
+            let _ = write!(
+                text,
+                "\nAnswer with {ANSWER}, for example {{\"taskId\": \"{id}\", \"answers\": \
+                 {{\"<key>\": {{\"action\": \"accept\", \"content\": {{<the requested fields>}}}}}}}}; \
+                 {{\"action\": \"decline\"}} refuses a question."
+            );
+            ToolAnswer::text(text, false)
+        }
+        TaskStatus::Completed => {
+            let _ = write!(text, "Task {id} has completed. The tool's result follows.");
+            let result = task.result.as_ref();
+            let mut content = vec![text_block(text)];
+            if let Some(Value::Array(blocks)) = result.and_then(|r| r.get("content")) {
+                content.extend(blocks.iter().cloned());
+            }
+            ToolAnswer {
+                content,
+                structured: result.and_then(|r| r.get("structuredContent")).cloned(),
+                is_error: result.is_some_and(|r| r["isError"] == true),
+            }
+        }
+        TaskStatus::Failed => {
+            let error = task.error.as_ref();
+            let _ = write!(
+                text,
+                "Task {id} failed: {} (error {}). It has no result.",
+                error.map_or("no reason given", |e| e.message.as_str()),
+                error.map_or(0, |e| e.code),
+            );
+            ToolAnswer::text(text, true)
+        }
+        TaskStatus::Cancelled => {
+            let _ = write!(text, "Task {id} was cancelled; it has no result.");
+            ToolAnswer::text(text, false)
+        }
+    }
+}
+
+/// One input request in words: a form's message and the fields it wants, a URL to
+/// open, or the request as it is.
+fn question(request: &Value) -> String {
+    let params = &request["params"];
+    match request["method"].as_str() {
+        Some("elicitation/create") if params["mode"] == "url" => format!(
+            "{} (open {} and accept when done)",
+            params["message"]
+                .as_str()
+                .unwrap_or("Please visit the page"),
+            params["url"].as_str().unwrap_or("the given URL")
+        ),
+        Some("elicitation/create") => format!(
+            "{} (fields, as a JSON schema: {})",
+            params["message"]
+                .as_str()
+                .unwrap_or("Please fill in the form"),
+            params["requestedSchema"]
+        ),
+        Some(method) => format!("a {method} request: {params}"),
+        None => format!("a request: {request}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_last_page_of_tools_is_extended_once() {
+        let page = json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": [{"name": "a"}]}});
+        let extended: Value = serde_json::from_slice(&extend_message(page).unwrap()).unwrap();
+        let names: Vec<&str> = extended["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(names, ["a", STATUS, ANSWER, CANCEL]);
+        assert!(extend_message(extended.clone()).is_some());
+        let again: Value = serde_json::from_slice(&extend_message(extended).unwrap()).unwrap();
+        assert_eq!(again["result"]["tools"].as_array().unwrap().len(), 4);
+        let first = json!({"jsonrpc": "2.0", "id": 1,
+            "result": {"tools": [], "nextCursor": "2"}});
+        assert!(extend_message(first).is_none());
+        let error = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "x"}});
+        assert!(extend_message(error).is_none());
+
+        let note = "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n";
+        let stream = format!(
+            "{note}data: {}\n\n",
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"tools": []}})
+        );
+        let out = extend_events(stream.as_bytes()).unwrap();
+        let out = std::str::from_utf8(&out).unwrap();
+        assert!(out.starts_with(note), "{out}");
+        assert!(out.contains(CANCEL), "{out}");
+    }
+}
