@@ -27,11 +27,6 @@ use super::transport::Rpc;
 /// [`Client::with_service`].
 pub type HttpClient = hyper_util::client::legacy::Client<HttpConnector, String>;
 
-/// The default cap on `input_required` rounds: of one `tools/call` before its task or
-/// result, and of one task once it exists
-/// ([`Client::with_max_input_rounds`] sets another).
-pub const MAX_INPUT_ROUNDS: usize = 16;
-
 /// A client of one MCP endpoint (2026-07-28, Streamable HTTP) that calls tools with
 /// the tasks extension declared and follows the tasks they become.
 ///
@@ -167,7 +162,7 @@ impl<S> Client<S> {
 
     /// The most `input_required` rounds the client answers: of one `tools/call`
     /// before its task or result, and of one task over its life (default
-    /// [`MAX_INPUT_ROUNDS`], 16). Past it:
+    /// [`MAX_INPUT_ROUNDS`](super::MAX_INPUT_ROUNDS), 16). Past it:
     /// [`ClientLimit::InputRounds`](super::ClientLimit::InputRounds), and the task is
     /// cancelled.
     ///

@@ -61,11 +61,13 @@ mod input;
 mod task;
 mod transport;
 
-pub use call::{Client, HttpClient, MAX_INPUT_ROUNDS, ToolCall};
+pub use call::{Client, HttpClient, ToolCall};
 pub use error::{ClientError, ClientLimit};
 pub use follow::{CANCEL_WAIT, Canceller, TaskFollower};
 pub use input::{Answer, InputHandler, NoInput, Question};
 pub use task::{
     DEFAULT_POLL_INTERVAL, MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, TaskRef, TaskSnapshot,
 };
-pub use transport::{MAX_EVENT_BYTES, MAX_FOLLOW_TIME, MAX_INPUT_KEYS, MAX_RESPONSE_BYTES};
+pub use transport::{
+    MAX_EVENT_BYTES, MAX_FOLLOW_TIME, MAX_INPUT_KEYS, MAX_INPUT_ROUNDS, MAX_RESPONSE_BYTES,
+};

@@ -22,7 +22,6 @@ use crate::wire::{
     META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 
-use super::call::MAX_INPUT_ROUNDS;
 use super::error::{ClientError, ClientLimit};
 use super::task::rpc_error;
 
@@ -38,6 +37,11 @@ pub const MAX_EVENT_BYTES: usize = 16 << 20;
 /// The default cap on questions: of one `input_required` round before a task, and
 /// of one task over its whole life.
 pub const MAX_INPUT_KEYS: usize = 64;
+/// The default cap on `input_required` rounds: of one `tools/call` before its task or
+/// result, and of one task once it exists
+/// ([`Client::with_max_input_rounds`](super::Client::with_max_input_rounds) sets
+/// another).
+pub const MAX_INPUT_ROUNDS: usize = 16;
 /// The default cap on how long [`TaskFollower::wait`](super::TaskFollower::wait)
 /// follows one task (24 hours).
 pub const MAX_FOLLOW_TIME: Duration = Duration::from_secs(24 * 60 * 60);
