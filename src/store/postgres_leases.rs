@@ -252,3 +252,34 @@ impl LeaseStore for PgLeases {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{LeaseStatements, migration};
+
+    /// The lease path judges liveness by watching counts, never by a clock: a step
+    /// of the database server's clock, however large, must have nothing to act on.
+    #[test]
+    fn no_lease_statement_reads_a_clock() {
+        let sql = LeaseStatements::new("mcp_tasks");
+        let mut texts: Vec<String> = [&sql.renew, &sql.leases, &sql.claim, &sql.forget]
+            .iter()
+            .map(|statement| statement.as_str().to_ascii_lowercase())
+            .collect();
+        texts.extend(migration("mcp_tasks").map(|ddl| ddl.to_ascii_lowercase()));
+        for text in &texts {
+            for clock in [
+                "clock_timestamp",
+                "now()",
+                "current_timestamp",
+                "statement_timestamp",
+                "interval",
+            ] {
+                assert!(
+                    !text.contains(clock),
+                    "a lease statement reads the clock ({clock}): {text}"
+                );
+            }
+        }
+    }
+}

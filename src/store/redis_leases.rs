@@ -293,3 +293,23 @@ impl LeaseStore for RedisLeases {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{BATCH_FN, CLAIM, FORGET, LEASES, RENEW};
+
+    /// The lease scripts judge nothing by time: a step of the Redis server's clock,
+    /// however large, must have nothing to act on (no `TIME`, no key expiry).
+    #[test]
+    fn no_lease_script_reads_a_clock_or_expires_a_key() {
+        for script in [BATCH_FN, RENEW, LEASES, CLAIM, FORGET] {
+            let upper = script.to_ascii_uppercase();
+            for clock in ["'TIME'", "\"TIME\"", "EXPIRE", "PX", "EX'"] {
+                assert!(
+                    !upper.contains(clock),
+                    "a lease script reads the clock ({clock}): {script}"
+                );
+            }
+        }
+    }
+}
