@@ -560,7 +560,7 @@ impl Engine {
     /// The task is held meanwhile, so a survivor fails it if this node dies first.
     /// A create still on its way lands within the store timeout: the task is looked
     /// for twice, that far apart, before it is taken for never stored.
-    fn compensate_create(&self, id: TaskId) {
+    pub(crate) fn compensate_create(&self, id: TaskId) {
         let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
@@ -756,6 +756,17 @@ impl Engine {
         owner: Option<Principal>,
         spec: &NewTask,
     ) -> Result<TaskRecord, RpcError> {
+        self.create_task_as(TaskId::random(), owner, spec).await
+    }
+
+    /// [`create_task`](Self::create_task) under an id the caller drew, so that it
+    /// can make up for a create it abandons midway.
+    pub(crate) async fn create_task_as(
+        &self,
+        id: TaskId,
+        owner: Option<Principal>,
+        spec: &NewTask,
+    ) -> Result<TaskRecord, RpcError> {
         let ttl = match spec.ttl {
             Some(ttl) => ttl,
             None => self.config.default_ttl,
@@ -778,7 +789,7 @@ impl Engine {
             Some(Some(ms)) => Some(ms),
             None => self.config.default_poll_interval.and_then(duration_ms),
         };
-        let mut record = TaskRecord::new(TaskId::random(), owner, Timestamp::now());
+        let mut record = TaskRecord::new(id, owner, Timestamp::now());
         record.ttl_ms = ttl_ms;
         record.poll_interval_ms = poll_ms;
         record.status_message = spec.status_message.clone();

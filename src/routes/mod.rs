@@ -21,7 +21,7 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::context::TaskSpec;
 use crate::engine::Engine;
 use crate::observe::{self, Outcome};
-use crate::task::{Principal, TaskRecord};
+use crate::task::{Principal, TaskId, TaskRecord};
 use crate::wire::RpcError;
 use crate::worker;
 
@@ -43,9 +43,9 @@ pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<Response
     error.to_response(id).map(ResponseBody::full)
 }
 
-/// Stores the task a spec asks for and starts its work. Both run to the end even
-/// when the request is dropped meanwhile (the client went away): a task once stored
-/// always gets its worker.
+/// Stores the task a spec asks for and starts its work. A request dropped before
+/// the work started (the client went away mid-create) leaves no orphan: the task,
+/// if it was stored, is failed by a compensating write.
 pub(crate) async fn create_task(
     engine: &Arc<Engine>,
     owner: Option<Principal>,
@@ -53,16 +53,35 @@ pub(crate) async fn create_task(
 ) -> Result<TaskRecord, RpcError> {
     let start = spec.take_start();
     engine.admit_owner(owner.as_ref())?;
-    let engine = engine.clone();
-    let new = spec.task.clone();
-    let created = tokio::spawn(async move {
-        let record = engine.create_task(owner, &new).await?;
-        worker::start(&engine, record.id, start).await;
-        Ok(record)
-    });
-    created
-        .await
-        .unwrap_or_else(|_| Err(RpcError::internal_error()))
+    let id = TaskId::random();
+    let mut pending = Unstarted {
+        engine,
+        id: Some(id),
+    };
+    let created = engine.create_task_as(id, owner, &spec.task).await;
+    // An error is settled already: refused, or made up for by the engine.
+    pending.id = None;
+    let record = created?;
+    pending.id = Some(id);
+    worker::start(engine, id, start).await;
+    pending.id = None;
+    Ok(record)
+}
+
+/// A create between its first step and the start of its work: dropped there, it
+/// makes up for the task it may have stored. Costs nothing when not dropped, which
+/// is why a create is not spawned to run to its end instead.
+struct Unstarted<'a> {
+    engine: &'a Engine,
+    id: Option<TaskId>,
+}
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            self.engine.compensate_create(id);
+        }
+    }
 }
 
 /// Hands a request the layer has read to the inner service, unchanged.
@@ -93,4 +112,104 @@ pub(crate) fn refuse_stray_task<B>(
     }
     tracing::warn!("a task outcome arrived where no task may be made; answering -32603");
     reply(RpcError::internal_error(), id)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::create_task;
+    use crate::TaskStore;
+    use crate::context::TaskSpec;
+    use crate::engine::CREATE_UNCONFIRMED;
+    use crate::error::StoreError;
+    use crate::layer::TasksLayer;
+    use crate::store::{BoxFuture, CreateLimits, MemoryStore, Transition, Updated};
+    use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp};
+
+    /// Stores each create, then never answers it: a commit whose client went away
+    /// before the reply.
+    #[derive(Debug, Default)]
+    struct StoresThenHangs {
+        inner: MemoryStore,
+        stored: Mutex<Option<TaskId>>,
+    }
+
+    impl TaskStore for StoresThenHangs {
+        fn create<'a>(
+            &'a self,
+            record: TaskRecord,
+            limits: CreateLimits,
+        ) -> BoxFuture<'a, Result<(), StoreError>> {
+            Box::pin(async move {
+                let id = record.id;
+                self.inner.create(record, limits).await?;
+                *self.stored.lock().unwrap() = Some(id);
+                std::future::pending().await
+            })
+        }
+
+        fn get<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
+            self.inner.get(id, scope, now)
+        }
+
+        fn update<'a>(
+            &'a self,
+            id: &'a TaskId,
+            scope: Scope<'a>,
+            transition: &'a Transition,
+            now: Timestamp,
+        ) -> BoxFuture<'a, Result<Option<Updated>, StoreError>> {
+            self.inner.update(id, scope, transition, now)
+        }
+
+        fn cleanup<'a>(
+            &'a self,
+            now: Timestamp,
+            retention: std::time::Duration,
+        ) -> BoxFuture<'a, Result<usize, StoreError>> {
+            self.inner.cleanup(now, retention)
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_dropped_after_its_commit_is_failed_not_left_working() {
+        let store = Arc::new(StoresThenHangs::default());
+        let layer = TasksLayer::builder(store.clone())
+            .without_janitor()
+            .build()
+            .expect("a valid layer");
+        let spec = TaskSpec::new().with_work(|handle| async move {
+            handle.cancelled().await;
+        });
+        let create = create_task(&layer.engine, None, spec);
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(1), create).await;
+        assert!(answered.is_err(), "the hanging create never answers");
+        // The request is dropped: the task it stored must not stay `working`.
+        let id = store.stored.lock().unwrap().expect("the create was stored");
+        let ended = async {
+            loop {
+                let record = store
+                    .inner
+                    .get(&id, Scope::Any, Timestamp::now())
+                    .await
+                    .unwrap()
+                    .expect("stored");
+                if record.status != TaskStatus::Working {
+                    return record;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        let record = tokio::time::timeout(std::time::Duration::from_secs(60), ended)
+            .await
+            .expect("the abandoned task ends");
+        assert_eq!(record.status, TaskStatus::Failed);
+        assert_eq!(record.status_message.as_deref(), Some(CREATE_UNCONFIRMED));
+    }
 }
