@@ -55,13 +55,14 @@ where
     Ok(Response::from_parts(head, body))
 }
 
-fn advertise(message: &mut Value) {
+/// Always `true`: the answer is written anew whether or not it had capabilities.
+fn advertise(message: &mut Value) -> bool {
     let Some(capabilities) = message
         .get_mut("result")
         .and_then(|r| r.get_mut("capabilities"))
         .and_then(Value::as_object_mut)
     else {
-        return;
+        return true;
     };
     capabilities.remove("tasks");
     let extensions = capabilities
@@ -70,4 +71,5 @@ fn advertise(message: &mut Value) {
     if let Some(extensions) = extensions.as_object_mut() {
         extensions.insert(EXTENSION_ID.into(), Value::Object(Map::new()));
     }
+    true
 }

@@ -5,7 +5,7 @@
 //! answered here from the store with the caller's owner scope. The texts are
 //! written for a language model to act on. `fallback.rs` routes the requests here.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::{Request, Response, header};
 use http_body::Body;
 use serde_json::{Map, Value, json};
@@ -19,7 +19,7 @@ use crate::error::{BoxError, StoreError, TransitionError};
 use crate::observe::{self, Outcome};
 use crate::store::Applied;
 use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
-use crate::wire::sse::{self, Splitter};
+use crate::wire::sse;
 use crate::wire::{Envelope, HeaderRoute, MCP_METHOD, RpcError, result_response};
 
 /// The tools the layer adds.
@@ -171,13 +171,7 @@ where
             return Ok(reply(RpcError::internal_error(), id));
         }
     };
-    let extended = match sse::is_event_stream(&head.headers) {
-        true => extend_events(&read),
-        false => serde_json::from_slice(&read)
-            .ok()
-            .and_then(extend_message)
-            .map(Bytes::from),
-    };
+    let extended = sse::rewrite_response(&read, sse::is_event_stream(&head.headers), add_tools);
     let Some(extended) = extended else {
         return Ok(Response::from_parts(head, ResponseBody::full(read)));
     };
@@ -185,40 +179,24 @@ where
     Ok(Response::from_parts(head, ResponseBody::full(extended)))
 }
 
-/// The `tools/list` response with the three tools added, or `None` when it is not
-/// a last page of tools.
-fn extend_message(mut message: Value) -> Option<Vec<u8>> {
-    let result = message.get_mut("result")?.as_object_mut()?;
+/// Adds the three tools to a `tools/list` response; `false` (nothing changed)
+/// unless it is a last page of tools.
+fn add_tools(message: &mut Value) -> bool {
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return false;
+    };
     if result.get("nextCursor").is_some_and(|c| !c.is_null()) {
-        return None;
+        return false;
     }
-    let tools = result.get_mut("tools")?.as_array_mut()?;
+    let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+        return false;
+    };
     for tool in definitions() {
         if !tools.iter().any(|t| t["name"] == tool["name"]) {
             tools.push(tool);
         }
     }
-    serde_json::to_vec(&message).ok()
-}
-
-/// An SSE answer to `tools/list` with its response event extended.
-fn extend_events(stream: &[u8]) -> Option<Bytes> {
-    let mut events = Splitter::new();
-    events.push(stream);
-    let mut out = BytesMut::with_capacity(stream.len() + 1024);
-    let mut extended = false;
-    while let Some(event) = events.next_event() {
-        match event.json().filter(|m| !extended && sse::is_response(m)) {
-            Some(message) => {
-                let message = extend_message(message)?;
-                out.extend_from_slice(&sse::data_event(&message));
-                extended = true;
-            }
-            None => out.extend_from_slice(&event.raw),
-        }
-    }
-    out.extend_from_slice(&events.take_rest());
-    extended.then(|| out.freeze())
+    true
 }
 
 /// What one of the three tools answers: its content and whether it is an error.
@@ -491,6 +469,14 @@ fn question(request: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn extend_message(mut message: Value) -> Option<Vec<u8>> {
+        add_tools(&mut message).then(|| serde_json::to_vec(&message).unwrap())
+    }
+
+    fn extend_events(stream: &[u8]) -> Option<Bytes> {
+        sse::rewrite_response(stream, true, add_tools)
+    }
 
     #[test]
     fn only_a_last_page_of_tools_is_extended_once() {

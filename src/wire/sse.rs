@@ -177,25 +177,26 @@ pub(crate) fn find_response(body: &[u8], sse: bool) -> Option<Value> {
 }
 
 /// Rewrites the JSON-RPC response in a buffered body, keeping every other byte.
-/// `None` when the body holds no response.
+/// `None` when the body holds no response, or when `edit` says it changed nothing.
 pub(crate) fn rewrite_response(
     body: &[u8],
     sse: bool,
-    edit: impl FnOnce(&mut Value),
+    edit: impl FnOnce(&mut Value) -> bool,
 ) -> Option<Bytes> {
     if !sse {
         let mut message: Value = serde_json::from_slice(body).ok()?;
-        if !is_response(&message) {
+        if !is_response(&message) || !edit(&mut message) {
             return None;
         }
-        edit(&mut message);
         return serde_json::to_vec(&message).ok().map(Bytes::from);
     }
     let mut start = 0;
     for event in events(body) {
         let end = start + event.raw.len();
         if let Some(mut message) = event.json().filter(is_response) {
-            edit(&mut message);
+            if !edit(&mut message) {
+                return None;
+            }
             let json = serde_json::to_vec(&message).ok()?;
             let mut out = BytesMut::with_capacity(body.len() + 64);
             out.put_slice(&body[..start]);
@@ -301,13 +302,17 @@ mod tests {
         let stream = b"data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\r\n\r\n: after\n\n";
         let found = find_response(stream, true).unwrap();
         assert_eq!(found["id"], 1);
-        let rewritten = rewrite_response(stream, true, |m| m["result"]["x"] = json!(true)).unwrap();
+        let rewritten = rewrite_response(stream, true, |m| {
+            m["result"]["x"] = json!(true);
+            true
+        })
+        .unwrap();
         let text = std::str::from_utf8(&rewritten).unwrap();
         assert!(text.starts_with(
             "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n"
         ));
         assert!(text.contains("\"x\":true"));
         assert!(text.ends_with(": after\n\n"));
-        assert!(rewrite_response(b": only\n\n", true, |_| {}).is_none());
+        assert!(rewrite_response(b": only\n\n", true, |_| true).is_none());
     }
 }
