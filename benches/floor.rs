@@ -115,6 +115,13 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    if let Some(requests) = std::env::var("FLOOR_CALLGRIND")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        callgrind(&runtime, &sides, requests, conns);
+        return;
+    }
     let mut servers: Vec<Server> = sides.iter().map(|side| Server::start(side)).collect();
     let ids = servers[1..]
         .iter()
@@ -235,11 +242,29 @@ struct Server {
 
 impl Server {
     fn start(side: &str) -> Server {
-        let (exe, child_side) = match side.strip_prefix("before:") {
+        Server::start_under(side, None)
+    }
+
+    /// [`start`](Self::start), the child run by callgrind writing its counts to
+    /// `callgrind_out` when one is given.
+    fn start_under(side: &str, callgrind_out: Option<&std::path::Path>) -> Server {
+        let (exe, child_side): (std::path::PathBuf, &str) = match side.strip_prefix("before:") {
             Some(method) => (std::env::var_os("FLOOR_BEFORE").unwrap().into(), method),
             None => (std::env::current_exe().unwrap(), side),
         };
-        let mut process = Command::new(exe)
+        let mut command = match callgrind_out {
+            Some(out) => {
+                let mut command = Command::new("valgrind");
+                command
+                    .arg("--tool=callgrind")
+                    .arg("-q")
+                    .arg(format!("--callgrind-out-file={}", out.display()))
+                    .arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
+        let mut process = command
             .env("FLOOR_CHILD", child_side)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -408,6 +433,91 @@ impl Load {
     }
 }
 
+/// `FLOOR_CALLGRIND=<requests>`: instructions per request of each side's server,
+/// counted by callgrind (repeatable on a busy machine, where CPU time is not).
+///
+/// Each side is served twice by a child under `valgrind --tool=callgrind`: once
+/// answering `warm` requests, once `warm + requests`, spread evenly over `conns`
+/// connections; the difference of the two runs' instruction totals over `requests`
+/// is what one request costs, start-up and the fixture cancelling out. Only user
+/// space is counted: the kernel's share of the sockets is not, so the ratio is of
+/// the code that differs, and larger than the CPU-time ratio of the timed rounds.
+fn callgrind(runtime: &tokio::runtime::Runtime, sides: &[String], requests: usize, conns: usize) {
+    let dir = std::env::temp_dir().join(format!("floor-callgrind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for callgrind's files");
+    let per_conn = requests.div_ceil(conns).max(1);
+    let requests = per_conn * conns;
+    // Every task of the fixture is visited in the warm-up (connection `n` starts at
+    // the `31 n`-th), so the first cancel of each falls there and the two runs differ
+    // only in requests alike.
+    let warm_per_conn = TASKS.saturating_sub(31 * (conns - 1)).max(32) + 8;
+    let mut table = Vec::new();
+    for side in sides {
+        let mut totals = [0u64; 2];
+        for (run, per) in [warm_per_conn, warm_per_conn + per_conn]
+            .into_iter()
+            .enumerate()
+        {
+            let name = side.replace(':', "-");
+            let out = dir.join(format!("{name}.{run}.out"));
+            let mut server = Server::start_under(side, Some(&out));
+            let ids = if server.ids.is_empty() {
+                (0..TASKS).map(|_| TaskId::random()).collect()
+            } else {
+                server.ids.clone()
+            };
+            let method = match side.as_str() {
+                "bare" => "get",
+                side => side.trim_start_matches("before:"),
+            };
+            let took = runtime.block_on(async {
+                let mut load = Load::open(server.addr, method, &ids, conns).await;
+                let started = Instant::now();
+                load.run_count(per).await;
+                started.elapsed()
+            });
+            server.stop();
+            totals[run] = callgrind_total(&out);
+            eprintln!(
+                "floor: {side} run {run}: {} requests, {} instructions, {:.1} s",
+                per * conns,
+                totals[run],
+                took.as_secs_f64()
+            );
+        }
+        let per_request = totals[1].saturating_sub(totals[0]) as f64 / requests as f64;
+        table.push((side.clone(), per_request));
+    }
+    println!(
+        "callgrind: {requests} requests per side over {conns} connections; files in {}",
+        dir.display()
+    );
+    println!();
+    println!("| side | instructions per request | vs bare | beyond bare |");
+    println!("|---|---:|---:|---:|");
+    let bare = table[0].1;
+    for (side, per_request) in &table {
+        println!(
+            "| {side} | {per_request:.0} | {:.2} | {:.0} |",
+            per_request / bare,
+            per_request - bare
+        );
+    }
+}
+
+/// The instruction total callgrind wrote to `path` (its `totals:` or `summary:` line).
+fn callgrind_total(path: &std::path::Path) -> u64 {
+    let text = std::fs::read_to_string(path).expect("callgrind's output file");
+    text.lines()
+        .rev()
+        .find_map(|line| {
+            line.strip_prefix("totals:")
+                .or_else(|| line.strip_prefix("summary:"))
+        })
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+        .expect("an instruction total")
+}
+
 /// The raw HTTP/1.1 request for `method` on task `id`, as a modern client sends it.
 fn request(method: &str, id: &TaskId) -> Bytes {
     let meta = format!(
@@ -443,6 +553,29 @@ fn request(method: &str, id: &TaskId) -> Bytes {
          content-length: {}\r\n\r\n{body}",
         body.len()
     ))
+}
+
+impl Load {
+    /// Sends exactly `per_conn` requests on every connection, then closes them.
+    async fn run_count(&mut self, per_conn: usize) {
+        let mut workers = Vec::with_capacity(self.connections.len());
+        for (n, mut stream) in self.connections.drain(..).enumerate() {
+            let requests = self.requests.clone();
+            let expect = self.expect;
+            workers.push(tokio::spawn(async move {
+                let mut buf = Vec::with_capacity(4096);
+                let mut next = n * 31;
+                for _ in 0..per_conn {
+                    next = (next + 1) % requests.len();
+                    stream.write_all(&requests[next]).await.expect("a write");
+                    read_reply(&mut stream, &mut buf, expect).await;
+                }
+            }));
+        }
+        for worker in workers {
+            worker.await.unwrap();
+        }
+    }
 }
 
 /// Reads one whole reply (head and `content-length` body) and checks it: status

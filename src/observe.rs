@@ -50,14 +50,47 @@ tokio::task_local! {
     static ROUTE: RouteStats;
 }
 
+pin_project_lite::pin_project! {
+    /// A route as [`route`] runs it: the route's own future, held once (with its
+    /// span disabled), or boxed with what records its span.
+    #[project = RoutedProj]
+    pub(crate) enum Routed<'a, F: Future> {
+        Plain { #[pin] route: F },
+        Traced { route: crate::store::BoxFuture<'a, F::Output> },
+    }
+}
+
+impl<F: Future> Future for Routed<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        match self.project() {
+            RoutedProj::Plain { route } => route.poll(cx),
+            RoutedProj::Traced { route } => route.as_mut().poll(cx),
+        }
+    }
+}
+
 /// Runs a route inside `span`, and records on it the route's outcome, the time
 /// spent in store calls and the total time. With the span disabled the route runs
-/// as it is, with nothing collected.
-pub(crate) async fn route<T>(span: tracing::Span, route: impl Future<Output = T>) -> T {
-    use tracing::Instrument as _;
+/// as it is, with nothing collected and nothing added to its future.
+pub(crate) fn route<'a, F>(span: tracing::Span, route: F) -> Routed<'a, F>
+where
+    F: Future + Send + 'a,
+{
     if span.is_disabled() {
-        return route.await;
+        return Routed::Plain { route };
     }
+    Routed::Traced {
+        route: Box::pin(traced(span, route)),
+    }
+}
+
+async fn traced<T>(span: tracing::Span, route: impl Future<Output = T>) -> T {
+    use tracing::Instrument as _;
     let stats = RouteStats {
         store: Cell::new(Duration::ZERO),
         outcome: Cell::new(Outcome::Forwarded),
@@ -120,12 +153,24 @@ impl StoreCalls {
         scope: Scope<'_>,
         now: Timestamp,
     ) -> Result<Option<TaskRecord>, StoreError> {
-        let started = Instant::now();
-        if let Some(out) = self.store.get_now(id, scope, now) {
-            note("get", started, out.is_ok());
+        if let Some(out) = self.get_now(id, scope, now) {
             return out;
         }
         timed("get", self.timeout, self.store.get(id, scope, now)).await
+    }
+
+    /// [`TaskStore::get_now`], timed as `get`: `None` when the store would have
+    /// the caller await.
+    pub(crate) fn get_now(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+    ) -> Option<Result<Option<TaskRecord>, StoreError>> {
+        let started = Instant::now();
+        let out = self.store.get_now(id, scope, now)?;
+        note("get", started, out.is_ok());
+        Some(out)
     }
 
     pub(crate) async fn get_many(

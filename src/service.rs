@@ -18,7 +18,7 @@ use crate::error::BoxError;
 use crate::future::ResponseFuture;
 use crate::observe::{self, Outcome};
 use crate::routes::{self, Reply, forward, reply};
-use crate::task::Scope;
+use crate::task::{Principal, Scope};
 use crate::wire::{
     Envelope, HeaderRoute, RpcError, check_media_types, is_owned_method, names_owned_method,
     route_by_headers,
@@ -199,6 +199,12 @@ where
                     let engine = self.engine.clone();
                     return ResponseFuture::owned(Box::pin(inspect(engine, ready, req)));
                 }
+                HeaderRoute::Tasks => {
+                    let clone = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, clone);
+                    let engine = self.engine.clone();
+                    return ResponseFuture::owned(Box::pin(inspect_tasks(engine, ready, req)));
+                }
             }
         } else {
             // Switched off: the request passes as it is, and a handler that looks
@@ -229,6 +235,34 @@ fn too_large<B>() -> Response<ResponseBody<B>> {
     .map(ResponseBody::full)
 }
 
+/// The request's body, read whole within the layer's cap; or the reply refusing it.
+async fn read_request<B, ResBody>(
+    engine: &Engine,
+    headers: &HeaderMap,
+    body: B,
+) -> Result<Bytes, Response<ResponseBody<ResBody>>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    let cap = engine.config.max_request_bytes;
+    if content_length(headers).is_some_and(|n| n > cap as u64) {
+        return Err(too_large());
+    }
+    match read_whole(body, cap).await {
+        Ok(bytes) => Ok(bytes),
+        Err(ReadError::TooLarge) => Err(too_large()),
+        Err(ReadError::Failed(e)) => {
+            tracing::debug!(error = %e, "could not read a request body");
+            Err(reply(
+                RpcError::invalid_request("Could not read the request body"),
+                None,
+            ))
+        }
+    }
+}
+
+/// A request whose body decides its route: read, then [`dispatch`]ed.
 async fn inspect<S, B, ResBody>(
     engine: Arc<Engine>,
     inner: S,
@@ -243,22 +277,139 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let (mut parts, body) = req.into_parts();
-    let cap = engine.config.max_request_bytes;
-    if content_length(&parts.headers).is_some_and(|n| n > cap as u64) {
-        return Ok(too_large());
-    }
-    let bytes = match read_whole(body, cap).await {
+    let (parts, body) = req.into_parts();
+    let bytes = match read_request(&engine, &parts.headers, body).await {
         Ok(bytes) => bytes,
-        Err(ReadError::TooLarge) => return Ok(too_large()),
-        Err(ReadError::Failed(e)) => {
-            tracing::debug!(error = %e, "could not read a request body");
-            return Ok(reply(
-                RpcError::invalid_request("Could not read the request body"),
+        Err(refused) => return Ok(refused),
+    };
+    dispatch(engine, inner, parts, bytes).await
+}
+
+/// A request whose `Mcp-Method` names a `tasks/*` method. Its own future, a small
+/// fraction of [`inspect`]'s (which holds every route): the body is read, and a
+/// modern `tasks/*` request is answered here, at once when the store answers
+/// without waiting. Anything else the body turns out to be goes on to [`dispatch`].
+async fn inspect_tasks<S, B, ResBody>(
+    engine: Arc<Engine>,
+    inner: S,
+    req: Request<B>,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let (parts, body) = req.into_parts();
+    let bytes = match read_request(&engine, &parts.headers, body).await {
+        Ok(bytes) => bytes,
+        Err(refused) => return Ok(refused),
+    };
+    let parts = match tasks_now(&engine, parts, &bytes) {
+        TasksNow::Answered(response) => return Ok(response),
+        TasksNow::Later(later) => return Ok(Box::pin(later.answer(&engine)).await),
+        TasksNow::Dispatch(parts) => parts,
+    };
+    Box::pin(dispatch(engine, inner, parts, bytes)).await
+}
+
+/// How far [`tasks_now`] got with a `tasks/*` request.
+enum TasksNow<'a, B> {
+    /// Answered (a result, or a refusal).
+    Answered(Response<ResponseBody<B>>),
+    /// Checked, waiting for the store.
+    Later(TasksLater<'a>),
+    /// Not a modern `tasks/*` request (or one whose span records): [`dispatch`]'s.
+    Dispatch(http::request::Parts),
+}
+
+/// A checked `tasks/*` request whose answer needs the store's future.
+struct TasksLater<'a> {
+    envelope: Envelope<'a>,
+    owner: Option<Principal>,
+    headers: HeaderMap,
+}
+
+impl TasksLater<'_> {
+    async fn answer<B>(self, engine: &Engine) -> Response<ResponseBody<B>> {
+        let scope = Scope::Owner(self.owner.as_ref());
+        let answer = routes::tasks::answer(engine, &self.envelope, scope).await;
+        respond(engine, &self.envelope, self.headers, answer)
+    }
+}
+
+/// A `tasks/*` request under a `tasks/*` `Mcp-Method`, as far as it goes without
+/// awaiting: parsed, checked, and answered when the store answers at once. Exactly
+/// what [`dispatch`] would do with it.
+fn tasks_now<'a, B>(
+    engine: &Engine,
+    parts: http::request::Parts,
+    bytes: &'a Bytes,
+) -> TasksNow<'a, B> {
+    let envelope = match Envelope::parse(bytes) {
+        Ok(Some(envelope)) => envelope,
+        // The header names a method the layer owns: it answers for the body.
+        Ok(None) => {
+            return TasksNow::Answered(reply(
+                RpcError::invalid_request("Invalid Request: the body is not one JSON-RPC request"),
                 None,
             ));
         }
+        Err(e) => return TasksNow::Answered(reply(e, None)),
     };
+    if envelope.is_legacy(&parts.headers)
+        || !is_tasks_method(&envelope.method)
+        || !route_span(&envelope.method).is_disabled()
+    {
+        return TasksNow::Dispatch(parts);
+    }
+    let owner = match check_tasks(engine, &parts, &envelope) {
+        Ok(owner) => owner,
+        Err(response) => return TasksNow::Answered(response),
+    };
+    let scope = Scope::Owner(owner.as_ref());
+    match routes::tasks::answer_now(engine, &envelope, scope) {
+        Some(answer) => TasksNow::Answered(respond(engine, &envelope, parts.headers, answer)),
+        None => TasksNow::Later(TasksLater {
+            envelope,
+            owner,
+            headers: parts.headers,
+        }),
+    }
+}
+
+/// The span of an owned route. Never an id or a principal here: the method, how it
+/// ended, and where the time went.
+fn route_span(method: &str) -> tracing::Span {
+    tracing::debug_span!(
+        "mcp_tasks",
+        method = %method,
+        outcome = tracing::field::Empty,
+        error_code = tracing::field::Empty,
+        store_us = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    )
+}
+
+/// A request the layer has read: parsed, and routed by what its body holds.
+async fn dispatch<S, B, ResBody>(
+    engine: Arc<Engine>,
+    inner: S,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
     // Under an owned `Mcp-Method` the layer answers for the body: the inner
     // service never judges (and never words the refusal of) what claims a method
     // the layer owns.
@@ -291,16 +442,7 @@ where
         }
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
-    // Never an id or a principal here: the method, how it ended, and where the
-    // time went.
-    let span = tracing::debug_span!(
-        "mcp_tasks",
-        method = %envelope.method,
-        outcome = tracing::field::Empty,
-        error_code = tracing::field::Empty,
-        store_us = tracing::field::Empty,
-        elapsed_us = tracing::field::Empty,
-    );
+    let span = route_span(&envelope.method);
     observe::route(span, route(engine, inner, parts, &bytes, envelope)).await
 }
 
@@ -395,46 +537,67 @@ async fn answer_tasks<B>(
     parts: http::request::Parts,
     envelope: &Envelope<'_>,
 ) -> Response<ResponseBody<B>> {
+    let owner = match check_tasks(engine, &parts, envelope) {
+        Ok(owner) => owner,
+        Err(response) => return response,
+    };
+    let answer = routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await;
+    respond(engine, envelope, parts.headers, answer)
+}
+
+/// The checks of a `tasks/*` request before the store is asked, in the
+/// specification's order; the caller's principal when they pass, the reply (an
+/// error, or 202 to a notification) when they do not.
+fn check_tasks<B>(
+    engine: &Engine,
+    parts: &http::request::Parts,
+    envelope: &Envelope<'_>,
+) -> Result<Option<Principal>, Response<ResponseBody<B>>> {
     let id = envelope.valid_raw_id();
     let error = |e: RpcError| {
         observe::outcome(Outcome::Error(e.code()));
         e.to_response_raw(id).map(ResponseBody::full)
     };
-    if let Err(e) = check_media_types(&parts.headers) {
-        return error(e);
-    }
-    if let Err(e) = envelope.check_strict() {
-        return error(e);
-    }
+    check_media_types(&parts.headers).map_err(error)?;
+    envelope.check_strict().map_err(error)?;
     if envelope.is_notification() {
         // A notification gets 202 and no body; nothing is looked up or changed.
         observe::outcome(Outcome::Result);
         let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
         *accepted.status_mut() = StatusCode::ACCEPTED;
-        return accepted;
+        return Err(accepted);
     }
-    let declared = match envelope.validate(&parts.headers) {
-        Ok(declared) => declared.0,
-        Err(e) => return error(e),
-    };
+    let declared = envelope.validate(&parts.headers).map_err(error)?.0;
     if matches!(&*envelope.method, "tasks/list" | "tasks/result") {
-        return error(RpcError::method_not_found());
+        return Err(error(RpcError::method_not_found()));
     }
     if !declared {
-        return error(RpcError::tasks_extension_required());
+        return Err(error(RpcError::tasks_extension_required()));
     }
-    let owner = engine.principal(&parts);
-    if let Err(e) = engine.admit_owner(owner.as_ref()) {
-        return error(e);
-    }
-    match routes::tasks::answer(engine, envelope, Scope::Owner(owner.as_ref())).await {
+    let owner = engine.principal(parts);
+    engine.admit_owner(owner.as_ref()).map_err(error)?;
+    Ok(owner)
+}
+
+/// The reply to a checked `tasks/*` request, in `headers` (the request's map,
+/// which has room already).
+fn respond<B>(
+    engine: &Engine,
+    envelope: &Envelope<'_>,
+    headers: HeaderMap,
+    answer: Result<routes::tasks::Answer, RpcError>,
+) -> Response<ResponseBody<B>> {
+    let id = envelope.valid_raw_id();
+    match answer {
         Ok(answer) => {
             observe::outcome(Outcome::Result);
-            // The request's header map, which has room already, carries the reply.
             answer
-                .to_response(engine, id, parts.headers)
+                .to_response(engine, id, headers)
                 .map(ResponseBody::full)
         }
-        Err(e) => error(e),
+        Err(e) => {
+            observe::outcome(Outcome::Error(e.code()));
+            e.to_response_raw(id).map(ResponseBody::full)
+        }
     }
 }

@@ -1037,25 +1037,21 @@ fn write_rfc3339(out: &mut Vec<u8>, t: Timestamp) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + u64::from(month <= 2);
-    let digits = |out: &mut Vec<u8>, value: u64, width: u32| {
-        for place in (0..width).rev() {
-            out.push(b'0' + (value / 10u64.pow(place) % 10) as u8);
+    let mut text = *b"0000-00-00T00:00:00.000Z";
+    let mut digits = |end: usize, mut value: u64, width: usize| {
+        for at in (end - width..end).rev() {
+            text[at] = b'0' + (value % 10) as u8;
+            value /= 10;
         }
     };
-    digits(out, year, 4);
-    out.push(b'-');
-    digits(out, month, 2);
-    out.push(b'-');
-    digits(out, day, 2);
-    out.push(b'T');
-    digits(out, of_day / 3_600, 2);
-    out.push(b':');
-    digits(out, of_day / 60 % 60, 2);
-    out.push(b':');
-    digits(out, of_day % 60, 2);
-    out.push(b'.');
-    digits(out, millis, 3);
-    out.push(b'Z');
+    digits(4, year, 4);
+    digits(7, month, 2);
+    digits(10, day, 2);
+    digits(13, of_day / 3_600, 2);
+    digits(16, of_day / 60 % 60, 2);
+    digits(19, of_day % 60, 2);
+    digits(23, millis, 3);
+    out.extend_from_slice(&text);
 }
 
 /// Serializes through `Display`, with no intermediate string.

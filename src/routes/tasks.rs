@@ -48,6 +48,54 @@ impl Answer {
     }
 }
 
+/// [`answer`] without awaiting: a `tasks/get` the store answers at once (see
+/// [`TaskStore::get_now`](crate::TaskStore::get_now)). `None` for the rest, which
+/// [`answer`] takes.
+pub(crate) fn answer_now(
+    engine: &Engine,
+    envelope: &Envelope<'_>,
+    scope: Scope<'_>,
+) -> Option<Result<Answer, RpcError>> {
+    if envelope.method != "tasks/get" {
+        return None;
+    }
+    let id = match task_id(envelope) {
+        Ok(Some(id)) => id,
+        Ok(None) => return Some(Err(not_found())),
+        Err(e) => return Some(Err(e)),
+    };
+    let found = engine.store.get_now(&id, scope, Timestamp::now())?;
+    Some(found_task(engine, found))
+}
+
+fn not_found() -> RpcError {
+    RpcError::invalid_params("Failed to retrieve task: Task not found")
+}
+
+fn store_failed(e: StoreError) -> RpcError {
+    tracing::error!(error = %e, "task store failed");
+    RpcError::internal_error()
+}
+
+/// The `taskId` param: `Ok(None)` when it is not one this layer could have made
+/// (it finds no task).
+fn task_id(envelope: &Envelope<'_>) -> Result<Option<TaskId>, RpcError> {
+    let Some(text) = envelope.param_str("taskId") else {
+        return Err(RpcError::invalid_params("Missing taskId"));
+    };
+    Ok(text.parse().ok())
+}
+
+/// What a `tasks/get` answers with, from what the store found.
+fn found_task(
+    engine: &Engine,
+    found: Result<Option<TaskRecord>, StoreError>,
+) -> Result<Answer, RpcError> {
+    let task = found.map_err(store_failed)?.ok_or_else(not_found)?;
+    engine.stop_runner(&task);
+    Ok(Answer::Task(task))
+}
+
 /// `tasks/get`, `tasks/update` and `tasks/cancel`, owner-scoped. A foreign task
 /// answers exactly like a missing one, and no answer echoes the id.
 pub(crate) async fn answer(
@@ -55,28 +103,14 @@ pub(crate) async fn answer(
     envelope: &Envelope<'_>,
     scope: Scope<'_>,
 ) -> Result<Answer, RpcError> {
-    let not_found = || RpcError::invalid_params("Failed to retrieve task: Task not found");
-    let store_failed = |e: StoreError| {
-        tracing::error!(error = %e, "task store failed");
-        RpcError::internal_error()
-    };
-    let Some(text) = envelope.param_str("taskId") else {
-        return Err(RpcError::invalid_params("Missing taskId"));
-    };
-    let id: Option<TaskId> = text.parse().ok();
+    let id = task_id(envelope)?;
     match &*envelope.method {
         "tasks/get" => {
             let Some(id) = id else {
                 return Err(not_found());
             };
-            let task = engine
-                .store
-                .get(&id, scope, Timestamp::now())
-                .await
-                .map_err(store_failed)?
-                .ok_or_else(not_found)?;
-            engine.stop_runner(&task);
-            Ok(Answer::Task(task))
+            let found = engine.store.get(&id, scope, Timestamp::now()).await;
+            found_task(engine, found)
         }
         method => {
             let transition = if method == "tasks/update" {

@@ -38,7 +38,7 @@ pub(crate) struct Envelope<'a> {
     pub(crate) method: Cow<'a, str>,
     /// The body, for the params' raw text when a route reads a member
     /// [`Params`] does not keep.
-    body: &'a [u8],
+    body: &'a str,
     /// The members every owned route reads, typed, found in the parse.
     known: Params<'a>,
     /// Where `params` is in the body, found on first use.
@@ -451,8 +451,11 @@ impl<'a> Envelope<'a> {
                 .map(|_| None)
                 .map_err(|_| RpcError::parse_error());
         }
+        // Checked whole at once, so the parser's strings need no check of their own
+        // (JSON that is not UTF-8 is refused either way).
+        let body = std::str::from_utf8(body).map_err(|_| RpcError::parse_error())?;
         let raw: RawMessage<'a> =
-            serde_json::from_slice(body).map_err(|_| RpcError::parse_error())?;
+            serde_json::from_str(body).map_err(|_| RpcError::parse_error())?;
         let Some(method) = raw.method.map(RawValue::get).and_then(as_str) else {
             return Ok(None);
         };
@@ -528,11 +531,7 @@ impl<'a> Envelope<'a> {
 
     /// The raw text of `params`, found in the (already parsed) body on first use.
     fn raw_params(&self) -> Option<&'a str> {
-        *self.raw_params.get_or_init(|| {
-            std::str::from_utf8(self.body)
-                .ok()
-                .and_then(|body| member(body, "params"))
-        })
+        *self.raw_params.get_or_init(|| member(self.body, "params"))
     }
 
     /// `params._meta`, when it is an object.
@@ -726,7 +725,7 @@ mod tests {
             ("mcp-method", "tasks/get"),
             ("mcp-protocol-version", "2025-11-25"),
         ]);
-        assert_eq!(route_by_headers(&post, &h), HeaderRoute::Inspect);
+        assert_eq!(route_by_headers(&post, &h), HeaderRoute::Tasks);
         let with_meta = modern("tasks/get", json!({"taskId": "abc"}));
         assert!(!with_meta.is_legacy(&h));
         let session = headers(&[("mcp-method", "tasks/get"), ("mcp-session-id", "s")]);

@@ -50,6 +50,10 @@ pub(crate) enum HeaderRoute {
     Passthrough,
     /// The body must be read to decide.
     Inspect,
+    /// The body must be read, and `Mcp-Method` names a `tasks/*` method: the layer
+    /// answers it (whatever the body holds, it never reaches the inner service
+    /// unread).
+    Tasks,
 }
 
 /// Decides from headers only, without touching the body.
@@ -63,7 +67,9 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
         return HeaderRoute::Passthrough;
     }
     if let Some(m) = headers.get(MCP_METHOD) {
-        return match owns(m.as_bytes().trim_ascii()) {
+        let m = m.as_bytes().trim_ascii();
+        return match owns(m) {
+            true if m.starts_with(b"tasks/") => HeaderRoute::Tasks,
             true => HeaderRoute::Inspect,
             false => HeaderRoute::Passthrough,
         };
@@ -83,20 +89,28 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
 /// `Content-Type` other than `application/json` (415). A missing `Accept` accepts
 /// anything (RFC 9110); a missing `Content-Type` is refused.
 pub(crate) fn check_media_types(headers: &HeaderMap) -> Result<(), RpcError> {
-    if headers.contains_key(header::ACCEPT) && !accepts_json(headers) {
+    // What clients send, told at a glance: an `Accept` whose first entry is plain
+    // `application/json`, and exactly `application/json` as the content type.
+    let accepted = headers.get(header::ACCEPT).is_none_or(|first| {
+        let first = first.as_bytes();
+        let plain_json = first.starts_with(b"application/json")
+            && matches!(first.get(b"application/json".len()), None | Some(b','));
+        plain_json || accepts_json(headers)
+    });
+    if !accepted {
         return Err(RpcError::new(
             RpcError::INVALID_REQUEST,
             "Not Acceptable: the client must accept application/json",
             StatusCode::NOT_ACCEPTABLE,
         ));
     }
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let essence = v.split_once(';').map_or(v, |(essence, _)| essence);
-            essence.trim().eq_ignore_ascii_case("application/json")
-        });
+    let json = headers.get(header::CONTENT_TYPE).is_some_and(|v| {
+        v.as_bytes() == b"application/json"
+            || v.to_str().is_ok_and(|v| {
+                let essence = v.split_once(';').map_or(v, |(essence, _)| essence);
+                essence.trim().eq_ignore_ascii_case("application/json")
+            })
+    });
     if !json {
         return Err(RpcError::new(
             RpcError::INVALID_REQUEST,
@@ -187,6 +201,10 @@ mod tests {
         );
         assert_eq!(
             route_by_headers(&post, &headers(&[("mcp-method", " tasks/get ")])),
+            HeaderRoute::Tasks
+        );
+        assert_eq!(
+            route_by_headers(&post, &headers(&[("mcp-method", "tools/call")])),
             HeaderRoute::Inspect
         );
         assert_eq!(
