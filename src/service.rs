@@ -482,8 +482,14 @@ where
         "tools/call" => {
             let tool = envelope.param_str("name");
             let tool = tool.as_deref().unwrap_or("");
-            let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
-            let mode = engine.config.mode_for_call(tool, arguments);
+            // The arguments are decoded only for a policy that reads them.
+            let mode = match engine.config.task_policy {
+                Some(_) => {
+                    let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
+                    engine.config.mode_for_call(tool, arguments)
+                }
+                None => engine.config.mode_for(tool),
+            };
             let draining = engine.is_draining();
             if draining && declared && mode.requires_extension() {
                 observe::task_refused("shutting_down");
@@ -548,6 +554,7 @@ async fn answer_tasks<B>(
 /// The checks of a `tasks/*` request before the store is asked, in the
 /// specification's order; the caller's principal when they pass, the reply (an
 /// error, or 202 to a notification) when they do not.
+#[allow(clippy::result_large_err)] // made once per request and answered at once
 fn check_tasks<B>(
     engine: &Engine,
     parts: &http::request::Parts,

@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Response};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
@@ -26,7 +25,7 @@ impl Answer {
     pub(crate) fn to_response(
         &self,
         engine: &Engine,
-        id: Option<&RawValue>,
+        id: Option<&str>,
         headers: HeaderMap,
     ) -> Response<Bytes> {
         let server_info = engine.config.server_info.as_ref();
@@ -114,19 +113,17 @@ pub(crate) async fn answer(
         }
         method => {
             let transition = if method == "tasks/update" {
-                let Some(responses) = envelope.param("inputResponses") else {
+                let Some(responses) = envelope.param_value("inputResponses") else {
                     return Err(RpcError::invalid_params("Missing inputResponses"));
                 };
-                let Some(responses) = responses.as_object() else {
+                let Value::Object(responses) = responses else {
                     return Err(RpcError::invalid_params("inputResponses must be an object"));
                 };
                 let Some(id) = id else {
                     return Err(not_found());
                 };
-                check_input_sizes(engine, &id, scope, responses).await?;
-                Transition::Answer {
-                    responses: responses.clone(),
-                }
+                check_input_sizes(engine, &id, scope, &responses).await?;
+                Transition::Answer { responses }
             } else {
                 Transition::Cancel
             };

@@ -30,9 +30,9 @@ pub(crate) struct Envelope<'a> {
     /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
     /// read as a float here, so replies echo [`raw_id`](Self::raw_id) instead).
     pub(crate) id: Option<Value>,
-    /// The id exactly as the client wrote it; `None` when the member is absent
-    /// (a notification), `Some("null")` for `"id": null`.
-    raw_id: Option<&'a RawValue>,
+    /// The id's JSON text exactly as the client wrote it; `None` when the member
+    /// is absent (a notification), `Some("null")` for `"id": null`.
+    raw_id: Option<&'a str>,
     /// Whether `jsonrpc` is exactly `"2.0"`.
     jsonrpc_ok: bool,
     pub(crate) method: Cow<'a, str>,
@@ -41,9 +41,28 @@ pub(crate) struct Envelope<'a> {
     body: &'a str,
     /// The members every owned route reads, typed, found in the parse.
     known: Params<'a>,
+    /// Whether the params hold nothing their decoding could refuse (see
+    /// [`param_value`](Self::param_value)); `false` when unsure.
+    params_plain: bool,
     /// Where `params` is in the body, found on first use.
     raw_params: OnceLock<Option<&'a str>>,
     params: OnceLock<Option<Value>>,
+}
+
+mod scan;
+
+/// What a parse finds in the top-level object: the envelope's members as raw JSON
+/// text (`jsonrpc` and `method` absent when `null`, as optional members read), and
+/// the typed params.
+#[derive(Debug, Default, PartialEq)]
+struct Message<'a> {
+    jsonrpc: Option<&'a str>,
+    id: Option<&'a str>,
+    method: Option<&'a str>,
+    params: Option<Params<'a>>,
+    /// Known only to the scan: the params hold no `\u` escape and no number with
+    /// an exponent or past 18 characters.
+    params_plain: bool,
 }
 
 /// Any JSON object, read in one pass without copying a member; fields it does not
@@ -64,15 +83,16 @@ struct RawMessage<'a> {
 /// reads, typed and borrowed from the body (the last one when a key repeats, as a
 /// map keeps it); any other member is skipped. Any JSON value is accepted: one that
 /// is not an object simply has none of the members.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Params<'a> {
     meta: Option<Meta<'a>>,
     task_id: Option<&'a str>,
     name: Option<&'a str>,
+    input_responses: Option<&'a str>,
 }
 
 /// `params._meta`, as [`Params`] reads it.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Meta<'a> {
     is_object: bool,
     version: Option<&'a str>,
@@ -81,7 +101,7 @@ struct Meta<'a> {
 
 /// `_meta`'s client capabilities: whether they are an object, and whether their
 /// `extensions` (the last one) holds an object under the tasks extension's id.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Capabilities {
     is_object: bool,
     declared: bool,
@@ -116,7 +136,7 @@ trait Members<'a>: Default {
 }
 
 impl<'a> Members<'a> for Params<'a> {
-    const NAMES: &'static [&'static str] = &["_meta", "taskId", "name"];
+    const NAMES: &'static [&'static str] = &["_meta", "taskId", "name", "inputResponses"];
     fn object() -> Self {
         Params::default()
     }
@@ -128,7 +148,8 @@ impl<'a> Members<'a> for Params<'a> {
         match at {
             0 => self.meta = Some(map.next_value()?),
             1 => self.task_id = Some(map.next_value::<&'de RawValue>()?.get()),
-            _ => self.name = Some(map.next_value::<&'de RawValue>()?.get()),
+            2 => self.name = Some(map.next_value::<&'de RawValue>()?.get()),
+            _ => self.input_responses = Some(map.next_value::<&'de RawValue>()?.get()),
         }
         Ok(())
     }
@@ -285,6 +306,30 @@ impl Visitor<'_> for Name {
     fn visit_str<E>(self, key: &str) -> Result<Option<usize>, E> {
         Ok(self.0.iter().position(|name| *name == key))
     }
+}
+
+/// The body read by serde_json: what [`scan`] gives up on, and what it is tested
+/// against.
+fn parse_with_serde(body: &str) -> Result<Message<'_>, serde_json::Error> {
+    let raw: RawMessage<'_> = serde_json::from_str(body)?;
+    Ok(Message {
+        jsonrpc: raw.jsonrpc.map(RawValue::get),
+        id: raw.id.map(RawValue::get),
+        method: raw.method.map(RawValue::get),
+        params: raw.params,
+        params_plain: false,
+    })
+}
+
+/// The id's JSON text as a value; an integer of up to 18 digits without serde_json.
+fn id_value(raw: &str) -> Option<Value> {
+    if (1..=18).contains(&raw.len())
+        && raw.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(n) = raw.parse::<u64>()
+    {
+        return Some(Value::from(n));
+    }
+    serde_json::from_str(raw).ok()
 }
 
 /// A member that is present, `null` included, is `Some`.
@@ -451,21 +496,26 @@ impl<'a> Envelope<'a> {
                 .map(|_| None)
                 .map_err(|_| RpcError::parse_error());
         }
-        // Checked whole at once, so the parser's strings need no check of their own
+        // Checked whole at once, so the parsers' strings need no check of their own
         // (JSON that is not UTF-8 is refused either way).
         let body = std::str::from_utf8(body).map_err(|_| RpcError::parse_error())?;
-        let raw: RawMessage<'a> =
-            serde_json::from_str(body).map_err(|_| RpcError::parse_error())?;
-        let Some(method) = raw.method.map(RawValue::get).and_then(as_str) else {
+        // The usual request is read by a scan of its bytes; whatever the scan does
+        // not read as serde_json would for certain, serde_json reads.
+        let raw = match scan::message(body) {
+            Some(raw) => raw,
+            None => parse_with_serde(body).map_err(|_| RpcError::parse_error())?,
+        };
+        let Some(method) = raw.method.and_then(as_str) else {
             return Ok(None);
         };
         Ok(Some(Envelope {
-            id: raw.id.and_then(|raw| serde_json::from_str(raw.get()).ok()),
+            id: raw.id.and_then(id_value),
             raw_id: raw.id,
-            jsonrpc_ok: raw.jsonrpc.map(RawValue::get).and_then(as_str).as_deref() == Some("2.0"),
+            jsonrpc_ok: raw.jsonrpc.and_then(as_str).as_deref() == Some("2.0"),
             method,
             body,
             known: raw.params.unwrap_or_default(),
+            params_plain: raw.params_plain,
             raw_params: OnceLock::new(),
             params: OnceLock::new(),
         }))
@@ -478,8 +528,8 @@ impl<'a> Envelope<'a> {
 
     /// The raw id when it is one a request may carry (a string or an integer); the
     /// id replies echo.
-    pub(crate) fn valid_raw_id(&self) -> Option<&'a RawValue> {
-        self.raw_id.filter(|raw| is_valid_id(raw.get()))
+    pub(crate) fn valid_raw_id(&self) -> Option<&'a str> {
+        self.raw_id.filter(|raw| is_valid_id(raw))
     }
 
     /// JSON-RPC envelope strictness: `jsonrpc` exactly `"2.0"`, and an id that is a
@@ -515,6 +565,20 @@ impl<'a> Envelope<'a> {
         self.params().and_then(|p| p.get(key))
     }
 
+    /// [`param`](Self::param), owned. A member the parse kept in place is decoded
+    /// alone when the params hold nothing that could fail to decode (no `\\u`
+    /// escape, no number with an exponent or past 18 characters): the whole params
+    /// would then decode too, and give the same value.
+    pub(crate) fn param_value(&self, key: &str) -> Option<Value> {
+        if self.params_plain
+            && self.params.get().is_none()
+            && let Some(raw) = self.raw_param(key)
+        {
+            return serde_json::from_str(raw).ok();
+        }
+        self.param(key).cloned()
+    }
+
     /// A string param, read in place.
     pub(crate) fn param_str(&self, key: &str) -> Option<Cow<'a, str>> {
         self.raw_param(key).and_then(as_str)
@@ -525,6 +589,7 @@ impl<'a> Envelope<'a> {
         match key {
             "taskId" => self.known.task_id,
             "name" => self.known.name,
+            "inputResponses" => self.known.input_responses,
             _ => self.raw_params().and_then(|params| member(params, key)),
         }
     }
@@ -749,7 +814,7 @@ mod tests {
         };
         let good = parse(r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tasks/get"}"#);
         assert_eq!(good.check_strict(), Ok(()));
-        assert_eq!(good.valid_raw_id().unwrap().get(), "18446744073709551616");
+        assert_eq!(good.valid_raw_id(), Some("18446744073709551616"));
         for id in ["\"a\"", "-7", "0"] {
             let e = parse(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#));
             assert_eq!(e.check_strict(), Ok(()), "{id}");

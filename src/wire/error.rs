@@ -305,16 +305,13 @@ impl RpcError {
 
     /// [`to_body`](Self::to_body) echoing the request id exactly as the client wrote
     /// it.
-    pub(crate) fn to_body_raw(&self, id: Option<&serde_json::value::RawValue>) -> Bytes {
+    pub(crate) fn to_body_raw(&self, id: Option<&str>) -> Bytes {
         message_body_raw(id, Member::Error, &self.error_object())
     }
 
     /// [`to_response`](Self::to_response) echoing the request id exactly as the
     /// client wrote it.
-    pub(crate) fn to_response_raw(
-        &self,
-        id: Option<&serde_json::value::RawValue>,
-    ) -> Response<Bytes> {
+    pub(crate) fn to_response_raw(&self, id: Option<&str>) -> Response<Bytes> {
         json_response(self.status, self.to_body_raw(id))
     }
 

@@ -3,7 +3,6 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// A JSON body with `Content-Type: application/json`.
@@ -24,14 +23,10 @@ pub(crate) fn message_body(id: Option<&Value>, key: Member, value: &impl Seriali
     render(id.as_deref(), key, value)
 }
 
-/// [`message_body`] echoing the request id exactly as the client wrote it (a
-/// 2^64 stays an integer, an escaped string keeps its escapes).
-pub(crate) fn message_body_raw(
-    id: Option<&RawValue>,
-    key: Member,
-    value: &impl Serialize,
-) -> Bytes {
-    render(id.map(RawValue::get), key, value)
+/// [`message_body`] echoing the request id exactly as the client wrote it (its
+/// JSON text: a 2^64 stays an integer, an escaped string keeps its escapes).
+pub(crate) fn message_body_raw(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
+    render(id, key, value)
 }
 
 /// A result's `_meta` with the server's info: `{"io.modelcontextprotocol/serverInfo": …}`.
@@ -77,7 +72,8 @@ fn render(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
 /// The id a reply echoes: as the client wrote it, or as the layer read it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ReplyId<'a> {
-    Raw(Option<&'a RawValue>),
+    /// The id's JSON text as the request holds it.
+    Raw(Option<&'a str>),
     Value(Option<&'a Value>),
 }
 
@@ -102,7 +98,7 @@ pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
     let fill = |out: &mut Vec<u8>, write: W| {
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         match id {
-            ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.get().as_bytes()),
+            ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.as_bytes()),
             ReplyId::Value(Some(value)) => crate::task::write_value(out, value),
             ReplyId::Raw(None) | ReplyId::Value(None) => out.extend_from_slice(b"null"),
         }
@@ -155,6 +151,7 @@ pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) ->
 mod tests {
     use super::*;
     use serde_json::json;
+    use serde_json::value::RawValue;
 
     #[test]
     fn a_result_is_a_json_rpc_response_with_the_request_id() {
@@ -173,13 +170,14 @@ mod tests {
     #[test]
     fn a_raw_id_is_echoed_as_written() {
         let id: Box<RawValue> = serde_json::from_str("18446744073709551616").unwrap();
-        let response = result_response_with(ReplyId::Raw(Some(&id)), HeaderMap::new(), |out| {
-            out.extend(b"{}")
-        });
+        let response =
+            result_response_with(ReplyId::Raw(Some(id.get())), HeaderMap::new(), |out| {
+                out.extend(b"{}")
+            });
         let text = std::str::from_utf8(response.body()).unwrap();
         assert!(text.contains("\"id\":18446744073709551616,"), "{text}");
         let escaped: Box<RawValue> = serde_json::from_str(r#""\u0041""#).unwrap();
-        let body = message_body_raw(Some(&escaped), Member::Result, &json!({}));
+        let body = message_body_raw(Some(escaped.get()), Member::Result, &json!({}));
         assert!(
             std::str::from_utf8(&body)
                 .unwrap()
