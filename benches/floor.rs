@@ -95,7 +95,11 @@ fn main() {
     let methods: Vec<&str> = methods
         .split(',')
         .map(str::trim)
-        .filter(|m| matches!(*m, "get" | "update" | "cancel" | "create"))
+        .filter(|m| {
+            let (method, size) = m.split_once('@').unwrap_or((m, "1000"));
+            matches!(method, "get" | "update" | "cancel" | "create")
+                && size.parse::<usize>().is_ok()
+        })
         .collect();
     let mut sides = vec!["bare".to_owned()];
     sides.extend(methods.iter().map(|m| m.to_string()));
@@ -136,11 +140,7 @@ fn main() {
             } else {
                 &server.ids
             };
-            let method = match server.side.as_str() {
-                "bare" => "get",
-                side => side.trim_start_matches("before:"),
-            };
-            runtime.block_on(Load::open(server.addr, method, ids, conns))
+            runtime.block_on(Load::open(server.addr, method_of(&server.side), ids, conns))
         })
         .collect();
     // A short warm-up per side: connections, runtimes and allocators settle.
@@ -196,6 +196,16 @@ fn main() {
     }
 }
 
+/// The method a side's load sends: `bare` receives `tasks/get`; `before:` and a
+/// store size (`get@1000000`) name the same method.
+fn method_of(side: &str) -> &str {
+    let side = side.trim_start_matches("before:");
+    match side.split_once('@').map_or(side, |(method, _)| method) {
+        "bare" => "get",
+        method => method,
+    }
+}
+
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
@@ -242,12 +252,12 @@ struct Server {
 
 impl Server {
     fn start(side: &str) -> Server {
-        Server::start_under(side, None)
+        Server::start_under(side, None, false)
     }
 
     /// [`start`](Self::start), the child run by callgrind writing its counts to
-    /// `callgrind_out` when one is given.
-    fn start_under(side: &str, callgrind_out: Option<&std::path::Path>) -> Server {
+    /// `callgrind_out` when one is given (with its cache simulation on `cache_sim`).
+    fn start_under(side: &str, callgrind_out: Option<&std::path::Path>, cache_sim: bool) -> Server {
         let (exe, child_side): (std::path::PathBuf, &str) = match side.strip_prefix("before:") {
             Some(method) => (std::env::var_os("FLOOR_BEFORE").unwrap().into(), method),
             None => (std::env::current_exe().unwrap(), side),
@@ -257,6 +267,10 @@ impl Server {
                 let mut command = Command::new("valgrind");
                 command
                     .arg("--tool=callgrind")
+                    .arg(format!(
+                        "--cache-sim={}",
+                        if cache_sim { "yes" } else { "no" }
+                    ))
                     .arg("-q")
                     .arg(format!("--callgrind-out-file={}", out.display()))
                     .arg(exe);
@@ -306,8 +320,14 @@ impl Server {
     }
 }
 
-/// The child: serves its side until its stdin closes.
+/// The child: serves its side until its stdin closes. A side `method@N` serves
+/// over `N` stored tasks (default 1 000), and announces a random sample of at most
+/// 20 000 of their ids for the load to poll.
 fn child(side: &str) {
+    let (side, tasks) = match side.split_once('@') {
+        Some((side, n)) => (side, n.parse().expect("a store size")),
+        None => (side, TASKS),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -329,12 +349,13 @@ fn child(side: &str) {
             .without_max_tasks_per_owner()
             .build()
             .unwrap();
-        let mut ids = Vec::with_capacity(TASKS);
+        let mut ids = Vec::with_capacity(tasks);
         if side != "create" {
-            let owner = Principal::new(PRINCIPAL);
-            for _ in 0..TASKS {
+            for _ in 0..tasks {
                 let id = TaskId::random();
-                let mut record = TaskRecord::new(id, Some(owner.clone()), Timestamp::now());
+                // Each its own principal, as each create request brings its own.
+                let owner = Principal::new(PRINCIPAL);
+                let mut record = TaskRecord::new(id, Some(owner), Timestamp::now());
                 record.ttl_ms = Some(3_600_000);
                 store.create(record, CreateLimits::default()).await.unwrap();
                 ids.push(id);
@@ -351,7 +372,9 @@ fn child(side: &str) {
         });
         (serve(tower::Layer::layer(&layer, inner)).await, ids)
     });
-    let ids: Vec<String> = ids.iter().map(TaskId::to_string).collect();
+    // Ids are random: every 50th of a million is a random sample.
+    let step = ids.len().div_ceil(20_000).max(1);
+    let ids: Vec<String> = ids.iter().step_by(step).map(TaskId::to_string).collect();
     println!("READY {} {}", server.addr, ids.join(","));
     std::io::stdout().flush().unwrap();
     // Serve until the parent closes stdin.
@@ -438,13 +461,17 @@ impl Load {
 ///
 /// Each side is served twice by a child under `valgrind --tool=callgrind`: once
 /// answering `warm` requests, once `warm + requests`, spread evenly over `conns`
-/// connections; the difference of the two runs' instruction totals over `requests`
-/// is what one request costs, start-up and the fixture cancelling out. Only user
-/// space is counted: the kernel's share of the sockets is not, so the ratio is of
-/// the code that differs, and larger than the CPU-time ratio of the timed rounds.
+/// connections; the difference of the two runs' totals over `requests` is what one
+/// request costs, start-up and the fixture cancelling out. Only user space is
+/// counted: the kernel's share of the sockets is not, so the ratio is of the code
+/// that differs, and larger than the CPU-time ratio of the timed rounds.
+///
+/// `FLOOR_CACHE_SIM=1` adds callgrind's cache simulation (first-level and
+/// last-level data misses per request), for the store-size sides (`get@1000000`).
 fn callgrind(runtime: &tokio::runtime::Runtime, sides: &[String], requests: usize, conns: usize) {
     let dir = std::env::temp_dir().join(format!("floor-callgrind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory for callgrind's files");
+    let cache_sim = std::env::var("FLOOR_CACHE_SIM").is_ok_and(|v| v == "1");
     let per_conn = requests.div_ceil(conns).max(1);
     let requests = per_conn * conns;
     // Every task of the fixture is visited in the warm-up (connection `n` starts at
@@ -453,69 +480,98 @@ fn callgrind(runtime: &tokio::runtime::Runtime, sides: &[String], requests: usiz
     let warm_per_conn = TASKS.saturating_sub(31 * (conns - 1)).max(32) + 8;
     let mut table = Vec::new();
     for side in sides {
-        let mut totals = [0u64; 2];
+        let mut totals = [Events::default(), Events::default()];
         for (run, per) in [warm_per_conn, warm_per_conn + per_conn]
             .into_iter()
             .enumerate()
         {
             let name = side.replace(':', "-");
             let out = dir.join(format!("{name}.{run}.out"));
-            let mut server = Server::start_under(side, Some(&out));
+            let mut server = Server::start_under(side, Some(&out), cache_sim);
             let ids = if server.ids.is_empty() {
                 (0..TASKS).map(|_| TaskId::random()).collect()
             } else {
                 server.ids.clone()
             };
-            let method = match side.as_str() {
-                "bare" => "get",
-                side => side.trim_start_matches("before:"),
-            };
             let took = runtime.block_on(async {
-                let mut load = Load::open(server.addr, method, &ids, conns).await;
+                let mut load = Load::open(server.addr, method_of(side), &ids, conns).await;
                 let started = Instant::now();
                 load.run_count(per).await;
                 started.elapsed()
             });
             server.stop();
-            totals[run] = callgrind_total(&out);
+            totals[run] = Events::read(&out);
             eprintln!(
                 "floor: {side} run {run}: {} requests, {} instructions, {:.1} s",
                 per * conns,
-                totals[run],
+                totals[run].get("Ir"),
                 took.as_secs_f64()
             );
         }
-        let per_request = totals[1].saturating_sub(totals[0]) as f64 / requests as f64;
-        table.push((side.clone(), per_request));
+        let per_request = |event: &str| {
+            totals[1].get(event).saturating_sub(totals[0].get(event)) as f64 / requests as f64
+        };
+        let misses = |events: [&str; 2]| events.iter().map(|e| per_request(e)).sum::<f64>();
+        table.push((
+            side.clone(),
+            per_request("Ir"),
+            misses(["D1mr", "D1mw"]),
+            misses(["DLmr", "DLmw"]),
+        ));
     }
     println!(
         "callgrind: {requests} requests per side over {conns} connections; files in {}",
         dir.display()
     );
     println!();
-    println!("| side | instructions per request | vs bare | beyond bare |");
-    println!("|---|---:|---:|---:|");
-    let bare = table[0].1;
-    for (side, per_request) in &table {
+    if cache_sim {
         println!(
+            "| side | instructions per request | vs bare | beyond bare | D1 misses per request | LL misses per request |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|");
+    } else {
+        println!("| side | instructions per request | vs bare | beyond bare |");
+        println!("|---|---:|---:|---:|");
+    }
+    let bare = table[0].1;
+    for (side, per_request, d1, ll) in &table {
+        let row = format!(
             "| {side} | {per_request:.0} | {:.2} | {:.0} |",
             per_request / bare,
             per_request - bare
         );
+        match cache_sim {
+            true => println!("{row} {d1:.1} | {ll:.1} |"),
+            false => println!("{row}"),
+        }
     }
 }
 
-/// The instruction total callgrind wrote to `path` (its `totals:` or `summary:` line).
-fn callgrind_total(path: &std::path::Path) -> u64 {
-    let text = std::fs::read_to_string(path).expect("callgrind's output file");
-    text.lines()
-        .rev()
-        .find_map(|line| {
-            line.strip_prefix("totals:")
-                .or_else(|| line.strip_prefix("summary:"))
-        })
-        .and_then(|n| n.split_whitespace().next()?.parse().ok())
-        .expect("an instruction total")
+/// The event totals callgrind wrote to a file (its `events:` and `totals:` lines).
+#[derive(Default)]
+struct Events(Vec<(String, u64)>);
+
+impl Events {
+    fn read(path: &std::path::Path) -> Events {
+        let text = std::fs::read_to_string(path).expect("callgrind's output file");
+        let line = |prefix: &str| {
+            text.lines()
+                .rev()
+                .find_map(|line| line.strip_prefix(prefix))
+                .unwrap_or_default()
+                .split_whitespace()
+        };
+        let names = line("events:");
+        let totals = line("totals:").map(|n| n.parse().expect("a count"));
+        Events(names.map(str::to_owned).zip(totals).collect())
+    }
+
+    fn get(&self, event: &str) -> u64 {
+        self.0
+            .iter()
+            .find(|(name, _)| name == event)
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 /// The raw HTTP/1.1 request for `method` on task `id`, as a modern client sends it.

@@ -74,18 +74,19 @@ impl<F: Future> Future for Routed<'_, F> {
     }
 }
 
-/// Runs a route inside `span`, and records on it the route's outcome, the time
-/// spent in store calls and the total time. With the span disabled the route runs
-/// as it is, with nothing collected and nothing added to its future.
-pub(crate) fn route<'a, F>(span: tracing::Span, route: F) -> Routed<'a, F>
+/// Runs the route `make` makes inside `span`, and records on it the route's
+/// outcome, the time spent in store calls and the total time. With the span
+/// disabled the route runs as it is, with nothing collected and nothing added to its
+/// future.
+pub(crate) fn route<'a, F>(span: tracing::Span, make: impl FnOnce() -> F) -> Routed<'a, F>
 where
     F: Future + Send + 'a,
 {
     if span.is_disabled() {
-        return Routed::Plain { route };
+        return Routed::Plain { route: make() };
     }
     Routed::Traced {
-        route: Box::pin(traced(span, route)),
+        route: Box::pin(traced(span, make())),
     }
 }
 

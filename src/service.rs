@@ -427,7 +427,8 @@ where
     };
     if envelope.is_legacy(&parts.headers) {
         if routes::task_tools::handles(&engine, &envelope.method, false) {
-            return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
+            let fallback = routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope);
+            return Box::pin(fallback).await;
         }
         parts
             .extensions
@@ -443,7 +444,9 @@ where
         return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
     }
     let span = route_span(&envelope.method);
-    observe::route(span, route(engine, inner, parts, &bytes, envelope)).await
+    // The route's future is made inside `observe::route`: made here, as an argument,
+    // its place would stay in this future beside the one awaited.
+    observe::route(span, || route(engine, inner, parts, &bytes, envelope)).await
 }
 
 async fn route<S, B, ResBody>(
@@ -462,7 +465,8 @@ where
     ResBody::Error: Into<BoxError>,
 {
     if is_tasks_method(&envelope.method) {
-        return Ok(answer_tasks(&engine, parts, &envelope).await);
+        // Only without a `tasks/*` `Mcp-Method`, or with the span recording.
+        return Ok(Box::pin(answer_tasks(&engine, parts, &envelope)).await);
     }
     if let Err(e) = envelope.check_strict() {
         observe::outcome(Outcome::Error(e.code()));
@@ -476,7 +480,8 @@ where
         Err(e) => return Ok(reply(e, id)),
     };
     if routes::task_tools::handles(&engine, &envelope.method, declared) {
-        return routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope).await;
+        let fallback = routes::fallback::call(engine, inner, parts, bytes.clone(), &envelope);
+        return Box::pin(fallback).await;
     }
     match &*envelope.method {
         "tools/call" => {
@@ -500,7 +505,8 @@ where
                 && !draining
             {
                 let id = id.cloned();
-                return routes::auto::call(engine, inner, parts, bytes.clone(), id, after).await;
+                let auto = routes::auto::call(engine, inner, parts, bytes.clone(), id, after);
+                return Box::pin(auto).await;
             }
             if mode.requires_extension() && !declared {
                 observe::task_refused("extension_required");
@@ -521,7 +527,9 @@ where
         }
         "server/discover" => routes::discover::call(&engine, inner, parts, bytes.clone(), id).await,
         "subscriptions/listen" => {
-            routes::listen::call(&engine, inner, parts, bytes.clone(), &envelope, declared).await
+            let listen =
+                routes::listen::call(&engine, inner, parts, bytes.clone(), &envelope, declared);
+            Box::pin(listen).await
         }
         _ => forward(inner, parts, bytes.clone(), id).await,
     }
