@@ -271,6 +271,11 @@ impl Server {
                         "--cache-sim={}",
                         if cache_sim { "yes" } else { "no" }
                     ))
+                    .args(
+                        std::env::var("FLOOR_VALGRIND_ARGS")
+                            .unwrap_or_default()
+                            .split_whitespace(),
+                    )
                     .arg("-q")
                     .arg(format!("--callgrind-out-file={}", out.display()))
                     .arg(exe);
@@ -321,8 +326,7 @@ impl Server {
 }
 
 /// The child: serves its side until its stdin closes. A side `method@N` serves
-/// over `N` stored tasks (default 1 000), and announces a random sample of at most
-/// 20 000 of their ids for the load to poll.
+/// over `N` stored tasks (default 1 000).
 fn child(side: &str) {
     let (side, tasks) = match side.split_once('@') {
         Some((side, n)) => (side, n.parse().expect("a store size")),
@@ -372,9 +376,7 @@ fn child(side: &str) {
         });
         (serve(tower::Layer::layer(&layer, inner)).await, ids)
     });
-    // Ids are random: every 50th of a million is a random sample.
-    let step = ids.len().div_ceil(20_000).max(1);
-    let ids: Vec<String> = ids.iter().step_by(step).map(TaskId::to_string).collect();
+    let ids: Vec<String> = ids.iter().map(TaskId::to_string).collect();
     println!("READY {} {}", server.addr, ids.join(","));
     std::io::stdout().flush().unwrap();
     // Serve until the parent closes stdin.
@@ -382,8 +384,10 @@ fn child(side: &str) {
     while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
         line.clear();
     }
+    // Out at once: tearing a large store down would add its own cost to the
+    // counts of a run under callgrind.
     drop(server);
-    runtime.shutdown_background();
+    std::process::exit(0);
 }
 
 fn json_reply(body: &'static [u8]) -> Response<Full<Bytes>> {
@@ -398,7 +402,7 @@ fn json_reply(body: &'static [u8]) -> Response<Full<Bytes>> {
 /// The load on one side: its connections and the requests they send in turn.
 struct Load {
     connections: Vec<TcpStream>,
-    requests: Arc<Vec<Bytes>>,
+    requests: Arc<Requests>,
     /// What every reply's body must contain.
     expect: &'static [u8],
 }
@@ -411,7 +415,7 @@ impl Load {
             stream.set_nodelay(true).expect("TCP_NODELAY");
             connections.push(stream);
         }
-        let requests = ids.iter().map(|id| request(method, id)).collect();
+        let requests = Requests::new(method, ids);
         let expect: &[u8] = match method {
             "get" => br#""status":"working""#,
             "create" => br#""resultType":"task""#,
@@ -429,17 +433,22 @@ impl Load {
     async fn run(&mut self, length: Duration) -> (u64, Duration) {
         let started = Instant::now();
         let deadline = started + length;
-        let mut workers = Vec::with_capacity(self.connections.len());
+        let conns = self.connections.len();
+        let mut workers = Vec::with_capacity(conns);
         for (n, mut stream) in self.connections.drain(..).enumerate() {
             let requests = self.requests.clone();
             let expect = self.expect;
             workers.push(tokio::spawn(async move {
                 let mut buf = Vec::with_capacity(4096);
                 let mut answered = 0u64;
-                let mut next = n * 31;
+                // Connections start apart: 31 requests apart at 1 000 tasks.
+                let mut next = n * (requests.len() / conns).max(1);
                 while Instant::now() < deadline {
                     next = (next + 1) % requests.len();
-                    stream.write_all(&requests[next]).await.expect("a write");
+                    stream
+                        .write_all(&requests.get(next))
+                        .await
+                        .expect("a write");
                     read_reply(&mut stream, &mut buf, expect).await;
                     answered += 1;
                 }
@@ -467,7 +476,8 @@ impl Load {
 /// that differs, and larger than the CPU-time ratio of the timed rounds.
 ///
 /// `FLOOR_CACHE_SIM=1` adds callgrind's cache simulation (first-level and
-/// last-level data misses per request), for the store-size sides (`get@1000000`).
+/// last-level data misses per request), for the store-size sides (`get@1000000`);
+/// `FLOOR_VALGRIND_ARGS` passes more options (the cache sizes: `--LL=33554432,16,64`).
 fn callgrind(runtime: &tokio::runtime::Runtime, sides: &[String], requests: usize, conns: usize) {
     let dir = std::env::temp_dir().join(format!("floor-callgrind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a directory for callgrind's files");
@@ -614,22 +624,66 @@ fn request(method: &str, id: &TaskId) -> Bytes {
 impl Load {
     /// Sends exactly `per_conn` requests on every connection, then closes them.
     async fn run_count(&mut self, per_conn: usize) {
-        let mut workers = Vec::with_capacity(self.connections.len());
+        let conns = self.connections.len();
+        let mut workers = Vec::with_capacity(conns);
         for (n, mut stream) in self.connections.drain(..).enumerate() {
             let requests = self.requests.clone();
             let expect = self.expect;
             workers.push(tokio::spawn(async move {
                 let mut buf = Vec::with_capacity(4096);
-                let mut next = n * 31;
+                // Connections start apart: 31 requests apart at 1 000 tasks.
+                let mut next = n * (requests.len() / conns).max(1);
                 for _ in 0..per_conn {
                     next = (next + 1) % requests.len();
-                    stream.write_all(&requests[next]).await.expect("a write");
+                    stream
+                        .write_all(&requests.get(next))
+                        .await
+                        .expect("a write");
                     read_reply(&mut stream, &mut buf, expect).await;
                 }
             }));
         }
         for worker in workers {
             worker.await.unwrap();
+        }
+    }
+}
+
+/// The requests a load sends in turn: built once, or for a large store (whose
+/// every id is polled, so that its size shows) each as it is sent.
+struct Requests {
+    method: String,
+    ids: Vec<TaskId>,
+    built: Vec<Bytes>,
+}
+
+impl Requests {
+    fn new(method: &str, ids: &[TaskId]) -> Requests {
+        let large = ids.len() > 20_000;
+        Requests {
+            method: method.to_owned(),
+            ids: if large { ids.to_vec() } else { Vec::new() },
+            built: match large {
+                true => Vec::new(),
+                false => ids.iter().map(|id| request(method, id)).collect(),
+            },
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.built.len().max(self.ids.len())
+    }
+
+    /// The `n`-th request. A large store's ids are taken in a scrambled order
+    /// (`n` times an odd number prime to 5, modulo the count): consecutive requests
+    /// do not read records made one after the other, which lie side by side.
+    fn get(&self, n: usize) -> Bytes {
+        match self.built.get(n) {
+            Some(built) => built.clone(),
+            None => {
+                let at = (n as u64).wrapping_mul(2_654_435_761) % self.ids.len() as u64;
+                request(&self.method, &self.ids[at as usize])
+            }
         }
     }
 }

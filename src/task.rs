@@ -1009,9 +1009,15 @@ impl TaskJson<'_> {
             write_value(out, message);
         }
         out.extend_from_slice(b",\"createdAt\":\"");
+        let created = out.len();
         write_rfc3339(out, task.created_at);
         out.extend_from_slice(b"\",\"lastUpdatedAt\":\"");
-        write_rfc3339(out, task.updated_at);
+        if task.updated_at == task.created_at {
+            // A task that never changed: the same text again.
+            out.extend_from_within(created..created + RFC3339_LEN);
+        } else {
+            write_rfc3339(out, task.updated_at);
+        }
         out.extend_from_slice(b"\",\"ttlMs\":");
         write_value(out, &task.ttl_ms);
         if let Some(poll) = task.poll_interval_ms {
@@ -1060,6 +1066,9 @@ pub(crate) fn write_value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) 
         out.extend_from_slice(b"null");
     }
 }
+
+/// The length of [`write_rfc3339`]'s text.
+const RFC3339_LEN: usize = "2026-01-01T00:00:00.000Z".len();
 
 /// The latest instant [`Rfc3339`] writes as a date: 9999-12-31T23:59:59.999Z.
 const LAST_RFC3339_MS: u64 = 253_402_300_799_999;
