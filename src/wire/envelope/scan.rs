@@ -611,7 +611,7 @@ mod tests {
                     .collect();
                 let at = bounds[at.index(bounds.len())];
                 match (edit, cut) {
-                    ("", true) if at % 4 == 0 => text[..at].to_owned(),
+                    ("", true) if at.is_multiple_of(4) => text[..at].to_owned(),
                     ("", _) => text,
                     (edit, false) => format!("{}{edit}{}", &text[..at], &text[at..]),
                     (_, true) => {
