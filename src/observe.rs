@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
-use crate::store::{ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::store::{Budgeted, ChangeFeed, CreateLimits, TaskStore, Updated};
 use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
 
 /// How a route ended, for its span's `outcome` field.
@@ -138,6 +138,21 @@ impl StoreCalls {
             "get_many",
             self.timeout,
             self.store.get_many(ids, scope, now),
+        )
+        .await
+    }
+
+    pub(crate) async fn get_many_within(
+        &self,
+        ids: &[TaskId],
+        scope: Scope<'_>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<Budgeted, StoreError> {
+        timed(
+            "get_many_within",
+            self.timeout,
+            self.store.get_many_within(ids, scope, now, budget),
         )
         .await
     }

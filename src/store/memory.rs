@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::compact::Stored;
-use super::{BoxFuture, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
+use super::{BoxFuture, Budgeted, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
 use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -400,6 +400,36 @@ impl TaskStore for MemoryStore {
                         .map(|r| r.to_record(*id))
                 })
                 .collect())
+        })
+    }
+
+    /// Each record's size is an upper bound of its encoded size, counted from the
+    /// stored fields under its shard's lock before the record is copied out: a read
+    /// over the budget copies at most the budget, and drops it.
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            let now = self.decide_at(now);
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let mut found = Vec::new();
+            let mut taken = 0usize;
+            for id in ids.iter().filter(|id| seen.insert(**id)) {
+                let shard = Self::lock(self.shard(id));
+                let Some(stored) = shard.tasks.get(id).filter(|r| r.is_visible(scope, now)) else {
+                    continue;
+                };
+                taken = taken.saturating_add(stored.encoded_len_bound());
+                if taken > budget {
+                    return Ok(Budgeted::OverBudget);
+                }
+                found.push(stored.to_record(*id));
+            }
+            Ok(Budgeted::Within(found))
         })
     }
 
