@@ -795,7 +795,7 @@ impl Drop for Subscription {
 mod tests {
     use super::*;
     use crate::task::Timestamp;
-    use std::task::Wake;
+    use std::task::{Poll, Wake};
 
     struct Count(std::sync::atomic::AtomicUsize);
 
@@ -912,6 +912,66 @@ mod tests {
         assert_eq!(
             late.snapshot(vec![big(a, "o", 1, 6_000)], None).err(),
             Some(ByteLimit::Total)
+        );
+    }
+
+    /// Polls `future` once, without a runtime.
+    fn poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut std::task::Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn snapshot_reads_share_the_room_and_never_end_an_open_stream() {
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 15_000);
+        let (g, o) = (Some(Principal::from("g")), Some(Principal::from("o")));
+        let task = TaskId::random();
+        let first = match poll_once(std::pin::pin!(registry.reserve(&g))) {
+            Poll::Ready(r) => r,
+            Poll::Pending => panic!("nothing else reserved: no wait"),
+        };
+        assert_eq!(
+            (first.bytes(), first.limit()),
+            (10_000, ByteLimit::PerOwner)
+        );
+        assert_eq!(registry.held_bytes(), (10_000, 10_000));
+        // The principal's next read, and another principal's whose room in all the
+        // first one takes part of, wait for it.
+        let mut second = std::pin::pin!(registry.reserve(&g));
+        let mut other = std::pin::pin!(registry.reserve(&o));
+        assert!(poll_once(second.as_mut()).is_pending());
+        assert!(poll_once(other.as_mut()).is_pending());
+        // An open stream of the principal's still gets its change.
+        let open = registry.register(g.clone(), &[task]);
+        registry.deliver(&big(task, "g", 1, 4_000));
+        assert!(!open.is_ending());
+        let (held, _) = registry.held_bytes();
+        assert!((14_000..15_000).contains(&held), "{held}");
+        drop(first);
+        let Poll::Ready(second) = poll_once(second.as_mut()) else {
+            panic!("the first read is done");
+        };
+        assert!(
+            (5_000..6_000).contains(&second.bytes()),
+            "the room the open stream left: {}",
+            second.bytes()
+        );
+        assert_eq!(second.limit(), ByteLimit::PerOwner);
+        assert!(poll_once(other.as_mut()).is_pending(), "5 000 left in all");
+        // A snapshot read within a reservation is counted out of it, not twice.
+        let late = registry.register(g.clone(), &[TaskId::random()]);
+        let id = late.tasks[0];
+        late.snapshot(vec![big(id, "g", 1, 2_000)], Some(second))
+            .unwrap();
+        let (held, peak) = registry.held_bytes();
+        assert!((6_000..7_000).contains(&held), "{held}");
+        assert!(peak <= 15_000, "{peak}");
+        let Poll::Ready(other) = poll_once(other.as_mut()) else {
+            panic!("no read in progress");
+        };
+        assert_eq!(
+            (other.bytes(), other.limit()),
+            (15_000 - held, ByteLimit::Total)
         );
     }
 

@@ -4,6 +4,7 @@
 //! [`TaskRecord`] in memory.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
@@ -50,6 +51,23 @@ struct Rest {
     input_requests: Map<String, Value>,
     issued_keys: BTreeSet<String>,
     input_responses: Map<String, Value>,
+    /// The length of these fields' JSON, counted at the first read that asks (a
+    /// write replaces the whole `Rest`, and with it this count).
+    json_len: OnceLock<usize>,
+}
+
+impl Rest {
+    fn json_len(&self) -> usize {
+        *self.json_len.get_or_init(|| {
+            self.result
+                .as_ref()
+                .map_or(0, json_len)
+                .saturating_add(self.error.as_ref().map_or(0, json_len))
+                .saturating_add(json_len(&self.input_requests))
+                .saturating_add(json_len(&self.issued_keys))
+                .saturating_add(json_len(&self.input_responses))
+        })
+    }
 }
 
 impl Stored {
@@ -81,23 +99,16 @@ impl Stored {
 
     /// An upper bound of the record's encoded size ([`encoded_len`]): the fields of
     /// any length (owner, status message, result, error, input) counted exactly, the
-    /// others at their longest, without building the record. At most
+    /// others at their longest, without building the record; the result, error and
+    /// input are counted once per write, at the first read that asks. At most
     /// [`BOUNDED_FIELDS_MAX`] over the exact size.
     ///
     /// [`encoded_len`]: crate::store::encoded_len
     pub(super) fn encoded_len_bound(&self) -> usize {
-        let mut len = BOUNDED_FIELDS_MAX
+        BOUNDED_FIELDS_MAX
             .saturating_add(self.owner.as_ref().map_or(0, json_len))
-            .saturating_add(self.status_message.as_deref().map_or(0, json_len));
-        if let Some(rest) = &self.rest {
-            len = len
-                .saturating_add(rest.result.as_ref().map_or(0, json_len))
-                .saturating_add(rest.error.as_ref().map_or(0, json_len))
-                .saturating_add(json_len(&rest.input_requests))
-                .saturating_add(json_len(&rest.issued_keys))
-                .saturating_add(json_len(&rest.input_responses));
-        }
-        len
+            .saturating_add(self.status_message.as_deref().map_or(0, json_len))
+            .saturating_add(self.rest.as_ref().map_or(0, |rest| rest.json_len()))
     }
 
     /// The full record, for a reader.
@@ -135,6 +146,7 @@ impl From<TaskRecord> for Stored {
                 input_requests: record.input_requests,
                 issued_keys: record.issued_keys,
                 input_responses: record.input_responses,
+                json_len: OnceLock::new(),
             })
         });
         Stored {

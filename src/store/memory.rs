@@ -404,8 +404,10 @@ impl TaskStore for MemoryStore {
     }
 
     /// Each record's size is an upper bound of its encoded size, counted from the
-    /// stored fields under its shard's lock before the record is copied out: a read
-    /// over the budget copies at most the budget, and drops it.
+    /// stored fields (the large ones once per write) under its shard's lock. The
+    /// sizes are summed first and a read over the budget copies nothing; a record
+    /// that grew in between is counted again as it is copied, so a read never copies
+    /// more than the budget.
     fn get_many_within<'a>(
         &'a self,
         ids: &'a [TaskId],
@@ -416,9 +418,20 @@ impl TaskStore for MemoryStore {
         Box::pin(async move {
             let now = self.decide_at(now);
             let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<&TaskId> = ids.iter().filter(|id| seen.insert(**id)).collect();
+            let mut total = 0usize;
+            for id in &unique {
+                let shard = Self::lock(self.shard(id));
+                if let Some(stored) = shard.tasks.get(id).filter(|r| r.is_visible(scope, now)) {
+                    total = total.saturating_add(stored.encoded_len_bound());
+                    if total > budget {
+                        return Ok(Budgeted::OverBudget);
+                    }
+                }
+            }
             let mut found = Vec::new();
             let mut taken = 0usize;
-            for id in ids.iter().filter(|id| seen.insert(**id)) {
+            for id in unique {
                 let shard = Self::lock(self.shard(id));
                 let Some(stored) = shard.tasks.get(id).filter(|r| r.is_visible(scope, now)) else {
                     continue;
