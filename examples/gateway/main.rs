@@ -44,6 +44,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod bridge;
 mod proxy;
 
 use std::time::Duration;
@@ -52,6 +53,7 @@ use http::{HeaderName, Uri};
 use mcp_tasks::{TaskMode, TasksLayer};
 use tower::ServiceBuilder;
 
+use bridge::{Bridge, BridgeConfig};
 use proxy::{Proxy, ProxyConfig};
 
 /// The gateway's name in `_meta.serverInfo` of the results it makes itself.
@@ -121,6 +123,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The `Auto` budget of every tool (default 250 ms).
     let after = millis_from_env("MCP_AUTO_AFTER_MS")?.unwrap_or(Duration::from_millis(250));
     let proxy = proxy_config_from_env()?;
+    let bridge = BridgeConfig::from_env()?;
 
     let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
@@ -135,8 +138,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
+        .map_request(bridge::mark_call)
+        .map_response(bridge::note_delivery)
         .layer(tasks_layer)
-        .service(Proxy::with_config(upstream.clone(), proxy));
+        .service(Bridge::new(Proxy::with_config(upstream.clone(), proxy), bridge));
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
     let addr = listener.local_addr()?;
