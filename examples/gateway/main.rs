@@ -42,9 +42,9 @@
 //! `<name>`; the header reaches the upstream only with
 //! `MCP_FORWARD_HEADERS=authorization`.
 
+mod bridge;
 #[path = "../common/mod.rs"]
 mod common;
-mod bridge;
 mod proxy;
 
 use std::time::Duration;
@@ -141,7 +141,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)
         .layer(tasks_layer)
-        .service(Bridge::new(Proxy::with_config(upstream.clone(), proxy), bridge));
+        .service(Bridge::new(
+            Proxy::with_config(upstream.clone(), proxy),
+            bridge,
+        ));
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
     let addr = listener.local_addr()?;

@@ -47,7 +47,9 @@ use http::{Method, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
 use mcp_tasks::error::BoxError;
-use mcp_tasks::wire::{LEGACY_VERSIONS, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, META_PROTOCOL_VERSION};
+use mcp_tasks::wire::{
+    LEGACY_VERSIONS, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, META_PROTOCOL_VERSION,
+};
 use mcp_tasks::{Principal, RpcError, TaskContext, TaskRefused};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -239,7 +241,8 @@ impl Shared {
                 tracing::info!("the upstream speaks 2026-07-28: passing requests through");
                 Era::Modern
             }
-            upstream::Exchanged::Answered { .. } => match session::open(&self.upstream, base).await {
+            upstream::Exchanged::Answered { .. } => match session::open(&self.upstream, base).await
+            {
                 Ok(opened) => {
                     tracing::info!(
                         version = %opened.initialize["protocolVersion"],
@@ -252,7 +255,7 @@ impl Shared {
                     self.sessions.adopt(owner, opened.session);
                     Era::Legacy(legacy)
                 }
-                Err(session::SessionError::Refused(response)) => return Err(response),
+                Err(session::SessionError::Refused(response)) => return Err(*response),
                 Err(e) => {
                     tracing::warn!(
                         error = ?e,
@@ -311,7 +314,11 @@ impl Shared {
         let message = match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(message)) if is_modern(&message, &parts.headers) => message,
             // Not a 2026-07-28 request: the upstream judges it.
-            _ => return self.pass(Request::from_parts(parts, Full::new(bytes))).await,
+            _ => {
+                return self
+                    .pass(Request::from_parts(parts, Full::new(bytes)))
+                    .await;
+            }
         };
         relay::bridge(&self, base, message, legacy, owner, life).await
     }
@@ -362,7 +369,8 @@ impl Bridge {
             input_timeout: config.input_timeout,
         });
         let weak = Arc::downgrade(&shared);
-        let period = (config.session_idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let period =
+            (config.session_idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -370,7 +378,10 @@ impl Bridge {
                 tick.tick().await;
                 let Some(shared) = weak.upgrade() else { return };
                 shared.sessions.sweep();
-                tracing::trace!(sessions = shared.sessions.len(), "swept idle upstream sessions");
+                tracing::trace!(
+                    sessions = shared.sessions.len(),
+                    "swept idle upstream sessions"
+                );
             }
         });
         Bridge { shared }

@@ -173,7 +173,10 @@ async fn send(
     let mut inflight = InFlight::new(shared.upstream.clone(), lease, id, headers);
     let mut renewed = false;
     loop {
-        let response = shared.upstream.post(inflight.headers.clone(), &request).await;
+        let response = shared
+            .upstream
+            .post(inflight.headers.clone(), &request)
+            .await;
         if response.extensions().get::<ProxyFailure>().is_some() {
             // The upstream may have the request (a late answer): it is cancelled.
             return response;
@@ -405,7 +408,8 @@ impl Relay {
                     return Next::Answer(self.modern_response(message), StatusCode::OK);
                 }
                 Kind::Notification => {
-                    let relayed = wire::relayed_notification(Value::Object(message), &self.client.wants);
+                    let relayed =
+                        wire::relayed_notification(Value::Object(message), &self.client.wants);
                     if let Some(message) = relayed {
                         return Next::Notify(message);
                     }
@@ -441,7 +445,10 @@ impl Relay {
                 "The client did not declare the elicitation capability".to_owned()
             }
             "elicitation/create" if !MRTR_METHODS.contains(&self.client.method.as_str()) => {
-                format!("The gateway relays no question during {}", self.client.method)
+                format!(
+                    "The gateway relays no question during {}",
+                    self.client.method
+                )
             }
             "elicitation/create" => {
                 let params = message.remove("params").unwrap_or(Value::Null);
@@ -561,7 +568,9 @@ impl http_body::Body for ChannelBody {
 }
 
 fn full(bytes: Bytes) -> ProxyBody {
-    Full::new(bytes).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 /// One JSON-RPC message as a JSON answer; -32601 always takes HTTP 404 (the
@@ -599,13 +608,16 @@ fn refused_reply(status: StatusCode, body: &[u8], id: &Value) -> Response<ProxyB
             message.insert("id".into(), id.clone());
             json_reply(&Value::Object(message), status)
         }
-        _ => bad_gateway(id, &format!("The upstream answered HTTP {}", status.as_u16())),
+        _ => bad_gateway(
+            id,
+            &format!("The upstream answered HTTP {}", status.as_u16()),
+        ),
     }
 }
 
 pub(crate) fn session_error(error: SessionError, id: &Value) -> Response<ProxyBody> {
     match error {
-        SessionError::Refused(response) => response,
+        SessionError::Refused(response) => *response,
         SessionError::Full => {
             let message =
                 wire::error_message(id, RpcError::INTERNAL_ERROR, "Too many upstream sessions");

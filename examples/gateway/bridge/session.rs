@@ -30,7 +30,7 @@ const CLIENT_NAME: &str = "mcp-tasks-gateway";
 #[derive(Debug)]
 pub(crate) enum SessionError {
     /// The proxy's own error or the upstream's 401/403, to pass on as it is.
-    Refused(http::Response<ProxyBody>),
+    Refused(Box<http::Response<ProxyBody>>),
     /// Every session has a request in flight and there is no room for another.
     Full,
     /// The upstream answered the handshake with something the bridge cannot use.
@@ -73,7 +73,7 @@ pub(crate) async fn open(upstream: &Upstream, base: &HeaderMap) -> Result<Opened
     let id = upstream.next_id();
     let request = wire::initialize_request(id, CLIENT_NAME, env!("CARGO_PKG_VERSION"));
     let (status, headers, message) = match upstream.exchange(base.clone(), &request).await {
-        Exchanged::Refused(response) => return Err(SessionError::Refused(response)),
+        Exchanged::Refused(response) => return Err(SessionError::Refused(Box::new(response))),
         Exchanged::Answered {
             status,
             headers,
@@ -300,20 +300,22 @@ impl Sessions {
     /// `owner`'s, if it has none yet.
     pub(crate) fn adopt(&self, owner: &Owner, session: Session) {
         let session = Arc::new(session);
-        let adopted = self
-            .claim(owner, Some(session.clone()))
-            .is_ok_and(|claim| {
-                claim.0.current.try_lock().is_ok_and(|mut current| {
-                    Arc::ptr_eq(current.get_or_insert_with(|| session.clone()), &session)
-                })
-            });
+        let adopted = self.claim(owner, Some(session.clone())).is_ok_and(|claim| {
+            claim.0.current.try_lock().is_ok_and(|mut current| {
+                Arc::ptr_eq(current.get_or_insert_with(|| session.clone()), &session)
+            })
+        });
         if !adopted {
             close(self.upstream.clone(), session);
         }
     }
 
     /// `owner`'s session, opened with `base` if it has none.
-    pub(crate) async fn acquire(&self, owner: &Owner, base: &HeaderMap) -> Result<Lease, SessionError> {
+    pub(crate) async fn acquire(
+        &self,
+        owner: &Owner,
+        base: &HeaderMap,
+    ) -> Result<Lease, SessionError> {
         let claim = self.claim(owner, None)?;
         let mut current = claim.0.current.lock().await;
         let session = match &*current {
@@ -330,7 +332,11 @@ impl Sessions {
 
     /// Opens `lease`'s session again after the upstream forgot it, unless another
     /// request did so meanwhile; `lease` then holds the new one.
-    pub(crate) async fn renew(&self, lease: &mut Lease, base: &HeaderMap) -> Result<(), SessionError> {
+    pub(crate) async fn renew(
+        &self,
+        lease: &mut Lease,
+        base: &HeaderMap,
+    ) -> Result<(), SessionError> {
         let mut current = lease.slot.current.lock().await;
         let stale = current
             .as_ref()

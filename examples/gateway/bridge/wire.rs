@@ -327,7 +327,10 @@ pub(crate) fn relayed_notification(mut message: Value, wants: &Wants) -> Option<
     match message["method"].as_str()? {
         "notifications/progress" => {
             let token = wants.progress_token.clone()?;
-            message.get_mut("params")?.as_object_mut()?.insert("progressToken".into(), token);
+            message
+                .get_mut("params")?
+                .as_object_mut()?
+                .insert("progressToken".into(), token);
             Some(message)
         }
         "notifications/message" => {
@@ -382,7 +385,7 @@ mod tests {
     #[test]
     fn events_are_cut_whatever_the_chunks_and_line_ends() {
         let stream = "id: 1\nevent: message\ndata: {\"a\":1}\n\n: ping\n\nid: 2\ndata: \n\n\
-                      data: {\"b\":\r\ndata: 2}\r\n\r\ndata: {\"c\":3}\r\r";
+                      data: {\"b\":\r\ndata: 2}\r\n\r\ndata: {\"c\":3}\r\r: end\n\n";
         let mut whole = Events::default();
         whole.push(stream.as_bytes());
         let expected = vec![
@@ -390,6 +393,7 @@ mod tests {
             Event::Comment,
             Event::Data("{\"b\":\n2}".into()),
             Event::Data("{\"c\":3}".into()),
+            Event::Comment,
         ];
         assert_eq!(all(&mut whole), expected);
         // Byte by byte: a CR at a chunk's end waits to see whether an LF follows.
@@ -410,7 +414,9 @@ mod tests {
             "_meta": {META_PROTOCOL_VERSION: PROTOCOL_VERSION, META_CLIENT_CAPABILITIES: {},
                 META_CLIENT_INFO: {"name": "c", "version": "1"}, META_LOG_LEVEL: "info",
                 "progressToken": 7, "traceparent": "00-1-2-01"}}});
-        let Value::Object(message) = message else { unreachable!() };
+        let Value::Object(message) = message else {
+            unreachable!()
+        };
         let legacy = Value::Object(to_legacy_request(message, Some(42)));
         assert_eq!(
             legacy,
@@ -420,7 +426,9 @@ mod tests {
         );
         let bare = json!({"jsonrpc": "2.0", "method": "tools/list",
             "params": {"_meta": {META_PROTOCOL_VERSION: PROTOCOL_VERSION}}});
-        let Value::Object(bare) = bare else { unreachable!() };
+        let Value::Object(bare) = bare else {
+            unreachable!()
+        };
         assert_eq!(
             Value::Object(to_legacy_request(bare, None)),
             json!({"jsonrpc": "2.0", "method": "tools/list", "params": {}})
@@ -496,7 +504,8 @@ mod tests {
         assert!(is_session_gone(404, b""));
         let gone = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
         assert!(is_session_gone(400, gone));
-        let other = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+        let other =
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
         assert!(!is_session_gone(400, other));
         assert!(!is_session_gone(500, gone));
     }
