@@ -7,8 +7,11 @@
 //! ```
 //!
 //! `TasksLayer` in front of a streaming reverse proxy: the upstream is any MCP
-//! Streamable HTTP server (Python, TypeScript, Go, …) that speaks protocol
-//! 2026-07-28 over plain HTTP, and knows nothing of tasks. Every tool is
+//! Streamable HTTP server (Python, TypeScript, Go, …) over plain HTTP that knows
+//! nothing of tasks. One that speaks protocol 2026-07-28 is proxied as it is; one
+//! that speaks only 2025-11-25, 2025-06-18 or 2025-03-26 is bridged for
+//! 2026-07-28 clients (`bridge/`: a session per principal, requests and results
+//! translated, its `elicitation/create` relayed as task input). Every tool is
 //! `TaskMode::Auto`: a call that answers within the budget reaches the client
 //! unchanged, a slower one becomes a task that the gateway stores and answers
 //! `tasks/*` for, an MRTR `input_required` round of the upstream becomes the task's
@@ -36,6 +39,9 @@
 //! extension get -32021 for them), `MCP_FORWARD_HEADERS`,
 //! `MCP_UPSTREAM_CONNECT_TIMEOUT_MS`, `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (above),
 //! `MCP_TASK_TOOLS=1` (task tools for clients without the extension),
+//! `MCP_UPSTREAM_MAX_SESSIONS` (default 1000), `MCP_UPSTREAM_SESSION_IDLE_MS`
+//! (default 600000) and `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000) for an
+//! upstream on an older revision (see `bridge/mod.rs`),
 //! `MCP_STORE` (see
 //! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
 //! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
