@@ -316,6 +316,22 @@ impl From<TransitionError> for TaskError {
     }
 }
 
+/// An error and each of its causes, joined by `": "`: what the layer's own logs
+/// print, so that a store failure names its cause and not only its top level.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +357,15 @@ mod tests {
         let refused = TaskError::from(TransitionError::DuplicateKeys(vec!["a".into()]));
         assert!(!refused.to_string().contains("input keys"));
         assert!(refused.source().unwrap().to_string().ends_with(": a"));
+    }
+
+    #[test]
+    fn a_chain_prints_every_level_once() {
+        let e = TaskError::from(StoreError::backend("connection refused"));
+        assert_eq!(
+            Chain(&e).to_string(),
+            "the task store failed: the task store backend failed: connection refused"
+        );
+        assert_eq!(Chain(&TaskError::NotFound).to_string(), "task not found");
     }
 }

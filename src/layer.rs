@@ -226,7 +226,9 @@ impl TasksLayer {
             match engine.update(id, Scope::Any, &fail).await {
                 Ok(Some(updated)) if updated.changed() => failed += 1,
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "drain: could not fail a running task"),
+                Err(e) => {
+                    tracing::error!(error = %crate::error::Chain(&e), "drain: could not fail a running task")
+                }
             }
             engine.abort_runner(id);
         }

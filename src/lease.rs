@@ -196,7 +196,7 @@ impl Leasing {
                     continue;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not renew this node's worker lease; retrying");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not renew this node's worker lease; retrying");
                     replace = true;
                     lock(health).broken();
                     retries.next_delay()
@@ -251,7 +251,7 @@ impl Leasing {
         let leases = match tokio::time::timeout(self.renew_timeout(), self.store.leases()).await {
             Ok(Ok(leases)) => leases,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not read the worker leases");
+                tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read the worker leases");
                 return (0, self.bound);
             }
             Err(_) => {
@@ -304,7 +304,7 @@ impl Leasing {
             // Renewed since: alive.
             Ok(Ok(None)) => return 0,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not claim a dead node's worker lease");
+                tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not claim a dead node's worker lease");
                 return 0;
             }
             Err(_) => {
@@ -326,7 +326,7 @@ impl Leasing {
             match tokio::time::timeout(self.renew_timeout(), self.store.forget(lease)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not remove a claimed worker lease");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not remove a claimed worker lease");
                 }
                 Err(_) => tracing::warn!("mcp-tasks: removing a claimed worker lease timed out"),
             }
@@ -407,7 +407,7 @@ async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
     match engine.update(id, Scope::Any, &fail).await {
         Ok(updated) => Ok(updated.is_some_and(|u| u.changed())),
         Err(e) => {
-            tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose worker was lost");
+            tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
             Err(())
         }
     }

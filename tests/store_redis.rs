@@ -313,3 +313,62 @@ async fn an_owner_at_its_cap_prunes_its_own_expired_records_first() {
         .unwrap();
     assert_eq!(swept, 300);
 }
+
+/// An error, each cause under it, and its `Debug` form: everything a log or a
+/// `main` returning the error could print.
+fn described(e: &StoreError) -> String {
+    let mut text = format!("{e:?}");
+    let mut level: Option<&dyn std::error::Error> = Some(e);
+    while let Some(error) = level {
+        text.push('\n');
+        text.push_str(&error.to_string());
+        level = error.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_closed_port_fails_at_once_naming_the_server_but_not_the_password() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{port}/0");
+    let limit = Duration::from_secs(3);
+    let started = std::time::Instant::now();
+    let refused = RedisStore::connect_with_timeout(url.as_str(), limit)
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < limit, "took {:?}", started.elapsed());
+    let text = described(&refused);
+    assert!(
+        text.contains(&format!(
+            "could not connect to redis://:***@127.0.0.1:{port}/0"
+        )),
+        "{text}"
+    );
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_fails_at_the_connect_timeout() {
+    // The kernel completes the handshake; nothing ever reads or answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let limit = Duration::from_millis(300);
+    let started = std::time::Instant::now();
+    let timed_out = RedisStore::connect_with_timeout(url.as_str(), limit)
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit * 5, "took {took:?}");
+    let text = described(&timed_out);
+    assert!(
+        text.contains(&format!(
+            "could not connect to redis://127.0.0.1:{port}/0 within the connect timeout of 300 ms"
+        )),
+        "{text}"
+    );
+}

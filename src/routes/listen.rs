@@ -137,7 +137,7 @@ where
                 .collect()
         }
         Err(e) => {
-            tracing::error!(error = %e, "task store failed while reading the listen snapshot");
+            tracing::error!(error = %crate::error::Chain(&e), "task store failed while reading the listen snapshot");
             Vec::new()
         }
     };

@@ -53,6 +53,8 @@ pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
 mod compact;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod connect;
 mod feed;
 mod janitor;
 mod lease;
