@@ -54,6 +54,7 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     stream.next_message().await;
     stream.snapshot(2).await;
 
+    assert!(!layer.is_draining());
     let drain = tokio::spawn({
         let layer = layer.clone();
         async move { layer.drain(Duration::from_millis(500)).await }
@@ -98,13 +99,25 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     assert_eq!(ended[&endless], "failed");
     assert!(stream.next_event().await.is_none(), "the stream closes");
 
-    // After the drain no call becomes a task.
+    // After the drain no call becomes a task: an optional one runs synchronously…
+    assert!(layer.is_draining());
     let reply = client.call_tool("work", json!({}), true, alice).await;
     assert_eq!(reply.ok(), &sync_fallback("ShuttingDown"));
-    client
-        .call_tool("task_only", json!({}), true, alice)
-        .await
-        .assert_error(-32603, 200);
+    // …and a task-only one is refused as retryable elsewhere, before it runs.
+    let runs = server.inner.calls("task_only");
+    let refused = client.call_tool("task_only", json!({}), true, alice).await;
+    refused.assert_error(-32603, 503);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.json["error"]["message"], "Server is shutting down");
+    assert_eq!(
+        refused.json["error"]["data"],
+        json!({"retryable": true, "reason": "shutting_down"})
+    );
+    assert_eq!(
+        server.inner.calls("task_only"),
+        runs,
+        "the refused call never ran"
+    );
     // Reads keep working.
     assert_eq!(
         client.get(&finishes, alice).await.ok()["status"],

@@ -217,6 +217,27 @@ async fn each_metric_moves_with_the_event_it_counts() {
             .assert_error(RpcError::INTERNAL_ERROR, 200);
     });
 
+    // --- a drain: an optional call runs synchronously, a task-only one is refused
+    let draining = layer_builder().build().unwrap();
+    let draining_server = Server::start(draining.clone(), standard_inner(&draining.handle())).await;
+    let draining_client = draining_server.client();
+    draining.drain(Duration::from_secs(1)).await;
+    moved!(
+        metrics,
+        "mcp_tasks_refused_total{reason=\"shutting_down\"}",
+        2,
+        {
+            let sync = draining_client
+                .call_tool("work", json!({}), true, alice)
+                .await;
+            assert!(sync.json["result"].is_object(), "{}", sync.text());
+            draining_client
+                .call_tool("task_only", json!({}), true, alice)
+                .await
+                .assert_error(RpcError::INTERNAL_ERROR, 503);
+        }
+    );
+
     // --- Auto runners
     let auto = TasksLayer::builder(MemoryStore::new())
         .without_janitor()
