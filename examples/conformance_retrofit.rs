@@ -260,10 +260,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{NAME} (plain) listening on http://{}/mcp",
             listener.local_addr()?
         );
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        common::serve(listener, rmcp_service, shutdown).await;
+        common::serve(listener, rmcp_service, common::shutdown_signal()).await;
         return Ok(());
     }
     let drain = tasks_layer.clone();
@@ -274,7 +271,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("{NAME} listening on http://{}/mcp", listener.local_addr()?);
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        common::shutdown_signal().await;
         drain.drain(Duration::from_secs(5)).await;
     })
     .await;

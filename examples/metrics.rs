@@ -78,7 +78,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            common::shutdown_signal().await;
             tasks_layer.drain(Duration::from_secs(5)).await;
         })
         .await?;

@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Ctrl-C or SIGTERM: running tasks get 10 s to finish, the rest fail, listen
     // streams end with their result, then the server stops.
     let shutdown = async move {
-        shutdown_signal().await;
+        common::shutdown_signal().await;
         let failed = tasks_layer.drain(Duration::from_secs(10)).await;
         println!("shut down; {failed} unfinished task(s) failed");
     };
@@ -103,24 +103,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
-}
-
-/// Resolves on Ctrl-C, or on SIGTERM where there is one (what a deploy sends).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Demo authentication: `Authorization: Bearer <name>` makes `<name>` the principal,

@@ -58,7 +58,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("{} listening on http://{addr}/mcp", retrofit_app::NAME);
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        common::shutdown_signal().await;
         // `Auto` runners get 5 s to finish; the rest fail and listen streams end.
         drain.drain(std::time::Duration::from_secs(5)).await;
     })

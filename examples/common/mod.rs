@@ -1,7 +1,8 @@
 //! Pieces `retrofit`, `metrics`, `gateway`, `conformance_server`, `conformance_retrofit`
 //! and `tests/retrofit.rs` share: a demo bearer-token auth function, the store
-//! `MCP_STORE` names, rmcp helpers, and a small hyper server that mounts one service at
-//! `/mcp`. (`quickstart` takes only the store.)
+//! `MCP_STORE` names, rmcp helpers, the shutdown signal (SIGTERM or Ctrl-C), and a
+//! small hyper server that mounts one service at `/mcp`. (`quickstart` takes only the
+//! store and the signal.)
 //!
 //! Not part of the library: a real deployment puts its own authentication in front
 //! of `TasksLayer` and serves with its framework of choice.
@@ -150,6 +151,28 @@ pub(crate) fn with_task_tools_from_env(builder: TasksLayerBuilder) -> TasksLayer
         true => builder.with_task_tools(),
         false => builder,
     }
+}
+
+/// Resolves on SIGTERM (what a deploy, `docker stop` or Kubernetes sends) or
+/// Ctrl-C; on a platform without SIGTERM, on Ctrl-C alone.
+pub(crate) async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// The address to listen on: `MCP_ADDR`, or `default`.

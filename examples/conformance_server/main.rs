@@ -101,7 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if sse { "SSE" } else { "JSON" }
     );
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        common::shutdown_signal().await;
         // Running tasks get 5 s, the rest fail, listen streams end with their result.
         drain.drain(Duration::from_secs(5)).await;
     })

@@ -142,7 +142,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = listener.local_addr()?;
     println!("{NAME} listening on http://{addr}/mcp, upstream {upstream}");
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        common::shutdown_signal().await;
         drain.drain(Duration::from_secs(5)).await;
     })
     .await;
