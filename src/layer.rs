@@ -531,7 +531,9 @@ impl TasksLayerBuilder {
     /// let day = Duration::from_secs(24 * 3600);
     /// assert!(TasksLayer::builder(MemoryStore::new()).with_default_ttl(day).build().is_ok());
     /// let forever = TasksLayer::builder(MemoryStore::new()).with_default_ttl(Duration::MAX).build();
-    /// assert_eq!(forever.unwrap_err(), ConfigError::TooLarge("default_ttl"));
+    /// let refused = forever.unwrap_err();
+    /// assert_eq!(refused, ConfigError::TooLarge { setting: "default_ttl", max: mcp_tasks::defaults::MAX_TTL });
+    /// assert_eq!(refused.to_string(), "mcp-tasks: default_ttl must be at most 87600 h");
     /// ```
     pub fn with_default_ttl(mut self, ttl: Duration) -> Self {
         self.config.default_ttl = Some(ttl);
@@ -953,7 +955,8 @@ impl TasksLayerBuilder {
     /// let too_long = TasksLayer::builder(MemoryStore::new())
     ///     .with_keep_alive(Duration::from_secs(2 * 3600))
     ///     .build();
-    /// assert_eq!(too_long.unwrap_err(), ConfigError::TooLarge("keep_alive"));
+    /// let refused = too_long.unwrap_err();
+    /// assert_eq!(refused.to_string(), "mcp-tasks: keep_alive must be at most 1 h");
     /// ```
     pub fn with_keep_alive(mut self, interval: Duration) -> Self {
         self.config.keep_alive = interval;
@@ -1216,7 +1219,10 @@ impl TasksLayerBuilder {
             return Err(ConfigError::ZeroDuration("default_ttl"));
         }
         if c.default_ttl.is_some_and(|d| d > defaults::MAX_TTL) {
-            return Err(ConfigError::TooLarge("default_ttl"));
+            return Err(ConfigError::TooLarge {
+                setting: "default_ttl",
+                max: defaults::MAX_TTL,
+            });
         }
         if c.default_poll_interval.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_poll_interval"));
@@ -1225,7 +1231,10 @@ impl TasksLayerBuilder {
             return Err(ConfigError::ZeroDuration("keep_alive"));
         }
         if c.keep_alive > defaults::MAX_KEEP_ALIVE {
-            return Err(ConfigError::TooLarge("keep_alive"));
+            return Err(ConfigError::TooLarge {
+                setting: "keep_alive",
+                max: defaults::MAX_KEEP_ALIVE,
+            });
         }
         if let Some((interval, _)) = c.janitor
             && interval.is_zero()
@@ -1236,13 +1245,19 @@ impl TasksLayerBuilder {
             .lease_bound
             .is_some_and(|bound| bound < defaults::MIN_WORKER_LEASE)
         {
-            return Err(ConfigError::TooSmall("worker lease"));
+            return Err(ConfigError::TooSmall {
+                setting: "worker lease",
+                min: defaults::MIN_WORKER_LEASE,
+            });
         }
         if self
             .lease_bound
             .is_some_and(|bound| bound > defaults::MAX_TTL)
         {
-            return Err(ConfigError::TooLarge("worker lease"));
+            return Err(ConfigError::TooLarge {
+                setting: "worker lease",
+                max: defaults::MAX_TTL,
+            });
         }
         if let Some((name, version)) = self.server_name.take() {
             if name.trim().is_empty() {

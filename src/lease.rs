@@ -794,9 +794,17 @@ mod tests {
         let refused = TasksLayer::builder(MemoryStore::new())
             .with_worker_lease(Duration::from_millis(10))
             .build();
+        let refused = refused.unwrap_err();
         assert_eq!(
-            refused.unwrap_err(),
-            crate::ConfigError::TooSmall("worker lease")
+            refused,
+            crate::ConfigError::TooSmall {
+                setting: "worker lease",
+                min: crate::defaults::MIN_WORKER_LEASE,
+            }
+        );
+        assert!(
+            refused.to_string().ends_with("at least 100 ms"),
+            "{refused}"
         );
     }
 }

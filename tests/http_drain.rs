@@ -9,7 +9,8 @@ use std::time::Duration;
 use mcp_tasks::{MemoryStore, TaskMode, TaskSpec};
 use serde_json::json;
 use support::fixtures::{
-    ListenSupport, Server, Tool, listen_builder, spec, standard_inner, sync_fallback, text_result,
+    ListenSupport, Server, Tool, listen_builder, listen_inner, spec, standard_inner, sync_fallback,
+    text_result,
 };
 
 const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -137,4 +138,35 @@ async fn a_drain_with_nothing_running_returns_at_once() {
     .await
     .expect("no grace period is waited out when nothing runs");
     assert_eq!(drained, 0);
+}
+
+#[tokio::test]
+async fn a_drain_also_ends_a_stream_served_beside_the_inner_services() {
+    let layer = listen_builder(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    let server = Server::start(layer.clone(), listen_inner(ListenSupport::Stream)).await;
+    let client = server.client();
+    let alice = Some("alice");
+    let task = client.create_task_id("job", json!({}), alice).await;
+    let mut stream = client
+        .listen_with(
+            alice,
+            json!(7),
+            json!({"toolsListChanged": true, "taskIds": [task]}),
+            true,
+        )
+        .await;
+    stream.next_message().await; // the acknowledgment
+    stream.snapshot(1).await;
+    let inner = server.inner_listen(0).await;
+
+    layer.drain(Duration::from_millis(100)).await;
+    assert_eq!(
+        stream.next_message().await,
+        json!({"jsonrpc": "2.0", "id": 7,
+            "result": {"resultType": "complete", "_meta": {SUB_ID: 7}}})
+    );
+    assert!(stream.next_event().await.is_none(), "the stream closes");
+    drop(inner);
 }
