@@ -117,6 +117,16 @@ async fn each_metric_moves_with_the_event_it_counts() {
         client.create_task_id("work", json!({}), alice).await
     });
     assert!(metrics.value("mcp_tasks_store_call_seconds_count{op=\"create\"}") >= 1.0);
+    // Without buckets the exporter writes the histogram as a summary, as the
+    // README's table says.
+    assert!(
+        metrics
+            .0
+            .render()
+            .contains("# TYPE mcp_tasks_store_call_seconds summary"),
+        "{}",
+        metrics.0.render()
+    );
     ids.push(held.clone());
 
     moved!(
