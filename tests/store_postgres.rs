@@ -440,3 +440,60 @@ async fn a_server_that_never_answers_fails_at_the_connect_timeout() {
     );
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+/// Log lines written while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logged {
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_store_says_once_which_server_and_table_it_keeps_tasks_on() {
+    let Some(store) = scratch().await else {
+        return;
+    };
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let _logs = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let table = store.store().table().to_owned();
+    let store = Arc::new(store);
+    // Two layers on one store: said once.
+    let _a = mcp_tasks::TasksLayer::builder(store.clone())
+        .without_janitor()
+        .build()
+        .unwrap();
+    let _b = mcp_tasks::TasksLayer::builder(store)
+        .without_janitor()
+        .build()
+        .unwrap();
+    let said = logged.lines_with("PostgreSQL store");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains(&format!("table={table}")), "{}", said[0]);
+    assert!(said[0].contains("server=postgres://"), "{}", said[0]);
+    assert!(!said[0].contains("password"), "{}", said[0]);
+}

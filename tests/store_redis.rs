@@ -372,3 +372,62 @@ async fn a_server_that_never_answers_fails_at_the_connect_timeout() {
         "{text}"
     );
 }
+
+/// Log lines written while it is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logged {
+    fn lines_with(&self, text: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(text))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_store_says_once_which_server_and_prefix_it_keeps_tasks_under() {
+    let Some(url) = support::stores::redis::redis_url() else {
+        return;
+    };
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let _logs = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
+    let prefix = unique_prefix();
+    let store = RedisStore::connect(url.as_str())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    // Two layers on one store: said once.
+    let _a = mcp_tasks::TasksLayer::builder(store.clone())
+        .without_janitor()
+        .build()
+        .unwrap();
+    let _b = mcp_tasks::TasksLayer::builder(store)
+        .without_janitor()
+        .build()
+        .unwrap();
+    let said = logged.lines_with("Redis store");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains(&format!("prefix={prefix}")), "{}", said[0]);
+    assert!(said[0].contains("server=redis://"), "{}", said[0]);
+}

@@ -583,7 +583,7 @@ impl RedisStore {
             return;
         }
         tracing::info!(
-            server = self.server.as_deref().unwrap_or("(a connection of the caller's)"),
+            server = %self.server.as_deref().unwrap_or("(a connection of the caller's)"),
             prefix = %self.keys.prefix,
             "mcp-tasks: Redis store; nodes share tasks only under the same key prefix"
         );
