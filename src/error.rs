@@ -118,12 +118,12 @@ impl fmt::Display for Spoken {
         let d = self.0;
         if d.subsec_nanos() == 0 && d.as_secs() > 0 {
             let secs = d.as_secs();
-            if secs % 3600 == 0 {
+            if secs.is_multiple_of(3600) {
                 write!(f, "{} h", secs / 3600)
             } else {
                 write!(f, "{secs} s")
             }
-        } else if d.subsec_nanos() % 1_000_000 == 0 {
+        } else if d.subsec_nanos().is_multiple_of(1_000_000) {
             write!(f, "{} ms", d.as_millis())
         } else {
             write!(f, "{d:?}")
