@@ -52,6 +52,7 @@ pub use crate::error::{Limit, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
+mod calls;
 mod compact;
 #[cfg(any(feature = "postgres", feature = "redis"))]
 mod connect;
@@ -71,6 +72,7 @@ mod redis;
 mod redis_leases;
 pub(crate) mod rules;
 
+pub(crate) use calls::StoreCalls;
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
