@@ -28,9 +28,11 @@ fn exits_cleanly_on_sigterm(example: &str, env: &[(&str, &str)]) {
         Some(0),
         "{example} ended {status}:\n{output}"
     );
+    // Its last lines may still be in the pipe: wait for them to be read.
     assert!(
-        output.contains("mcp-tasks: draining"),
-        "{example} exited without draining its tasks:\n{output}"
+        server.wait_for_line("mcp-tasks: draining", Duration::from_secs(5)),
+        "{example} exited without draining its tasks:\n{}",
+        server.output().join("\n")
     );
 }
 

@@ -153,26 +153,25 @@ pub(crate) fn with_task_tools_from_env(builder: TasksLayerBuilder) -> TasksLayer
     }
 }
 
-/// Resolves on SIGTERM (what a deploy, `docker stop` or Kubernetes sends) or
-/// Ctrl-C; on a platform without SIGTERM, on Ctrl-C alone.
-pub(crate) async fn shutdown_signal() {
+/// A future that resolves on SIGTERM (what a deploy, `docker stop` or Kubernetes
+/// sends) or Ctrl-C; on a platform without SIGTERM, on Ctrl-C alone. The SIGTERM
+/// handler is installed by this call, not when the future is first polled: call it
+/// before printing the listening address, so that a SIGTERM right after that line
+/// drains the server instead of killing it.
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// The address to listen on: `MCP_ADDR`, or `default`.
