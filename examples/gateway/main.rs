@@ -154,9 +154,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
     let addr = listener.local_addr()?;
+    let signal = common::shutdown_signal();
     println!("{NAME} listening on http://{addr}/mcp, upstream {upstream}");
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         drain.drain(Duration::from_secs(5)).await;
     })
     .await;

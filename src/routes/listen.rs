@@ -163,7 +163,7 @@ where
             return Ok(too_many_bytes(limit, id));
         }
         Err(e) => {
-            tracing::error!(error = %e, "task store failed while reading the listen snapshot");
+            tracing::error!(error = %crate::error::Chain(&e), "task store failed while reading the listen snapshot");
             Vec::new()
         }
     };

@@ -56,6 +56,8 @@ use crate::task::{TaskId, TaskRecord};
 
 mod calls;
 mod compact;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod connect;
 mod feed;
 mod janitor;
 mod lease;

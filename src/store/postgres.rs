@@ -10,6 +10,7 @@ use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
 use super::LeaseStore;
+use super::connect::ConnectError;
 use super::postgres_announce::Announcer;
 use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
@@ -341,14 +342,63 @@ impl PostgresStore {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// A server that refuses the connection (or the login) fails it at once; one
+    /// that does not answer fails it after
+    /// [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT) (5 s;
+    /// [`connect_with_timeout`](Self::connect_with_timeout) sets another). The
+    /// error's cause names the server, its password shown as `***`, and why:
+    ///
+    /// ```no_run
+    /// # async fn run() {
+    /// let refused = mcp_tasks::PostgresStore::connect("postgres://app:s3cret@127.0.0.1:1/app").await;
+    /// let cause = std::error::Error::source(&refused.unwrap_err()).unwrap().to_string();
+    /// assert_eq!(cause, "could not connect to postgres://app:***@127.0.0.1:1/app");
+    /// # }
+    /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, crate::defaults::CONNECT_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect), giving up on reaching the server after `timeout`
+    /// instead of [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT). It bounds
+    /// the first connect only; the pool opens later connections within its acquire
+    /// timeout.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use mcp_tasks::PostgresStore;
+    ///
+    /// # async fn run() -> Result<(), mcp_tasks::StoreError> {
+    /// let url = "postgres://app@db.internal/app";
+    /// let store = PostgresStore::connect_with_timeout(url, Duration::from_secs(2)).await?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with_timeout(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        use sqlx::{ConnectOptions as _, Connection as _};
         let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
-        let timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
+        let shown = shown_url(&options, super::connect::url_has_password(url));
+        let statement_timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
+        let options = options.options([("statement_timeout", statement_timeout.as_str())]);
+        // One attempt first: the pool retries a refused connection until its acquire
+        // timeout and then reports only that it timed out, not why.
+        match tokio::time::timeout(timeout, options.connect()).await {
+            Ok(Ok(probe)) => {
+                let _ = tokio::time::timeout(timeout, probe.close()).await;
+            }
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        }
         let pool = PgPoolOptions::new()
-            .acquire_timeout(crate::defaults::STORE_TIMEOUT)
-            .connect_with(options.options([("statement_timeout", timeout.as_str())]))
-            .await
-            .map_err(StoreError::backend)?;
+            .acquire_timeout(timeout.min(crate::defaults::STORE_TIMEOUT))
+            .connect_with(options);
+        let pool = match tokio::time::timeout(timeout, pool).await {
+            Ok(Ok(pool)) => pool,
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        };
         Ok(Self::new(pool))
     }
 
@@ -653,6 +703,13 @@ impl PostgresStore {
     }
 
     fn start_feed(&self, runtime: &tokio::runtime::Handle, first: Option<PgListener>) -> Feed {
+        // Once per store: a node on another table (or database) sees none of these
+        // tasks, and answers "not found" for them without any other sign.
+        tracing::info!(
+            server = %shown_url(&self.inner.pool.connect_options(), false),
+            table = %self.inner.table,
+            "mcp-tasks: PostgreSQL store; nodes share tasks only on the same table"
+        );
         let sender = ChangeSender::new(FEED_CAPACITY);
         let (ready_tx, ready) = watch::channel(false);
         let (stop, stopped) = oneshot::channel();
@@ -1809,6 +1866,25 @@ async fn connect_listener(
     listener.ignore_pool_close_event(true);
     listener.listen(channel).await?;
     Ok(listener)
+}
+
+/// The server of `options` as errors and logs show it: a URL without the
+/// password (`***` in its place when the URL had one).
+fn shown_url(options: &PgConnectOptions, has_password: bool) -> String {
+    let place = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    let place = match options.get_database() {
+        Some(database) => format!("{place}/{database}"),
+        None => place,
+    };
+    super::connect::shown_url(
+        "postgres",
+        Some(options.get_username()),
+        has_password,
+        &place,
+    )
 }
 
 fn validate_table(table: &str) -> Result<(), ConfigError> {

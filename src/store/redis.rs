@@ -34,6 +34,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::LeaseStore;
+use super::connect::ConnectError;
 use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
@@ -413,6 +414,10 @@ pub struct RedisStore {
     feed: Option<Arc<Feed>>,
     writers: Arc<[tokio::sync::Mutex<()>]>,
     clock: Clock,
+    /// The server as logged (no password), when this store made the connection.
+    server: Option<Arc<str>>,
+    /// Set once this store said where it keeps its tasks.
+    announced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Keys {
@@ -446,6 +451,25 @@ impl Keys {
     fn task(&self, id: &str) -> String {
         format!("{}{id}", self.task)
     }
+}
+
+/// The server of `info` as errors and logs show it: a URL whose password, if
+/// any, is `***`.
+fn shown_url(info: &redis::ConnectionInfo) -> String {
+    let settings = info.redis_settings();
+    let (scheme, place) = match info.addr() {
+        redis::ConnectionAddr::Tcp(..) => ("redis", format!("{}/{}", info.addr(), settings.db())),
+        redis::ConnectionAddr::TcpTls { .. } => {
+            ("rediss", format!("{}/{}", info.addr(), settings.db()))
+        }
+        _ => ("redis+unix", info.addr().to_string()),
+    };
+    super::connect::shown_url(
+        scheme,
+        settings.username(),
+        settings.password().is_some(),
+        &place,
+    )
 }
 
 /// The change feed of one node: its broadcast channel and its listener task.
@@ -496,12 +520,69 @@ impl RedisStore {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// A server that refuses the connection fails it at once; one that does not
+    /// answer fails it after [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT)
+    /// (5 s; [`connect_with_timeout`](Self::connect_with_timeout) sets another). The
+    /// error's cause names the server, its password shown as `***`, and why:
+    ///
+    /// ```no_run
+    /// # async fn run() {
+    /// let refused = mcp_tasks::RedisStore::connect("redis://:s3cret@127.0.0.1:1").await;
+    /// let cause = std::error::Error::source(&refused.unwrap_err()).unwrap().to_string();
+    /// assert_eq!(cause, "could not connect to redis://:***@127.0.0.1:1/0");
+    /// # }
+    /// ```
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, crate::defaults::CONNECT_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect), giving up on reaching the server after `timeout`
+    /// instead of [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT). It bounds
+    /// the first connect only; a connection lost later is re-made in the background.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use mcp_tasks::RedisStore;
+    ///
+    /// # async fn run() -> Result<(), mcp_tasks::StoreError> {
+    /// let store =
+    ///     RedisStore::connect_with_timeout("redis://127.0.0.1:6379", Duration::from_secs(2)).await?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with_timeout(
+        url: impl IntoConnectionInfo,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let client = Client::open(url).map_err(StoreError::backend)?;
-        let conn = ConnectionManager::new(client.clone())
-            .await
-            .map_err(StoreError::backend)?;
-        Ok(RedisStore::new(conn).with_change_feed(client))
+        let shown = shown_url(client.get_connection_info());
+        // One attempt first: the manager's own retries would hide a wrong address
+        // behind seconds of backoff and report no cause.
+        // `timeout` alone bounds it, so that running out says which limit it was.
+        let once = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        match tokio::time::timeout(
+            timeout,
+            client.get_multiplexed_async_connection_with_config(&once),
+        )
+        .await
+        {
+            Ok(Ok(probe)) => drop(probe),
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        }
+        let conn = match tokio::time::timeout(timeout, ConnectionManager::new(client.clone())).await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        };
+        Ok(RedisStore::new(conn)
+            .with_change_feed(client)
+            .with_server(shown))
     }
 
     /// A store on an existing connection manager (configured as you like).
@@ -533,7 +614,31 @@ impl RedisStore {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             clock: Clock::Store,
+            server: None,
+            announced: Arc::default(),
         }
+    }
+
+    fn with_server(mut self, shown: String) -> Self {
+        self.server = Some(shown.into());
+        self
+    }
+
+    /// Logs, once per store, the server and key prefix this node keeps its tasks
+    /// under: a node on another prefix (or database) sees none of them, and
+    /// answers "not found" for them without any other sign.
+    fn announce(&self) {
+        if self
+            .announced
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        tracing::info!(
+            server = %self.server.as_deref().unwrap_or("(a connection of the caller's)"),
+            prefix = %self.keys.prefix,
+            "mcp-tasks: Redis store; nodes share tasks only under the same key prefix"
+        );
     }
 
     /// The same store, deciding expiry and retention by `clock`: by default
@@ -707,6 +812,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.keys.prefix)
             .field("node", &self.node)
             .field("change_feed", &self.feed.is_some())
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -994,6 +1100,7 @@ impl TaskStore for RedisStore {
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {
+        self.announce();
         let feed = self.feed.as_ref()?;
         let name = self.feed_connection_name();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
