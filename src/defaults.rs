@@ -23,6 +23,7 @@
 //! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
 //! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
 //! | [`STORE_TIMEOUT`] | 5 s | one store call the layer makes (`with_store_timeout`) |
+//! | [`CONNECT_TIMEOUT`] | 5 s | the first connect of `PostgresStore::connect` and `RedisStore::connect` (`connect_with_timeout`) |
 //! | [`STATEMENT_TIMEOUT`] | 6 s | PostgreSQL's `statement_timeout` on the connections of `PostgresStore::connect`: an abandoned statement is cancelled in the database too |
 //! | [`WORKER_LEASE`] | 20 s | how long a node's lease on its tasks lasts without renewal (`with_worker_lease`) |
 //! | [`MIN_WORKER_LEASE`] | 100 ms | the shortest lease accepted |
@@ -102,6 +103,11 @@ pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 /// The longest one store call made by the layer may take (5 s): past it the call is
 /// dropped and a request gets -32603, so a store outage never hangs a client.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `PostgresStore::connect` and `RedisStore::connect` may take to reach
+/// their server (5 s). A refused connection fails at once, without retries, with the
+/// cause and the server's address; an address that does not answer fails when this
+/// runs out. `connect_with_timeout` on either store sets another.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `statement_timeout` `PostgresStore::connect` sets on its connections (6 s,
 /// a little above [`STORE_TIMEOUT`]): a statement the layer gave up on is
 /// cancelled in the database as well, instead of holding a connection and locks.

@@ -229,6 +229,7 @@ impl Model {
                 }
                 if self.outstanding.is_empty() {
                     self.status = Status::Working;
+                    self.message = None;
                 }
                 Outcome::Changed
             }

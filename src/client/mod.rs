@@ -7,7 +7,9 @@
 //!
 //! - listens for the task's changes (`subscriptions/listen` with its id), and polls
 //!   `tasks/get` at the server's `pollIntervalMs` (clamped to 50 ms..30 s) when the
-//!   server refuses the listen or the stream ends;
+//!   server refuses the listen or the stream ends; a server out of reach is polled
+//!   again for up to 30 s
+//!   ([`with_poll_retry_budget`](Client::with_poll_retry_budget));
 //! - reports each new status or status message to a callback
 //!   ([`TaskFollower::on_status`]);
 //! - answers `input_required` through the client's [`InputHandler`] (form and URL
@@ -33,6 +35,10 @@
 //! answer it or wait for it.
 //!
 //! A [`TaskRef`] (serde) resumes following after a restart ([`Client::resume`]).
+//!
+//! [`Client::new`] speaks plain HTTP (an `https://` URL is refused when the client
+//! is made); TLS goes through [`Client::with_service`] with a TLS-capable HTTP
+//! service of the application's choosing.
 //!
 //! ```no_run
 //! use mcp_tasks::client::{Client, TaskRef, ToolCall};
@@ -70,4 +76,5 @@ pub use task::{
 };
 pub use transport::{
     MAX_EVENT_BYTES, MAX_FOLLOW_TIME, MAX_INPUT_KEYS, MAX_INPUT_ROUNDS, MAX_RESPONSE_BYTES,
+    POLL_RETRY_BUDGET,
 };

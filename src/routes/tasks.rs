@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition, write_value};
-use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with};
+use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
+use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with, write_value};
 
 /// What a `tasks/*` request is answered with.
 #[allow(clippy::large_enum_variant)] // made once per request and answered at once
@@ -72,7 +72,7 @@ fn not_found() -> RpcError {
 }
 
 fn store_failed(e: StoreError) -> RpcError {
-    tracing::error!(error = %e, "task store failed");
+    tracing::error!(error = %crate::error::Chain(&e), "task store failed");
     RpcError::internal_error()
 }
 
