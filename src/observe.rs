@@ -53,7 +53,7 @@ pin_project_lite::pin_project! {
     #[project = RoutedProj]
     pub(crate) enum Routed<'a, F: Future> {
         Plain { #[pin] route: F },
-        Traced { route: crate::store::BoxFuture<'a, F::Output> },
+        Traced { route: std::pin::Pin<Box<dyn Future<Output = F::Output> + Send + 'a>> },
     }
 }
 

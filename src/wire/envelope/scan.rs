@@ -3,14 +3,14 @@
 //! the body checked to be JSON and skipped.
 //!
 //! It gives up (`None`) on anything it would not read exactly as the serde_json
-//! reading in [`super::parse_with_serde`] does: a syntax error, a key written with
+//! reading in [`super::shape::parse_with_serde`] does: a syntax error, a key written with
 //! an escape, a top-level member given twice, a number or an escaped string where a
 //! typed member is read (serde_json checks their range and their escapes there),
 //! nesting deeper than 64 in a skipped value. The caller then reads the body with
 //! serde_json, which decides, and words any error. So the result here, when there is
 //! one, is serde_json's; a test holds the two readings equal on generated bodies.
 
-use super::{AnyValue, Capabilities, Extensions, Members, Message, Meta, Params};
+use super::shape::{AnyValue, Capabilities, Extensions, Members, Message, Meta, Params};
 
 /// Reads a body already checked to be UTF-8.
 pub(super) fn message(text: &str) -> Option<Message<'_>> {
@@ -433,9 +433,10 @@ impl<'a> FilterNull<'a> for &'a str {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::{EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
-    use super::super::{Envelope, member, parse_with_serde};
+    use super::super::shape::parse_with_serde;
+    use super::super::{Envelope, member};
     use super::message;
+    use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
     use serde_json::Value;
 
     fn usual(id: &str) -> String {
