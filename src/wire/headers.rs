@@ -50,9 +50,8 @@ pub(crate) enum HeaderRoute {
     Passthrough,
     /// The body must be read to decide.
     Inspect,
-    /// The body must be read, and `Mcp-Method` names a `tasks/*` method: the layer
-    /// answers it (whatever the body holds, it never reaches the inner service
-    /// unread).
+    /// The body must be read, and `Mcp-Method` names a `tasks/*` method, which the
+    /// layer answers itself when the body agrees.
     Tasks,
 }
 
