@@ -1022,7 +1022,7 @@ const EXPIRY_RECHECK_MS: u64 = 200;
 /// to 5 s, with jitter.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
-/// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
+/// The future of [`Tasks::cancelled`](crate::worker::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
 /// why the task no longer needs its worker.
 ///
@@ -1195,12 +1195,12 @@ mod tests {
 
     const BEHIND_MS: u64 = 600_000;
 
-    impl crate::TaskStore for Behind {
+    impl crate::store::TaskStore for Behind {
         fn create<'a>(
             &'a self,
             record: TaskRecord,
             limits: CreateLimits,
-        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::error::StoreError>> {
             self.inner.create(record, limits)
         }
 
@@ -1209,7 +1209,8 @@ mod tests {
             id: &'a TaskId,
             scope: Scope<'a>,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::error::StoreError>>
+        {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.inner.get(id, scope, now.minus_ms(BEHIND_MS))
@@ -1221,8 +1222,10 @@ mod tests {
             scope: Scope<'a>,
             transition: &'a Transition,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
-        {
+        ) -> crate::store::BoxFuture<
+            'a,
+            Result<Option<crate::store::Updated>, crate::error::StoreError>,
+        > {
             self.inner
                 .update(id, scope, transition, now.minus_ms(BEHIND_MS))
         }
@@ -1231,7 +1234,7 @@ mod tests {
             &'a self,
             now: Timestamp,
             retention: Duration,
-        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::error::StoreError>> {
             self.inner.cleanup(now.minus_ms(BEHIND_MS), retention)
         }
     }

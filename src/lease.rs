@@ -420,9 +420,9 @@ mod tests {
     use std::time::Duration;
 
     use super::{GATHER, WORKER_LOST};
-    use crate::TaskStore;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
+    use crate::store::TaskStore;
     use crate::store::{
         BoxFuture, CreateLimits, LeaseId, LeaseState, LeaseStore, MemoryLeases, MemoryStore,
         NodeId, Renewal, Renewed,
@@ -796,7 +796,7 @@ mod tests {
             .build();
         assert_eq!(
             refused.unwrap_err(),
-            crate::ConfigError::TooSmall("worker lease")
+            crate::error::ConfigError::TooSmall("worker lease")
         );
     }
 }

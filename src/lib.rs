@@ -40,22 +40,22 @@ mod waits;
 pub mod wire;
 pub mod worker;
 
+// Each public item has one path: the layer and the vocabulary of a task here, the
+// rest in the module of its topic (errors in `error`, the store trait in `store`,
+// the worker handles in `worker`, JSON-RPC errors in `wire`).
 pub use config::TaskMode;
 pub use context::{TaskContext, TaskRefused, TaskSpec};
-pub use error::{ConfigError, StoreError, TaskError};
 pub use layer::{TasksLayer, TasksLayerBuilder};
 pub use service::TasksService;
-pub use store::{MemoryStore, TaskStore};
+pub use store::memory::MemoryStore;
 pub use task::{Principal, TaskId, TaskRecord, TaskStatus};
-pub use wire::RpcError;
-pub use worker::Tasks;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::PostgresStore;
+pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::RedisStore;
+pub use store::redis::RedisStore;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

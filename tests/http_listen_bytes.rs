@@ -8,7 +8,8 @@ mod support;
 use std::sync::Arc;
 
 use mcp_tasks::defaults::{MAX_LISTEN_BYTES_PER_OWNER, MAX_LISTEN_STREAMS_PER_OWNER};
-use mcp_tasks::{MemoryStore, TaskId, TaskStore};
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
 use support::wait::within;

@@ -19,7 +19,9 @@ use mcp_tasks::store::{
     BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, Renewal, Renewed,
 };
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskMode, TaskSpec, TasksLayer};
+use mcp_tasks::{
+    MemoryStore, TaskId, TaskMode, TaskSpec, TasksLayer, error::StoreError, wire::RpcError,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, Tool, layer_builder, spec, standard_inner};
@@ -351,7 +353,7 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
         down: Arc::default(),
     });
     let id = TaskId::random();
-    mcp_tasks::TaskStore::create(
+    mcp_tasks::store::TaskStore::create(
         &*store,
         mcp_tasks::TaskRecord::new(id, None, mcp_tasks::store::Timestamp::now()),
         mcp_tasks::store::CreateLimits::default(),

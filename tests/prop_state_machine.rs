@@ -18,7 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mcp_tasks::store::{Applied, ErrorObject, Timestamp, Transition, TransitionError};
+use mcp_tasks::error::TransitionError;
+use mcp_tasks::store::{Applied, ErrorObject, Timestamp, Transition};
 use mcp_tasks::{Principal, TaskId, TaskRecord, TaskStatus};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};

@@ -16,7 +16,8 @@ mod memory_store_on_its_clock {
 mod shared_dyn_store {
     use std::sync::Arc;
 
-    use mcp_tasks::{MemoryStore, TaskStore};
+    use mcp_tasks::MemoryStore;
+    use mcp_tasks::store::TaskStore;
 
     async fn shared() -> Arc<dyn TaskStore> {
         Arc::new(MemoryStore::new())
@@ -30,8 +31,10 @@ mod shared_dyn_store {
 mod default_visible {
     use std::time::Duration;
 
+    use mcp_tasks::error::StoreError;
+    use mcp_tasks::store::TaskStore;
     use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
-    use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+    use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
 
     #[derive(Debug, Default)]
     struct Plain(MemoryStore);

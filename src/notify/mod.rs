@@ -10,7 +10,7 @@
 //! use mcp_tasks::notify::TaskNotifier;
 //! use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
 //!
-//! # fn main() -> Result<(), mcp_tasks::ConfigError> {
+//! # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
 //! let builder = TasksLayer::builder(MemoryStore::new());
 //! let listen = builder.listen_notifier();
 //! let layer = builder
@@ -131,7 +131,7 @@ impl<T: TaskNotifier + ?Sized> TaskNotifier for Arc<T> {
 /// use mcp_tasks::notify::TaskNotifier;
 /// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
 ///
-/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
 /// let builder = TasksLayer::builder(MemoryStore::new()).without_janitor();
 /// let listen = builder.listen_notifier();
 /// let notifier = move |task: &TaskRecord| {
@@ -166,9 +166,11 @@ impl ListenNotifier {
         self.registry.stream_count()
     }
 
-    /// For each open stream, how many task states wait to be written to it. Never
-    /// more than the number of tasks the stream named.
-    #[doc(hidden)]
+    /// For each open stream, how many task states wait to be written to it: never
+    /// more than the number of tasks the stream named. For tests that check a slow
+    /// reader holds one state per task (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn pending_counts(&self) -> Vec<usize> {
         self.registry.pending_counts()
     }
@@ -176,8 +178,9 @@ impl ListenNotifier {
     /// The bytes of task notifications this layer's listen streams hold unwritten
     /// now, and the most they have held at once: what
     /// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)
-    /// bounds.
-    #[doc(hidden)]
+    /// bounds. For tests and benchmarks of that bound (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn held_bytes(&self) -> (usize, usize) {
         self.registry.held_bytes()
     }

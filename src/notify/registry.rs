@@ -244,6 +244,7 @@ impl Registry {
     }
 
     /// The bytes the streams hold now, and the most they have held at once.
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn held_bytes(&self) -> (usize, usize) {
         let held = self.budget.lock();
         (held.total, held.peak)
@@ -375,6 +376,7 @@ impl Registry {
         self.lock().by_task.keys().copied().collect()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn pending_counts(&self) -> Vec<usize> {
         let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
         slots.iter().map(|s| s.lock().order.len()).collect()

@@ -153,7 +153,7 @@ pub struct LeaseState {
 /// length, on the watcher's monotonic clock, then [`claim`](Self::claim)s it. A
 /// clock step on the store or on any node therefore fails nothing.
 ///
-/// [`TaskStore::leases`]: crate::TaskStore::leases
+/// [`TaskStore::leases`]: crate::store::TaskStore::leases
 pub trait LeaseStore: fmt::Debug + Send + Sync + 'static {
     /// Renews `renewal.lease` and applies its hold changes, in one round trip, unless
     /// the lease was claimed ([`Renewed::Lost`]). Only a `first` renewal creates a
@@ -207,7 +207,7 @@ impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
 /// use mcp_tasks::TaskId;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let leases = MemoryLeases::new();
 /// let lease = LeaseId::new(NodeId::random());
 /// let task = TaskId::random();

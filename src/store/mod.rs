@@ -1,6 +1,6 @@
 //! Task stores, and everything needed to write one.
 //!
-//! A server author picks a store ([`MemoryStore`], the default; `PostgresStore` and
+//! A server author picks a store ([`MemoryStore`](crate::MemoryStore), the default; `PostgresStore` and
 //! `RedisStore` behind the `postgres` and `redis` features) and hands it to the
 //! layer. A store author implements [`TaskStore`] with the types of this module:
 //! the [`Transition`]s the layer asks for, applied through the one pure state
@@ -25,7 +25,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+//! use mcp_tasks::store::TaskStore;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -47,8 +48,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::StoreError;
-pub use crate::error::{Limit, TransitionError};
+use crate::error::{StoreError, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
@@ -56,15 +56,15 @@ mod compact;
 mod feed;
 mod janitor;
 mod lease;
-mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "postgres")]
 mod postgres_announce;
 #[cfg(feature = "postgres")]
 mod postgres_leases;
 #[cfg(feature = "redis")]
-mod redis;
+pub(crate) mod redis;
 #[cfg(feature = "redis")]
 mod redis_leases;
 pub(crate) mod rules;
@@ -72,14 +72,10 @@ pub(crate) mod rules;
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
-pub use memory::MemoryStore;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PostgresStore;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisStore;
 pub use rules::retention_cutoff;
+// The in-file tests name the memory store from here; everyone else from the root.
+#[cfg(test)]
+pub(crate) use memory::MemoryStore;
 
 /// Which clock a store decides expiry and retention by.
 ///
@@ -108,7 +104,7 @@ pub enum Clock {
     Store,
     /// The `now` passed to each call, and a new record's `created_at`: exact for
     /// one process, and what tests that drive time with explicit timestamps need.
-    /// The default of [`MemoryStore`].
+    /// The default of [`MemoryStore`](crate::MemoryStore).
     Caller,
 }
 
@@ -118,7 +114,7 @@ pub enum Clock {
 /// An implementation wraps its `async` block in `Box::pin`:
 ///
 /// ```
-/// use mcp_tasks::StoreError;
+/// use mcp_tasks::error::StoreError;
 /// use mcp_tasks::store::BoxFuture;
 ///
 /// fn count<'a>(rows: &'a [u32]) -> BoxFuture<'a, Result<usize, StoreError>> {
@@ -145,8 +141,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// `cleanup` removes them).
 ///
 /// ```
-/// use mcp_tasks::store::{CreateLimits, Limit, Timestamp};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+/// use mcp_tasks::store::{CreateLimits, Timestamp};
+/// use mcp_tasks::error::Limit;
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -194,8 +193,11 @@ impl CreateLimits {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::store::{CreateLimits, Limit, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::store::{CreateLimits, Timestamp, Transition};
+    /// use mcp_tasks::error::Limit;
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::error::StoreError;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), StoreError> {
@@ -222,11 +224,13 @@ impl CreateLimits {
 /// The result of a successful [`TaskStore::update`] on an existing task.
 ///
 /// ```
-/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition, TransitionError};
-/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TaskStore};
+/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+/// use mcp_tasks::error::TransitionError;
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus};
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let store = MemoryStore::new();
 /// let id = TaskId::random();
 /// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
@@ -294,7 +298,9 @@ impl Updated {
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::time::Duration;
 /// use mcp_tasks::store::{BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore, TasksLayer};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// #[derive(Debug, Default)]
 /// struct CountingStore {
@@ -373,23 +379,24 @@ impl Updated {
 /// ```
 pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// Inserts a new record, enforcing `limits` atomically with the insert
-    /// ([`StoreError::LimitReached`] with the [`Limit`] hit when full; records
+    /// ([`StoreError::LimitReached`] with the [`Limit`](crate::error::Limit) hit when full; records
     /// expired at `record.created_at`, and records retired past
     /// [`CreateLimits::retention`], do not count). Returns once `get` would find it.
     /// An id already stored is [`StoreError::Duplicate`].
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// let limits = CreateLimits::new(Some(10_000), None);
     /// store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await?;
     /// let again = store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await;
-    /// assert!(matches!(again, Err(mcp_tasks::StoreError::Duplicate)));
+    /// assert!(matches!(again, Err(mcp_tasks::error::StoreError::Duplicate)));
     /// # Ok(())
     /// # }
     /// ```
@@ -404,10 +411,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// let mut record = TaskRecord::new(id, None, Timestamp::from_millis(1_000));
@@ -432,10 +440,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
@@ -464,10 +473,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let alice = Principal::from("alice");
     /// let now = Timestamp::now();
@@ -512,10 +522,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let alice = Principal::from("alice");
     /// let now = Timestamp::now();
@@ -559,10 +570,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// use mcp_tasks::Principal;
@@ -591,10 +603,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// use std::time::Duration;
@@ -630,7 +643,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{ChangeFeed, ChangeSender};
-    /// use mcp_tasks::{MemoryStore, TaskStore};
+    /// use mcp_tasks::MemoryStore;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// struct Shared {
     ///     changes: ChangeSender, // fed by the backend's listener with other nodes' ids
@@ -660,7 +674,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// their tasks.
     ///
     /// ```
-    /// use mcp_tasks::{MemoryStore, TaskStore};
+    /// use mcp_tasks::MemoryStore;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// assert!(MemoryStore::new().leases().is_none()); // one process: no other node
     /// ```

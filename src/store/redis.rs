@@ -541,7 +541,8 @@ impl RedisStore {
     /// [`TaskStore::subscribe`], which the layer calls when it is built.
     ///
     /// ```no_run
-    /// use mcp_tasks::{RedisStore, TaskStore};
+    /// use mcp_tasks::RedisStore;
+    /// use mcp_tasks::store::TaskStore;
     /// use mcp_tasks::redis::Client;
     /// use mcp_tasks::redis::aio::ConnectionManager;
     ///

@@ -173,7 +173,9 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 ///
 /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
 /// use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// /// Counts reads, and fails every cleanup.
 /// #[derive(Debug, Default)]
