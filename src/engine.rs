@@ -1029,6 +1029,26 @@ const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_se
 /// It holds no record and no timer while it waits, only its registration with the
 /// layer, so a parked worker costs little more than its own task. Dropping it ends
 /// the registration.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
+/// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let store = Arc::new(MemoryStore::new());
+/// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
+/// # let id = TaskId::random();
+/// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+/// use mcp_tasks::worker::{Cancelled, TaskEnd};
+///
+/// let end: Cancelled<'_> = tasks.cancelled(&id);
+/// tasks.complete(&id, serde_json::json!({"content": []})).await?;
+/// // Any end resolves it, not only a cancel; `TaskEnd` says which.
+/// assert_eq!(end.await, TaskEnd::Completed);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct Cancelled<'a> {
     wait: WaitUntil<'a, EndOf>,
