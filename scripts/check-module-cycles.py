@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fails when the modules of the crate depend on each other in a cycle.
+"""Fails when the modules (or folders) of the crate depend on each other in a cycle.
 
 Builds the module dependency graph of `src/` and reports every strongly connected
 component of more than one module, with one offending source line per edge.
@@ -20,6 +20,10 @@ use anything; a `#[cfg(test)] mod tests;` file is no node):
   * `crate::Item` names the root facade: it is followed to the module that
     `lib.rs` re-exports `Item` from (or the module that defines a
     `#[macro_export]` macro), since that module is the real dependency.
+
+Folders: inside each folder (and at the top level) every child module stands for
+its whole subtree; a cycle between two subtrees is reported too, even when no two
+files form one (`store/janitor.rs` -> `observe` and `observe` -> `store/mod.rs`).
 
 Not edges: a module's references to itself; a parent declaring its descendants
 (`mod child;`) or re-exporting them (`pub use child::X`, `pub(crate) use
@@ -509,6 +513,35 @@ def elementary_cycles(members: set, succ) -> list[list]:
     return out
 
 
+def folder_level_cycles(modules, first_edge) -> list[tuple[tuple, list, list]]:
+    """Cycles between folders: inside each folder (and at the top level), every child
+    module stands for its whole subtree, and the edges between different subtrees are
+    kept. The folder's own file (its facade) is left out: its edges are checked file
+    by file. Returns (folder, members, one edge per member pair) for each cycle."""
+    folders = {name[:depth] for name in modules for depth in range(len(name))}
+    found = []
+    for folder in sorted(folders):
+        n = len(folder) + 1
+        succ: dict[tuple, set] = {}
+        witness: dict[tuple, Edge] = {}
+        for (s, d), e in first_edge.items():
+            if s[:len(folder)] != folder or d[:len(folder)] != folder:
+                continue
+            if len(s) < n or len(d) < n or s[:n] == d[:n]:
+                continue
+            succ.setdefault(s[:n], set()).add(d[:n])
+            witness.setdefault((s[:n], d[:n]), e)
+        nodes = sorted({x for x in succ} | {y for ys in succ.values() for y in ys})
+        for comp in strongly_connected(nodes, succ):
+            if len(comp) < 2:
+                continue
+            members = set(comp)
+            edges = [witness[(a, b)] for a in sorted(members) for b in sorted(succ.get(a, ()))
+                     if b in members]
+            found.append((folder, sorted(comp), edges))
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, default=Path(__file__).resolve().parent.parent / "src",
@@ -540,6 +573,7 @@ def main() -> int:
 
     cycles = [c for c in strongly_connected(list(modules), succ) if len(c) > 1]
     cycles.sort(key=lambda c: (-len(c), c))
+    folder_cycles = folder_level_cycles(modules, first_edge)
 
     if args.dot:
         in_cycle = {n: i for i, c in enumerate(cycles) for n in c}
@@ -561,9 +595,17 @@ def main() -> int:
             print(f"{show(s)} → {show(d)}   {shown(e.file)}:{e.line}: {e.text}")
         print()
 
-    if not cycles:
-        print(f"module graph: {len(modules)} modules, {len(first_edge)} edges, no cycle")
+    for folder, comp, edges in folder_cycles:
+        where = f"inside {show(folder)}" if folder else "at the top level"
+        print(f"folder cycle {where}: {', '.join(show(n) for n in comp)}")
+        for e in edges:
+            print(f"    {show(e.src)} → {show(e.dst)}   {shown(e.file)}:{e.line}: {e.text}")
+    if not cycles and not folder_cycles:
+        print(f"module graph: {len(modules)} modules, {len(first_edge)} edges, no cycle "
+              f"(files and folders)")
         return 0
+    if not cycles:
+        return 1
 
     print(f"module graph: {len(modules)} modules, {len(first_edge)} edges, "
           f"{len(cycles)} cycle{'s' if len(cycles) != 1 else ''}")

@@ -19,7 +19,8 @@ use crate::config::{Config, PrincipalFn};
 use crate::defaults::MAX_TTL;
 use crate::error::{StoreError, TaskError};
 use crate::notify::{ListenNotifier, TaskNotifier};
-use crate::observe::{self, Live, StoreCalls};
+use crate::observe::{self, Live};
+use crate::store::StoreCalls;
 use crate::store::{BoxFuture, ChangeFeed, CreateLimits, FeedEvent, TaskStore, Updated};
 use crate::task::{
     ErrorObject, Principal, Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp, Transition,

@@ -6,12 +6,9 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::StoreError;
-use crate::store::{ChangeFeed, CreateLimits, TaskStore, Updated};
-use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
+use crate::task::TaskStatus;
 
 /// How a route ended, for its span's `outcome` field.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,102 +83,15 @@ pub(crate) fn outcome(outcome: Outcome) {
     let _ = ROUTE.try_with(|s| s.outcome.set(outcome));
 }
 
-/// The store as the layer calls it: each call bounded by the layer's store timeout,
-/// and timed for the current route's span and the `mcp_tasks_store_call_seconds`
-/// histogram. Inherent methods mirror [`TaskStore`], so no second boxed future is
-/// made per call.
-#[derive(Debug, Clone)]
-pub(crate) struct StoreCalls {
-    store: Arc<dyn TaskStore>,
-    timeout: Duration,
-}
-
-impl StoreCalls {
-    pub(crate) fn new(store: Arc<dyn TaskStore>, timeout: Duration) -> Self {
-        StoreCalls { store, timeout }
-    }
-
-    /// The store itself, for those that call it on their own (the janitor).
-    pub(crate) fn shared(&self) -> Arc<dyn TaskStore> {
-        self.store.clone()
-    }
-
-    pub(crate) async fn create(
-        &self,
-        record: TaskRecord,
-        limits: CreateLimits,
-    ) -> Result<(), StoreError> {
-        timed("create", self.timeout, self.store.create(record, limits)).await
-    }
-
-    pub(crate) async fn get(
-        &self,
-        id: &TaskId,
-        scope: Scope<'_>,
-        now: Timestamp,
-    ) -> Result<Option<TaskRecord>, StoreError> {
-        let started = Instant::now();
-        if let Some(out) = self.store.get_now(id, scope, now) {
-            note("get", started, out.is_ok());
-            return out;
-        }
-        timed("get", self.timeout, self.store.get(id, scope, now)).await
-    }
-
-    pub(crate) async fn get_many(
-        &self,
-        ids: &[TaskId],
-        scope: Scope<'_>,
-        now: Timestamp,
-    ) -> Result<Vec<TaskRecord>, StoreError> {
-        timed(
-            "get_many",
-            self.timeout,
-            self.store.get_many(ids, scope, now),
-        )
-        .await
-    }
-
-    pub(crate) async fn update(
-        &self,
-        id: &TaskId,
-        scope: Scope<'_>,
-        transition: &Transition,
-        now: Timestamp,
-    ) -> Result<Option<Updated>, StoreError> {
-        timed(
-            "update",
-            self.timeout,
-            self.store.update(id, scope, transition, now),
-        )
-        .await
-    }
-
-    pub(crate) fn subscribe(&self) -> Option<ChangeFeed> {
-        self.store.subscribe()
-    }
-}
-
-async fn timed<T>(
-    op: &'static str,
-    limit: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    let call = bounded(limit, call);
-    let in_route = ROUTE.try_with(|_| ()).is_ok();
-    if !in_route && !cfg!(feature = "metrics") {
-        return call.await;
-    }
-    let started = Instant::now();
-    let out = call.await;
-    note(op, started, out.is_ok());
-    out
+/// Whether a recorded route is running on this task (its span takes store time).
+pub(crate) fn in_route() -> bool {
+    ROUTE.try_with(|_| ()).is_ok()
 }
 
 /// Notes a store call that began at `started`: in the current route's span and
 /// the store call metrics.
-fn note(op: &'static str, started: Instant, ok: bool) {
-    let in_route = ROUTE.try_with(|_| ()).is_ok();
+pub(crate) fn store_call_done(op: &'static str, started: Instant, ok: bool) {
+    let in_route = in_route();
     if !in_route && !cfg!(feature = "metrics") {
         return;
     }
@@ -191,34 +101,6 @@ fn note(op: &'static str, started: Instant, ok: bool) {
     }
     store_call(op, took, ok);
 }
-
-/// `call`, or a [`StoreError::Backend`] ([`StoreTimeout`]) once `limit` has passed
-/// without an answer; the call is dropped then.
-async fn bounded<T>(
-    limit: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(out) => out,
-        Err(_) => Err(StoreError::backend(StoreTimeout(limit))),
-    }
-}
-
-/// A store call outlasted the layer's store timeout.
-#[derive(Debug)]
-pub(crate) struct StoreTimeout(Duration);
-
-impl std::fmt::Display for StoreTimeout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the store did not answer within {} ms",
-            self.0.as_millis()
-        )
-    }
-}
-
-impl std::error::Error for StoreTimeout {}
 
 #[cfg(feature = "metrics")]
 fn store_call(op: &'static str, took: Duration, ok: bool) {
@@ -245,7 +127,7 @@ fn store_call(op: &'static str, took: Duration, ok: bool) {
             }
         };
     }
-    record!("create", "get", "visible", "update");
+    record!("create", "get", "get_many", "visible", "update");
 }
 
 #[cfg(not(feature = "metrics"))]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::{InvalidTaskId, TransitionError};
-use crate::wire::RpcError;
+use crate::wire::{RpcError, write_value};
 
 /// An unguessable task identifier: 32 bytes from the operating system's CSPRNG.
 ///
@@ -1006,16 +1006,6 @@ impl TaskJson<'_> {
             write_value(out, &crate::wire::ServerInfoMeta(info));
         }
         out.push(b'}');
-    }
-}
-
-/// Appends `value` as JSON; a value that cannot be written (a map with non-string
-/// keys, which a task never holds) is written as `null`.
-pub(crate) fn write_value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
-    let start = out.len();
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        out.truncate(start);
-        out.extend_from_slice(b"null");
     }
 }
 

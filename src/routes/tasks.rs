@@ -8,8 +8,8 @@ use serde_json::{Map, Value};
 
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition, write_value};
-use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with};
+use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
+use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with, write_value};
 
 /// What a `tasks/*` request is answered with.
 #[allow(clippy::large_enum_variant)] // made once per request and answered at once

@@ -52,6 +52,7 @@ use crate::error::{StoreError, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
+mod calls;
 mod compact;
 mod feed;
 mod janitor;
@@ -69,6 +70,7 @@ pub(crate) mod redis;
 mod redis_leases;
 pub(crate) mod rules;
 
+pub(crate) use calls::StoreCalls;
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};

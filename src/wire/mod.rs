@@ -45,7 +45,9 @@ pub(crate) use headers::{
     HeaderRoute, check_media_types, is_owned_method, names_owned_method, route_by_headers,
 };
 pub(crate) use raw::RawObject;
-pub(crate) use reply::{ReplyId, ServerInfoMeta, result_response, result_response_with};
+pub(crate) use reply::{
+    ReplyId, ServerInfoMeta, result_response, result_response_with, write_value,
+};
 
 /// The tasks extension's identifier, as declared by clients and advertised by servers.
 pub const EXTENSION_ID: &str = "io.modelcontextprotocol/tasks";

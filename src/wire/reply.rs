@@ -103,7 +103,7 @@ pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         match id {
             ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.get().as_bytes()),
-            ReplyId::Value(Some(value)) => crate::task::write_value(out, value),
+            ReplyId::Value(Some(value)) => write_value(out, value),
             ReplyId::Raw(None) | ReplyId::Value(None) => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"result\":");
@@ -149,6 +149,16 @@ pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
 /// A JSON-RPC success response with the layer's result, HTTP 200.
 pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) -> Response<Bytes> {
     json_response(StatusCode::OK, message_body(id, Member::Result, &result))
+}
+
+/// Appends `value` as JSON; a value that cannot be written (a map with non-string
+/// keys, which no reply holds) is written as `null`.
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let start = out.len();
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.truncate(start);
+        out.extend_from_slice(b"null");
+    }
 }
 
 #[cfg(test)]
