@@ -691,21 +691,14 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// Tasks for clients that do not speak the extension (default: off). For a
-    /// client that did not declare it — on 2026-07-28 or an earlier revision,
-    /// sessions included — a call that becomes a task (an `Auto` or `AutoRequired`
-    /// tool past its budget, an `Optional` or `Required` tool whose handler makes
-    /// one) answers
-    /// with an ordinary tool result saying that the work goes on as a task, with its
-    /// id and how to follow it; and that client's `tools/list` gains three tools
-    /// answered by the layer from the store, with the same owner scoping as
-    /// `tasks/*`: `task_status {taskId}` (status, status message, questions, and
-    /// once done the tool's own result), `task_answer {taskId, answers}` and
-    /// `task_cancel {taskId}`. Clients that declared the extension see no change.
-    ///
-    /// With it on, the layer reads the body of every earlier-revision `POST` and of
-    /// `tools/list` (up to [`with_max_request_bytes`](Self::with_max_request_bytes)),
-    /// to find the calls it answers.
+    /// Tasks for clients that do not speak the extension (default: off): a call of
+    /// theirs that becomes a task answers with a tool result that says so, and their
+    /// `tools/list` gains `task_status`, `task_answer` and `task_cancel`;
+    /// [`TaskMode`](crate::TaskMode#clients-without-the-tasks-extension) describes
+    /// what such a client sees. With it on, the layer reads the body of every
+    /// earlier-revision `POST` and of `tools/list` (up to
+    /// [`with_max_request_bytes`](Self::with_max_request_bytes)), to find the calls
+    /// it answers.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
@@ -1066,7 +1059,7 @@ impl TasksLayerBuilder {
     /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
     /// of leaving them to their TTL. A store outage every node shares fails nothing,
     /// however long: a node claims another's lease only while its own renewals run
-    /// without a break (README, "Worker leases").
+    /// without a break ([`store`](crate::store#worker-leases) has the whole story).
     ///
     /// ```
     /// use std::time::Duration;

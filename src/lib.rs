@@ -1,15 +1,23 @@
-// The crate docs are the README, so that the two never drift apart. Its examples name
-// `PostgresStore` and the contract suite, so they run as doctests with those features on
-// (CI's `cargo test --all-features`); without them the README is left out of the
-// doctests, never out of the docs.
-#![cfg_attr(
-    any(not(doctest), all(feature = "postgres", feature = "test-util")),
-    doc = include_str!("../README.md")
-)]
-#![cfg_attr(
-    all(doctest, not(all(feature = "postgres", feature = "test-util"))),
-    doc = "The README's examples are doctests with `--features postgres,test-util`."
-)]
+// The crate docs are the README, so that the two never drift apart.
+//
+// The README links to module pages by reference (`[`store`]`), with definitions at its
+// end that point to docs.rs, for crates.io and GitHub. In these docs the definitions
+// below come first, and the first definition of a label wins: the same links resolve
+// within this build of the docs, and a broken one fails `cargo doc -D warnings`.
+#![doc = "[`body`]: crate::body"]
+#![doc = "[`defaults`]: crate::defaults"]
+#![doc = "[`error`]: crate::error"]
+#![doc = "[`future`]: crate::future"]
+#![doc = "[`input`]: crate::input"]
+#![doc = "[`notify`]: crate::notify"]
+#![doc = "[`observe`]: crate::observe"]
+#![doc = "[`store`]: crate::store"]
+#![doc = "[`TaskMode`]: crate::TaskMode"]
+#![doc = "[`wire`]: crate::wire"]
+#![doc = "[`worker`]: crate::worker"]
+#![cfg_attr(feature = "client", doc = "[`client`]: crate::client")]
+#![cfg_attr(feature = "test-util", doc = "[`test_suite`]: crate::test_suite")]
+#![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
@@ -28,7 +36,7 @@ pub mod input;
 mod layer;
 mod lease;
 pub mod notify;
-mod observe;
+pub mod observe;
 mod routes;
 mod service;
 pub mod store;

@@ -1,4 +1,4 @@
-//! Every metric of the README's table, read from a Prometheus recorder right after
+//! Every metric of the table in `mcp_tasks::observe`, read from a Prometheus recorder right after
 //! the event that moves it, over real HTTP. One test, because the recorder is
 //! process-wide; each step compares with the value before it.
 

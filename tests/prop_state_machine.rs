@@ -1,5 +1,5 @@
 //! Property tests of the state machine, [`TaskRecord::apply`], against a small model
-//! written from the rules (README, "Tasks"), not from the implementation:
+//! written from the specification's rules, not from the implementation:
 //!
 //! - statuses `working`, `input_required`, `completed`, `failed`, `cancelled`; the
 //!   last three are final: any later change is refused with `Terminal`, except a

@@ -1,9 +1,11 @@
 //! Calling a task-capable tool from Rust, and following its task to the end
 //! (feature `client`).
 //!
-//! [`Client`] sends `tools/call` with the tasks extension declared. A tool that
-//! answers at once gives [`ToolCall::Complete`]; one that becomes a task gives
-//! [`ToolCall::Task`], a [`TaskFollower`] that:
+//! [`Client`] sends `tools/call` with the tasks extension declared, over hyper-util's
+//! HTTP/1.1 client ([`Client::new`]) or any tower HTTP service
+//! ([`Client::with_service`]). A tool that answers at once gives
+//! [`ToolCall::Complete`]; one that becomes a task gives [`ToolCall::Task`], a
+//! [`TaskFollower`] that:
 //!
 //! - listens for the task's changes (`subscriptions/listen` with its id), and polls
 //!   `tasks/get` at the server's `pollIntervalMs` (clamped to 50 ms..30 s) when the
@@ -52,7 +54,16 @@
 //! # }
 //! ```
 //!
-//! `examples/client.rs` is a command-line client built on it.
+//! It follows rmcp's own task support (`rmcp::task_manager`) as well: rmcp has no
+//! listen for tasks, so the client polls.
+//!
+//! In the repository, `examples/client.rs` is a command-line client built on it:
+//! status lines, questions on the terminal, the result as the last line, Ctrl-C
+//! cancels. With the quickstart running:
+//!
+//! ```sh
+//! MCP_TOKEN=alice cargo run --example client --features client -- deploy '{"target": "prod"}'
+//! ```
 
 mod call;
 mod error;

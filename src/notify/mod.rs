@@ -1,30 +1,5 @@
-//! Change notifications: a hook that runs right after each store write, and the
-//! default one, which feeds `subscriptions/listen` streams.
-//!
-//! Every layer starts with [`ListenNotifier`]. Replace it with
-//! [`with_notifier`](crate::TasksLayerBuilder::with_notifier) (calling the layer's own
-//! from yours keeps listen delivery), or turn notifications off with
-//! [`without_notifier`](crate::TasksLayerBuilder::without_notifier):
-//!
-//! ```
-//! use mcp_tasks::notify::TaskNotifier;
-//! use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
-//!
-//! # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
-//! let builder = TasksLayer::builder(MemoryStore::new());
-//! let listen = builder.listen_notifier();
-//! let layer = builder
-//!     .with_notifier(move |task: &TaskRecord| {
-//!         listen.task_changed(task);
-//!         if task.status.is_terminal() {
-//!             tracing::info!(status = %task.status, "task finished");
-//!         }
-//!     })
-//!     .build()?;
-//! # drop(layer);
-//! # Ok(())
-//! # }
-//! ```
+// The module's page, listen streams and notifiers, lives in its own file.
+#![doc = include_str!("docs.md")]
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,47 +1,6 @@
-//! Task stores, and everything needed to write one.
-//!
-//! A server author picks a store ([`MemoryStore`](crate::MemoryStore), the default; `PostgresStore` and
-//! `RedisStore` behind the `postgres` and `redis` features) and hands it to the
-//! layer. A store author implements [`TaskStore`] with the types of this module:
-//! the [`Transition`]s the layer asks for, applied through the one pure state
-//! machine [`TaskRecord::apply`](crate::TaskRecord::apply), the [`Scope`] a read is
-//! made in, the [`CreateLimits`] a create must enforce, and, for a store shared
-//! between nodes, a [`ChangeFeed`].
-//!
-//! [`TaskStore`] is object safe (`Arc<dyn TaskStore>` works). Every store keeps the
-//! same contract, checked by the public suite in `mcp_tasks::test_suite` (feature
-//! `test-util`):
-//!
-//! - a foreign owner is indistinguishable from a missing id (`Ok(None)` for both,
-//!   at the same cost: the built-in stores check the owner before they fetch or
-//!   decode a record);
-//! - `update` is an atomic read-modify-write through [`TaskRecord::apply`], so
-//!   terminal states never change and concurrent writers never lose an update;
-//! - an expired record reads as absent everywhere; `cleanup` only frees the space;
-//! - `create` returns only once `get` would find the record.
-//!
-//! Any store goes into the layer the same way, also chosen at run time:
-//!
-//! ```
-//! use std::sync::Arc;
-//! use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
-//! use mcp_tasks::store::TaskStore;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // `PostgresStore`, `RedisStore` or your own, behind one type.
-//! let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
-//! let layer = TasksLayer::builder(store.clone()).without_janitor().build()?;
-//!
-//! // The layer and the store see the same tasks.
-//! let id = TaskId::random();
-//! store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
-//! assert!(layer.handle().status(&id).await.is_ok());
-//! assert!(store.get(&id, Scope::Any, Timestamp::now()).await?.is_some());
-//! # Ok(())
-//! # }
-//! ```
+// The module's page (choosing a store, several nodes, worker leases, failures,
+// writing a store) is long enough to live in its own file.
+#![doc = include_str!("docs.md")]
 
 use std::future::Future;
 use std::pin::Pin;
