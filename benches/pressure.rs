@@ -16,7 +16,8 @@
 //! each), background re-reads (`get`/`get_many`), and all store calls, per second.
 //!
 //! `PRESSURE_LISTEN=after` opens the streams once every task has completed instead,
-//! so that each listen's snapshot carries every result.
+//! one after another, so that each listen's snapshot carries every result;
+//! `PRESSURE_LISTEN=at-once` opens them then all at the same time.
 //!
 //! `PRESSURE_STORE` picks the store: `memory` (tenant only), `postgres`
 //! (`DATABASE_URL`) or `redis` (`REDIS_URL`). One store per run, so that each run's
@@ -131,10 +132,51 @@ async fn open_streams(
     (streams, accepted)
 }
 
-/// `listen_first`: the streams are open before the tasks complete (each change
-/// reaches them as it happens); otherwise they open after, each with a snapshot of
-/// every finished task.
-async fn tenant(store: Arc<dyn TaskStore>, name: &str, listen_first: bool) {
+/// Opens the greedy principal's streams all at once, each naming every task; how
+/// many were accepted.
+async fn open_streams_at_once(
+    client: &support::http::Client,
+    named: &[&str],
+) -> (Vec<support::http::EventStream>, usize) {
+    let opening: Vec<_> = (0..STREAMS)
+        .map(|n| {
+            let client = client.clone();
+            let named: Vec<String> = named.iter().map(|s| (*s).to_owned()).collect();
+            tokio::spawn(async move {
+                let named: Vec<&str> = named.iter().map(String::as_str).collect();
+                let mut stream = client.listen(Some("greedy"), json!(n), &named).await;
+                let sse = stream.headers[http::header::CONTENT_TYPE]
+                    .to_str()
+                    .is_ok_and(|t| t.starts_with("text/event-stream"));
+                if sse {
+                    let _ack = stream.next_message().await;
+                }
+                (stream, sse)
+            })
+        })
+        .collect();
+    let mut streams = Vec::with_capacity(STREAMS);
+    let mut accepted = 0;
+    for opened in opening {
+        let (stream, sse) = opened.await.unwrap();
+        accepted += usize::from(sse);
+        streams.push(stream);
+    }
+    (streams, accepted)
+}
+
+/// When the greedy principal opens its streams.
+#[derive(Clone, Copy, PartialEq)]
+enum Open {
+    /// Before the tasks complete: each change reaches them as it happens.
+    Before,
+    /// After, one after another, each with a snapshot of every finished task.
+    After,
+    /// After, all at the same time.
+    AtOnce,
+}
+
+async fn tenant(store: Arc<dyn TaskStore>, name: &str, open: Open) {
     let server = Server::listening_with(ListenSupport::NotFound, listen_builder(store)).await;
     let client = server.client();
     let mut ids = Vec::with_capacity(TASKS);
@@ -147,7 +189,7 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str, listen_first: bool) {
     }
     let bobs = client.create_task_id("job", json!({}), Some("bob")).await;
     let named: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let mut opened = if listen_first {
+    let mut opened = if open == Open::Before {
         Some(open_streams(&client, &named).await)
     } else {
         None
@@ -176,8 +218,10 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str, listen_first: bool) {
         server.tasks.complete(&id, result).await.unwrap();
     }
     let completing = started.elapsed();
-    if opened.is_none() {
+    if open == Open::After {
         opened = Some(open_streams(&client, &named).await);
+    } else if open == Open::AtOnce {
+        opened = Some(open_streams_at_once(&client, &named).await);
     }
     let (streams, accepted) = opened.unwrap_or_default();
     // What the streams hold settles once the connections stop taking bytes.
@@ -191,7 +235,11 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str, listen_first: bool) {
         "{name}: completions took {completing:?}, {} gets",
         took.len()
     );
-    let when = if listen_first { "before" } else { "after" };
+    let when = match open {
+        Open::Before => "before",
+        Open::After => "after",
+        Open::AtOnce => "after, at once",
+    };
     println!(
         "| {name} | {} | {when} | {accepted} of {STREAMS} | {} | {} | {} | {} |",
         mib((TASKS * RESULT_BYTES) as u64),
@@ -286,7 +334,11 @@ async fn slow(store: impl TaskStore, proxy: &support::proxy::Proxy, name: &str) 
 fn main() {
     let mode = std::env::var("PRESSURE").unwrap_or_else(|_| "tenant".into());
     let which = std::env::var("PRESSURE_STORE").unwrap_or_else(|_| "memory".into());
-    let listen_first = std::env::var("PRESSURE_LISTEN").map_or(true, |v| v != "after");
+    let open = match std::env::var("PRESSURE_LISTEN").as_deref() {
+        Ok("after") => Open::After,
+        Ok("at-once") => Open::AtOnce,
+        _ => Open::Before,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -296,7 +348,7 @@ fn main() {
         match (mode.as_str(), which.as_str()) {
             ("tenant", "memory") => {
                 print_tenant_head();
-                tenant(Arc::new(MemoryStore::new()), "memory", listen_first).await;
+                tenant(Arc::new(MemoryStore::new()), "memory", open).await;
             }
             #[cfg(all(feature = "postgres", feature = "test-util"))]
             ("tenant", "postgres") => {
@@ -304,13 +356,13 @@ fn main() {
                     .await
                     .expect("DATABASE_URL");
                 print_tenant_head();
-                tenant(Arc::new(store), "PostgreSQL", listen_first).await;
+                tenant(Arc::new(store), "PostgreSQL", open).await;
             }
             #[cfg(all(feature = "redis", feature = "test-util"))]
             ("tenant", "redis") => {
                 let store = support::stores::redis::scratch().await.expect("REDIS_URL");
                 print_tenant_head();
-                tenant(Arc::new(store), "Redis", listen_first).await;
+                tenant(Arc::new(store), "Redis", open).await;
             }
             #[cfg(all(feature = "postgres", feature = "test-util"))]
             ("slow", "postgres") => {

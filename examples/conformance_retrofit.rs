@@ -254,16 +254,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config,
     );
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3004")).await?;
+    let signal = common::shutdown_signal();
     if std::env::var("MCP_PLAIN").is_ok_and(|v| v == "1") {
         // No layer at all: an MCP server without tasks, for the gateway to front.
         println!(
             "{NAME} (plain) listening on http://{}/mcp",
             listener.local_addr()?
         );
-        let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
-        };
-        common::serve(listener, rmcp_service, shutdown).await;
+        common::serve(listener, rmcp_service, signal).await;
         return Ok(());
     }
     let drain = tasks_layer.clone();
@@ -274,7 +272,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("{NAME} listening on http://{}/mcp", listener.local_addr()?);
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         drain.drain(Duration::from_secs(5)).await;
     })
     .await;

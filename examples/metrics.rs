@@ -69,6 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = common::listen_addr("127.0.0.1:3005");
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
+    let signal = common::shutdown_signal();
     println!(
         "{} listening on http://{addr}/mcp, metrics at http://{addr}/metrics",
         retrofit_app::NAME
@@ -78,7 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            signal.await;
             tasks_layer.drain(Duration::from_secs(5)).await;
         })
         .await?;

@@ -87,6 +87,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let addr = std::env::var("MCP_ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
+    // Installed before the address is printed: a SIGTERM from then on drains.
+    let signal = common::shutdown_signal();
     println!("listening on http://{}/mcp", listener.local_addr()?);
     // axum 0.8 no longer sets TCP_NODELAY; task notifications go out as small SSE writes.
     let listener = listener.tap_io(|tcp| {
@@ -95,7 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Ctrl-C or SIGTERM: running tasks get 10 s to finish, the rest fail, listen
     // streams end with their result, then the server stops.
     let shutdown = async move {
-        shutdown_signal().await;
+        signal.await;
         let failed = tasks_layer.drain(Duration::from_secs(10)).await;
         println!("shut down; {failed} unfinished task(s) failed");
     };
@@ -103,24 +105,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
-}
-
-/// Resolves on Ctrl-C, or on SIGTERM where there is one (what a deploy sends).
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 /// Demo authentication: `Authorization: Bearer <name>` makes `<name>` the principal,

@@ -56,9 +56,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = common::listen_addr("127.0.0.1:3002");
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
+    let signal = common::shutdown_signal();
     println!("{} listening on http://{addr}/mcp", retrofit_app::NAME);
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         // `Auto` runners get 5 s to finish; the rest fail and listen streams end.
         drain.drain(std::time::Duration::from_secs(5)).await;
     })

@@ -447,7 +447,14 @@ impl TaskContext {
     /// ```
     pub fn create(&self, spec: TaskSpec) -> Result<(), TaskRefused> {
         match &self.state {
-            ContextState::Refused(reason) => Err(*reason),
+            ContextState::Refused(reason) => {
+                if *reason == TaskRefused::ShuttingDown {
+                    // A call the drain kept from becoming a task: counted, so that
+                    // calls still reaching a draining node show.
+                    crate::observe::task_refused("shutting_down");
+                }
+                Err(*reason)
+            }
             ContextState::Open(slot) => {
                 let mut slot = lock(slot);
                 match &*slot {

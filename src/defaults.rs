@@ -16,20 +16,22 @@
 //! | task ids in one listen | 1 000 | – | [`MAX_LISTEN_TASK_IDS`] |
 //! | open listen streams with task ids per principal | 16 | `with_max_listen_streams_per_owner` | [`MAX_LISTEN_STREAMS_PER_OWNER`] |
 //! | open listen streams with task ids in all | 1 000 | `with_max_listen_streams` | [`MAX_LISTEN_STREAMS`] |
-//! | task notifications unread listen streams hold, per principal (a change counted once, however many streams name it) | 32 MiB (a new listen past it: -32603 "Too many listen bytes"; an open stream: ended with the listen result) | `with_max_listen_bytes_per_owner` | [`MAX_LISTEN_BYTES_PER_OWNER`] |
-//! | task notifications unread listen streams hold, in all | 256 MiB (as above) | `with_max_listen_bytes` | [`MAX_LISTEN_BYTES`] |
+//! | task notifications unread listen streams hold, per principal (a change counted once, however many streams name it), and the snapshots being read for new ones | 32 MiB (a new listen past it: -32603 "Too many listen bytes", its snapshot not fetched; an open stream: ended with the listen result) | `with_max_listen_bytes_per_owner` | [`MAX_LISTEN_BYTES_PER_OWNER`] |
+//! | task notifications unread listen streams hold, and the snapshots being read for new ones, in all | 256 MiB (as above) | `with_max_listen_bytes` | [`MAX_LISTEN_BYTES`] |
 //! | wait for the inner listen acknowledgment | 5 s (then the layer's own, tasks only) | `with_listen_ack_timeout` | [`LISTEN_ACK_TIMEOUT`] |
 //! | keep-alive on idle listen streams | 15 s (at most 1 hour) | `with_keep_alive` | [`KEEP_ALIVE`], [`MAX_KEEP_ALIVE`] |
 //! | janitor sweeps | every 60 s | `with_janitor`, `without_janitor` | [`JANITOR_INTERVAL`] |
 //! | terminal tasks without a TTL kept | 1 hour | `with_janitor` | [`RETENTION`] |
 //! | `Auto` task stopped before its TTL | at most 5 s | – | [`AUTO_EXPIRY_MARGIN`] |
 //! | one store call made by the layer (then -32603) | 5 s | `with_store_timeout` | [`STORE_TIMEOUT`] |
+//! | reaching the server in `PostgresStore::connect` / `RedisStore::connect` | 5 s | `connect_with_timeout` | [`CONNECT_TIMEOUT`] |
 //! | PostgreSQL `statement_timeout` on the connections of `PostgresStore::connect` | 6 s | a pool of your own (`PostgresStore::new`) | [`STATEMENT_TIMEOUT`] |
 //! | worker lease (a stopped node's tasks failed within 1.25 ×) | 20 s (at least 100 ms) | `with_worker_lease`, `without_worker_leases` | [`WORKER_LEASE`], [`MIN_WORKER_LEASE`] |
 //!
 //! A setting out of range (a zero cap or duration, a TTL over 10 years, an empty server
 //! name) is a [`ConfigError`](crate::error::ConfigError) from `build()`, never a
-//! failure at request time. The client of the `client` feature has caps of its own,
+//! failure at request time; one below or above a bound names it ("worker lease must
+//! be at least 100 ms"). The client of the `client` feature has caps of its own,
 //! listed on its module page.
 //!
 //! ```
@@ -107,6 +109,11 @@ pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 /// The longest one store call made by the layer may take (5 s): past it the call is
 /// dropped and a request gets -32603, so a store outage never hangs a client.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `PostgresStore::connect` and `RedisStore::connect` may take to reach
+/// their server (5 s). A refused connection fails at once, without retries, with the
+/// cause and the server's address; an address that does not answer fails when this
+/// runs out. `connect_with_timeout` on either store sets another.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The `statement_timeout` `PostgresStore::connect` sets on its connections (6 s,
 /// a little above [`STORE_TIMEOUT`]): a statement the layer gave up on is
 /// cancelled in the database as well, instead of holding a connection and locks.

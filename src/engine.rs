@@ -590,7 +590,7 @@ impl Engine {
                         tokio::time::sleep(delay).await;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose create was not confirmed");
+                        tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose create was not confirmed");
                         break;
                     }
                 }
@@ -624,7 +624,7 @@ impl Engine {
                         tokio::time::sleep(delay).await;
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, "mcp-tasks: could not re-read a task after a failed write");
+                        tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not re-read a task after a failed write");
                         break None;
                     }
                 }
@@ -664,7 +664,7 @@ impl Engine {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read tasks changed on another node; retrying");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read tasks changed on another node; retrying");
                     let mut failed = batch.to_vec();
                     failed.extend(batches.flatten());
                     return failed;
@@ -710,7 +710,7 @@ impl Engine {
             match answered {
                 Ok(answer) => return answer,
                 Err(e) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on for input; retrying");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read a task a worker waits on for input; retrying");
                     backoff.wait().await;
                 }
             }
@@ -803,7 +803,7 @@ impl Engine {
                     .with_data(serde_json::json!({"limit": limit.as_str()})));
             }
             Err(e) => {
-                tracing::error!(error = %e, "task store failed to create a task");
+                tracing::error!(error = %crate::error::Chain(&e), "task store failed to create a task");
                 // It may have been stored all the same, with no worker to run it.
                 self.compensate_create(record.id);
                 return Err(RpcError::internal_error());
@@ -1088,7 +1088,7 @@ impl Future for Cancelled<'_> {
                     return Poll::Ready(end);
                 }
                 Poll::Ready(Err(e)) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not read a task a worker waits on; retrying");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read a task a worker waits on; retrying");
                     let delay = this.retry.next_delay();
                     this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
                 }

@@ -20,6 +20,7 @@
 //! ```
 
 use std::fmt;
+use std::time::Duration;
 
 /// A boxed error, as tower uses: the cause inside [`StoreError::Backend`], and the
 /// error type the layer's bodies report.
@@ -52,10 +53,38 @@ pub enum ConfigError {
     ZeroLimit(&'static str),
     /// A duration that must be positive was zero.
     ZeroDuration(&'static str),
-    /// A value exceeds what the wire can carry or the specification allows.
-    TooLarge(&'static str),
-    /// A value is below the least the layer accepts.
-    TooSmall(&'static str),
+    /// A duration is longer than the layer accepts (what the wire can carry or the
+    /// specification allows): the setting, and the longest accepted.
+    TooLarge {
+        /// The setting, as its setter names it.
+        setting: &'static str,
+        /// The longest value accepted.
+        max: Duration,
+    },
+    /// A duration is shorter than the layer accepts: the setting, and the shortest
+    /// accepted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
+    ///
+    /// let refused = TasksLayer::builder(MemoryStore::new())
+    ///     .with_worker_lease(Duration::from_millis(10))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(
+    ///     refused,
+    ///     ConfigError::TooSmall { setting: "worker lease", min: Duration::from_millis(100) }
+    /// );
+    /// assert_eq!(refused.to_string(), "mcp-tasks: worker lease must be at least 100 ms");
+    /// ```
+    TooSmall {
+        /// The setting, as its setter names it.
+        setting: &'static str,
+        /// The shortest value accepted.
+        min: Duration,
+    },
     /// The server name given for `serverInfo` is empty.
     EmptyServerName,
     /// A name (a table, a key prefix) is not one the backend accepts, with the rule.
@@ -69,8 +98,12 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroDuration(what) => {
                 write!(f, "mcp-tasks: {what} must be longer than zero")
             }
-            ConfigError::TooLarge(what) => write!(f, "mcp-tasks: {what} is too large"),
-            ConfigError::TooSmall(what) => write!(f, "mcp-tasks: {what} is too small"),
+            ConfigError::TooLarge { setting, max } => {
+                write!(f, "mcp-tasks: {setting} must be at most {}", Spoken(*max))
+            }
+            ConfigError::TooSmall { setting, min } => {
+                write!(f, "mcp-tasks: {setting} must be at least {}", Spoken(*min))
+            }
             ConfigError::EmptyServerName => f.write_str("mcp-tasks: the server name is empty"),
             ConfigError::InvalidName(rule) => write!(f, "mcp-tasks: invalid name: {rule}"),
         }
@@ -78,6 +111,27 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A duration as a person writes it: `100 ms`, `15 s`, `1 h`.
+struct Spoken(Duration);
+
+impl fmt::Display for Spoken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.subsec_nanos() == 0 && d.as_secs() > 0 {
+            let secs = d.as_secs();
+            if secs.is_multiple_of(3600) {
+                write!(f, "{} h", secs / 3600)
+            } else {
+                write!(f, "{secs} s")
+            }
+        } else if d.subsec_nanos().is_multiple_of(1_000_000) {
+            write!(f, "{} ms", d.as_millis())
+        } else {
+            write!(f, "{d:?}")
+        }
+    }
+}
 
 /// Which cap a refused `create` hit: carried by [`StoreError::LimitReached`], and
 /// sent to the client as `error.data.limit` of the -32603 "Task limit reached".
@@ -318,6 +372,22 @@ impl From<TransitionError> for TaskError {
     }
 }
 
+/// An error and each of its causes, joined by `": "`: what the layer's own logs
+/// print, so that a store failure names its cause and not only its top level.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,5 +413,15 @@ mod tests {
         let refused = TaskError::from(TransitionError::DuplicateKeys(vec!["a".into()]));
         assert!(!refused.to_string().contains("input keys"));
         assert!(refused.source().unwrap().to_string().ends_with(": a"));
+    }
+
+    #[test]
+    fn a_chain_prints_every_level_once() {
+        let e = TaskError::from(StoreError::backend("connection refused"));
+        assert_eq!(
+            Chain(&e).to_string(),
+            "the task store failed: the task store backend failed: connection refused"
+        );
+        assert_eq!(Chain(&TaskError::NotFound).to_string(), "task not found");
     }
 }

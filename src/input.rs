@@ -196,7 +196,8 @@ impl InputRequests {
     }
 
     /// The status message shown while the task waits (default: the task keeps its
-    /// current one).
+    /// current one). The last answer clears it: the task is `working` again with no
+    /// status message until the work sets one.
     ///
     /// ```
     /// use mcp_tasks::input::{InputRequest, InputRequests};

@@ -191,16 +191,29 @@ impl TasksLayer {
         self.engine.listen.clone()
     }
 
-    /// Shuts this node's tasks down gracefully, for a deploy or a Ctrl-C: from now on
-    /// no call becomes a task (a handler's `TaskContext` refuses with
-    /// [`TaskRefused::ShuttingDown`](crate::TaskRefused::ShuttingDown) and runs the
-    /// call synchronously, an `Auto` tool answers synchronously, a `Required` one is
-    /// refused with -32603 "Server is shutting down"); the work running here (under a
+    /// Shuts this node's tasks down gracefully, for a deploy, a SIGTERM or a Ctrl-C:
+    /// from now on no call becomes a task; the work running here (under a
     /// [`TaskHandle`](crate::worker::TaskHandle) or an `Auto` runner) gets up to
     /// `grace` to finish; what is left then fails with -32603 "Server shut down
     /// before the task finished"; and every listen stream ends with the listen
     /// request's result. Returns how many tasks it failed. `tasks/get`, `update` and
     /// `cancel` keep working throughout.
+    ///
+    /// Calls that arrive while it drains:
+    ///
+    /// - a `Required` (or `AutoRequired`) tool called with the extension is refused
+    ///   with HTTP 503, `Retry-After: 1` and -32603 "Server is shutting down" with
+    ///   `error.data` `{"retryable": true, "reason": "shutting_down"}`: the call never
+    ///   ran, so a proxy, a load balancer or the client may send it again, to another
+    ///   node;
+    /// - an `Optional` tool runs synchronously: its handler's `TaskContext` refuses
+    ///   with [`TaskRefused::ShuttingDown`](crate::TaskRefused::ShuttingDown), and the
+    ///   client gets the tool's own result;
+    /// - an `Auto` tool answers synchronously, however long it takes.
+    ///
+    /// Each of them counts in `mcp_tasks_refused_total{reason="shutting_down"}`
+    /// (feature `metrics`). A load balancer should stop sending calls before the
+    /// drain begins: see [`is_draining`](Self::is_draining).
     ///
     /// ```
     /// use std::time::Duration;
@@ -209,7 +222,7 @@ impl TasksLayer {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let layer = TasksLayer::new(MemoryStore::new());
-    /// // e.g. after tokio::signal::ctrl_c().await, before the HTTP server stops:
+    /// // e.g. on SIGTERM, before the HTTP server stops:
     /// assert_eq!(layer.drain(Duration::from_secs(10)).await, 0); // nothing was running
     /// # }
     /// ```
@@ -217,6 +230,10 @@ impl TasksLayer {
         const SHUT_DOWN: &str = "Server shut down before the task finished";
         let engine = &self.engine;
         engine.start_draining();
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "mcp-tasks: draining: no call becomes a task from now on; running work has the grace period to finish"
+        );
         let left = engine.wait_idle(tokio::time::Instant::now() + grace).await;
         let mut failed = 0;
         for id in &left {
@@ -227,7 +244,9 @@ impl TasksLayer {
             match engine.update(id, Scope::Any, &fail).await {
                 Ok(Some(updated)) if updated.changed() => failed += 1,
                 Ok(_) => {}
-                Err(e) => tracing::error!(error = %e, "drain: could not fail a running task"),
+                Err(e) => {
+                    tracing::error!(error = %crate::error::Chain(&e), "drain: could not fail a running task")
+                }
             }
             engine.abort_runner(id);
         }
@@ -239,6 +258,48 @@ impl TasksLayer {
         }
         engine.listen.registry().end_all();
         failed
+    }
+
+    /// Whether [`drain`](Self::drain) has begun on this layer: from then on no call
+    /// becomes a task, and a `Required` tool is refused with HTTP 503.
+    ///
+    /// A load balancer sends a node calls until its readiness probe fails. For a
+    /// deploy without refused calls, turn readiness off first, wait until the
+    /// balancer has noticed (its probe period times its failure threshold), and only
+    /// then drain; the probe also fails once a drain has begun, whoever started it:
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// /// The readiness probe: 200 while this node should get new calls.
+    /// fn readiness(stopping: &AtomicBool, layer: &TasksLayer) -> StatusCode {
+    ///     if stopping.load(Ordering::Acquire) || layer.is_draining() {
+    ///         StatusCode::SERVICE_UNAVAILABLE
+    ///     } else {
+    ///         StatusCode::OK
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let layer = TasksLayer::new(MemoryStore::new());
+    /// let stopping = AtomicBool::new(false);
+    /// assert_eq!(readiness(&stopping, &layer), StatusCode::OK);
+    /// // On SIGTERM: readiness off, and time for the balancer to see it…
+    /// stopping.store(true, Ordering::Release);
+    /// assert_eq!(readiness(&stopping, &layer), StatusCode::SERVICE_UNAVAILABLE);
+    /// tokio::time::sleep(Duration::from_secs(10)).await;
+    /// // …then the drain, then the HTTP server's graceful shutdown.
+    /// assert!(!layer.is_draining());
+    /// layer.drain(Duration::from_secs(30)).await;
+    /// assert!(layer.is_draining());
+    /// # }
+    /// ```
+    pub fn is_draining(&self) -> bool {
+        self.engine.is_draining()
     }
 
     /// Whether the extension is switched on (the default; see
@@ -474,7 +535,9 @@ impl TasksLayerBuilder {
     /// let day = Duration::from_secs(24 * 3600);
     /// assert!(TasksLayer::builder(MemoryStore::new()).with_default_ttl(day).build().is_ok());
     /// let forever = TasksLayer::builder(MemoryStore::new()).with_default_ttl(Duration::MAX).build();
-    /// assert_eq!(forever.unwrap_err(), ConfigError::TooLarge("default_ttl"));
+    /// let refused = forever.unwrap_err();
+    /// assert_eq!(refused, ConfigError::TooLarge { setting: "default_ttl", max: mcp_tasks::defaults::MAX_TTL });
+    /// assert_eq!(refused.to_string(), "mcp-tasks: default_ttl must be at most 87600 h");
     /// ```
     pub fn with_default_ttl(mut self, ttl: Duration) -> Self {
         self.config.default_ttl = Some(ttl);
@@ -898,7 +961,8 @@ impl TasksLayerBuilder {
     /// let too_long = TasksLayer::builder(MemoryStore::new())
     ///     .with_keep_alive(Duration::from_secs(2 * 3600))
     ///     .build();
-    /// assert_eq!(too_long.unwrap_err(), ConfigError::TooLarge("keep_alive"));
+    /// let refused = too_long.unwrap_err();
+    /// assert_eq!(refused.to_string(), "mcp-tasks: keep_alive must be at most 1 h");
     /// ```
     pub fn with_keep_alive(mut self, interval: Duration) -> Self {
         self.config.keep_alive = interval;
@@ -1168,7 +1232,10 @@ impl TasksLayerBuilder {
             return Err(ConfigError::ZeroDuration("default_ttl"));
         }
         if c.default_ttl.is_some_and(|d| d > defaults::MAX_TTL) {
-            return Err(ConfigError::TooLarge("default_ttl"));
+            return Err(ConfigError::TooLarge {
+                setting: "default_ttl",
+                max: defaults::MAX_TTL,
+            });
         }
         if c.default_poll_interval.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_poll_interval"));
@@ -1177,7 +1244,10 @@ impl TasksLayerBuilder {
             return Err(ConfigError::ZeroDuration("keep_alive"));
         }
         if c.keep_alive > defaults::MAX_KEEP_ALIVE {
-            return Err(ConfigError::TooLarge("keep_alive"));
+            return Err(ConfigError::TooLarge {
+                setting: "keep_alive",
+                max: defaults::MAX_KEEP_ALIVE,
+            });
         }
         if let Some((interval, _)) = c.janitor
             && interval.is_zero()
@@ -1188,13 +1258,19 @@ impl TasksLayerBuilder {
             .lease_bound
             .is_some_and(|bound| bound < defaults::MIN_WORKER_LEASE)
         {
-            return Err(ConfigError::TooSmall("worker lease"));
+            return Err(ConfigError::TooSmall {
+                setting: "worker lease",
+                min: defaults::MIN_WORKER_LEASE,
+            });
         }
         if self
             .lease_bound
             .is_some_and(|bound| bound > defaults::MAX_TTL)
         {
-            return Err(ConfigError::TooLarge("worker lease"));
+            return Err(ConfigError::TooLarge {
+                setting: "worker lease",
+                max: defaults::MAX_TTL,
+            });
         }
         if let Some((name, version)) = self.server_name.take() {
             if name.trim().is_empty() {

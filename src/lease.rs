@@ -47,6 +47,75 @@ const HOLDS_CHECK_EVERY: u32 = 8;
 /// The shortest pause between two sweeps.
 const SWEEP_MIN: Duration = Duration::from_millis(10);
 
+/// During an outage, the least time between two warnings of one loop: the first
+/// failure is told at once, the rest in a summary at most this often, and the end
+/// of the outage in one line.
+const OUTAGE_SUMMARY_EVERY: Duration = Duration::from_secs(30);
+
+/// The warnings of one loop whose store calls keep failing (renewing the lease,
+/// reading the leases): without it, an outage logged a line for every retry,
+/// several a second with a short lease.
+#[derive(Debug)]
+struct Failures {
+    /// What failed, as in "could not {doing}".
+    doing: &'static str,
+    /// Since when it fails, and how often it failed since.
+    since: Option<(Instant, u64)>,
+    /// When the last warning went out.
+    told: Instant,
+}
+
+impl Failures {
+    fn new(doing: &'static str) -> Self {
+        Failures {
+            doing,
+            since: None,
+            told: Instant::now(),
+        }
+    }
+
+    /// One more failure, with its cause (`None`: the call timed out).
+    fn failed(&mut self, cause: Option<&crate::error::StoreError>) {
+        let now = Instant::now();
+        let cause = cause.map(|e| crate::error::Chain(e).to_string());
+        let cause = cause
+            .as_deref()
+            .unwrap_or("the store did not answer in time");
+        match &mut self.since {
+            None => {
+                self.since = Some((now, 1));
+                self.told = now;
+                tracing::warn!(error = %cause, "mcp-tasks: could not {}; retrying", self.doing);
+            }
+            Some((since, failures)) => {
+                *failures += 1;
+                if now.saturating_duration_since(self.told) >= OUTAGE_SUMMARY_EVERY {
+                    self.told = now;
+                    tracing::warn!(
+                        error = %cause,
+                        failures = *failures,
+                        failing_for_s = now.saturating_duration_since(*since).as_secs(),
+                        "mcp-tasks: still could not {}; retrying",
+                        self.doing
+                    );
+                }
+            }
+        }
+    }
+
+    /// A success: ends the outage, if there was one, with one line.
+    fn succeeded(&mut self) {
+        if let Some((since, failures)) = self.since.take() {
+            tracing::info!(
+                failures,
+                failed_for_ms = since.elapsed().as_millis() as u64,
+                "mcp-tasks: could {} again",
+                self.doing
+            );
+        }
+    }
+}
+
 /// One node's leases, as the builder configured them.
 #[derive(Clone, Debug)]
 pub(crate) struct Leasing {
@@ -145,6 +214,7 @@ impl Leasing {
         let mut replace = true;
         let mut held = Held::default();
         let mut retries = renew_retries(self.renew_every());
+        let mut failures = Failures::new("renew this node's worker lease");
         if let Some(engine) = engine.upgrade() {
             engine.start_leasing();
         }
@@ -182,6 +252,7 @@ impl Leasing {
                     lock(health).renewed(Instant::now());
                     held.set(strong.leased().len());
                     retries.reset();
+                    failures.succeeded();
                     self.renew_every()
                 }
                 Ok(Ok(Renewed::Lost { tasks })) => {
@@ -196,15 +267,13 @@ impl Leasing {
                     continue;
                 }
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not renew this node's worker lease; retrying");
+                    failures.failed(Some(&e));
                     replace = true;
                     lock(health).broken();
                     retries.next_delay()
                 }
                 Err(_) => {
-                    tracing::warn!(
-                        "mcp-tasks: renewing this node's worker lease timed out; retrying"
-                    );
+                    failures.failed(None);
                     replace = true;
                     lock(health).broken();
                     retries.next_delay()
@@ -224,12 +293,15 @@ impl Leasing {
         let mut seen: HashMap<LeaseId, Watch> = HashMap::new();
         let mut every = self.bound / 8;
         let mut holds_checked = Instant::now();
+        let mut failures = Failures::new("read the worker leases");
         loop {
             tokio::time::sleep(every.max(SWEEP_MIN)).await;
             let Some(engine) = engine.upgrade() else {
                 return;
             };
-            let (_, shortest) = self.sweep_once(&engine, health, &mut seen).await;
+            let (_, shortest) = self
+                .sweep_once(&engine, health, &mut seen, &mut failures)
+                .await;
             every = shortest.min(self.bound) / 8;
             if holds_checked.elapsed() >= self.bound * HOLDS_CHECK_EVERY {
                 holds_checked = Instant::now();
@@ -247,15 +319,19 @@ impl Leasing {
         engine: &Engine,
         health: &Mutex<Health>,
         seen: &mut HashMap<LeaseId, Watch>,
+        failures: &mut Failures,
     ) -> (usize, Duration) {
         let leases = match tokio::time::timeout(self.renew_timeout(), self.store.leases()).await {
-            Ok(Ok(leases)) => leases,
+            Ok(Ok(leases)) => {
+                failures.succeeded();
+                leases
+            }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not read the worker leases");
+                failures.failed(Some(&e));
                 return (0, self.bound);
             }
             Err(_) => {
-                tracing::warn!("mcp-tasks: reading the worker leases timed out");
+                failures.failed(None);
                 return (0, self.bound);
             }
         };
@@ -304,7 +380,7 @@ impl Leasing {
             // Renewed since: alive.
             Ok(Ok(None)) => return 0,
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "mcp-tasks: could not claim a dead node's worker lease");
+                tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not claim a dead node's worker lease");
                 return 0;
             }
             Err(_) => {
@@ -326,7 +402,7 @@ impl Leasing {
             match tokio::time::timeout(self.renew_timeout(), self.store.forget(lease)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "mcp-tasks: could not remove a claimed worker lease");
+                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not remove a claimed worker lease");
                 }
                 Err(_) => tracing::warn!("mcp-tasks: removing a claimed worker lease timed out"),
             }
@@ -407,7 +483,7 @@ async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
     match engine.update(id, Scope::Any, &fail).await {
         Ok(updated) => Ok(updated.is_some_and(|u| u.changed())),
         Err(e) => {
-            tracing::warn!(error = %e, "mcp-tasks: could not fail a task whose worker was lost");
+            tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
             Err(())
         }
     }
@@ -617,6 +693,86 @@ mod tests {
         assert!(leases.iter().all(|lease| !lease.claimed));
     }
 
+    /// Log lines written while it is the thread's subscriber.
+    #[derive(Clone, Default)]
+    struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Logged {
+        fn lines(&self, level: &str, text: &str) -> usize {
+            String::from_utf8_lossy(&self.0.lock().unwrap())
+                .lines()
+                .filter(|line| line.contains(level) && line.contains(text))
+                .count()
+        }
+    }
+
+    impl std::io::Write for Logged {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_is_told_once_then_summed_up_then_ended() {
+        let logged = Logged::default();
+        let writer = logged.clone();
+        // The runtime has one thread, this one: the lease loops log here.
+        let _logs = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        );
+        let store = Arc::new(MemoryStore::new());
+        let leases = Outage::default();
+        let _node = node(&store, leases.clone());
+        tokio::time::sleep(BOUND * 3).await;
+
+        // 95 s down: a renewal is retried every third of a lease at most, a sweep
+        // runs every eighth, so hundreds of failures.
+        leases.down.store(true, Ordering::Release);
+        tokio::time::sleep(Duration::from_secs(95)).await;
+        for doing in ["renew this node's worker lease", "read the worker leases"] {
+            assert_eq!(
+                logged.lines("WARN", &format!("mcp-tasks: could not {doing}; retrying")),
+                1,
+                "the first failure, once"
+            );
+            // One summary at 30, 60 and 90 s (give or take a retry).
+            let summaries = logged.lines("WARN", &format!("still could not {doing}"));
+            assert!(
+                (2..=3).contains(&summaries),
+                "{summaries} summaries of {doing}"
+            );
+            assert_eq!(
+                logged.lines("INFO", &format!("mcp-tasks: could {doing} again")),
+                0
+            );
+        }
+        let summary = String::from_utf8_lossy(&logged.0.lock().unwrap())
+            .lines()
+            .find(|line| line.contains("still could not renew"))
+            .map(str::to_owned)
+            .unwrap();
+        assert!(summary.contains("store unreachable"), "{summary}");
+        assert!(summary.contains("failures="), "{summary}");
+
+        leases.down.store(false, Ordering::Release);
+        tokio::time::sleep(BOUND * 2).await;
+        for doing in ["renew this node's worker lease", "read the worker leases"] {
+            assert_eq!(
+                logged.lines("INFO", &format!("mcp-tasks: could {doing} again")),
+                1
+            );
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_freeze_of_every_node_fails_nothing() {
         // Both nodes stop running for ten leases at once (a paused host, a starved
@@ -794,9 +950,17 @@ mod tests {
         let refused = TasksLayer::builder(MemoryStore::new())
             .with_worker_lease(Duration::from_millis(10))
             .build();
+        let refused = refused.unwrap_err();
         assert_eq!(
-            refused.unwrap_err(),
-            crate::error::ConfigError::TooSmall("worker lease")
+            refused,
+            crate::error::ConfigError::TooSmall {
+                setting: "worker lease",
+                min: crate::defaults::MIN_WORKER_LEASE,
+            }
+        );
+        assert!(
+            refused.to_string().ends_with("at least 100 ms"),
+            "{refused}"
         );
     }
 }

@@ -38,11 +38,15 @@
 //! | `mcp_tasks_listen_streams` | gauge | | a listen stream opens or closes |
 //! | `mcp_tasks_runners` | gauge | | a `TaskMode::Auto` runner starts or ends |
 //! | `mcp_tasks_workers` | gauge | | work under a `TaskHandle` starts or its last handle is dropped |
-//! | `mcp_tasks_store_call_seconds` | histogram | `op`: `create`, `get`, `get_many`, `update` | a store call of a route or a worker returns |
+//! | `mcp_tasks_store_call_seconds` | histogram (in Prometheus: a summary, unless buckets are set) | `op`: `create`, `get`, `get_many`, `get_many_within`, `update` | a store call of a route or a worker returns |
 //! | `mcp_tasks_store_errors_total` | counter | `op`, as above | a store call fails |
 //! | `mcp_tasks_lease_recovered_total` | counter | | this node fails a task held by a lease it claimed (a dead node's work) |
 //! | `mcp_tasks_leases_lost_total` | counter | | this node learns that other nodes claimed its lease (it was cut off longer than its lease) |
 //! | `mcp_tasks_held_tasks` | gauge | | this node's count of leased tasks changes, at each renewal |
+//!
+//! The one histogram is recorded through the facade's `histogram!`;
+//! `metrics-exporter-prometheus` exports it as a summary (quantiles, `_sum`, `_count`)
+//! unless `set_buckets_for_metric` gives it buckets, which `examples/metrics.rs` does.
 //!
 //! In the repository, `cargo run --example metrics --features metrics` serves the
 //! `retrofit` example with a Prometheus `/metrics` endpoint beside `/mcp`

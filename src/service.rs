@@ -344,15 +344,17 @@ where
             let mode = engine.config.mode_for_call(tool, arguments);
             let draining = engine.is_draining();
             if draining && declared && mode.requires_extension() {
-                observe::task_refused("shutting_down");
-                return Ok(reply(RpcError::internal("Server is shutting down"), id));
+                return Ok(routes::shutting_down(id));
             }
             if let Some(after) = mode.auto_after()
                 && declared
-                && !draining
             {
-                let id = id.cloned();
-                return routes::auto::call(engine, inner, parts, bytes.clone(), id, after).await;
+                if !draining {
+                    let id = id.cloned();
+                    return routes::auto::call(engine, inner, parts, bytes.clone(), id, after)
+                        .await;
+                }
+                observe::task_refused("shutting_down");
             }
             if mode.requires_extension() && !declared {
                 observe::task_refused("extension_required");

@@ -809,6 +809,9 @@ impl TaskRecord {
                 }
                 if self.input_requests.is_empty() {
                     self.status = TaskStatus::Working;
+                    // The message described the wait (a question's text, often);
+                    // the work says what it does next.
+                    self.status_message = None;
                 }
             }
             Transition::Cancel => {
@@ -1127,6 +1130,7 @@ impl Serialize for TaskJson<'_> {
 /// };
 /// task.apply(&answer, Timestamp::now()).unwrap();
 /// assert_eq!(task.status, TaskStatus::Working);
+/// assert_eq!(task.status_message, None); // "Which folder?" was answered
 /// assert_eq!(task.input_responses["ok"], json!({"roots": []}));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -1141,7 +1145,8 @@ pub enum Transition {
     RequireInput {
         /// New input requests by key; keys must never have been issued before.
         requests: Map<String, Value>,
-        /// Optional status text.
+        /// Optional status text while the task waits (without it, the task keeps
+        /// its current one); cleared with the last answer.
         message: Option<String>,
     },
     /// Finishes with a result.
@@ -1155,10 +1160,12 @@ pub enum Transition {
     Fail {
         /// The error.
         error: ErrorObject,
-        /// Optional status text (defaults to the current one, or "Task failed").
+        /// Optional status text (default "Task failed").
         message: Option<String>,
     },
     /// A client's `tasks/update`: answers for outstanding keys; others are ignored.
+    /// Once none is outstanding the task is `working` again, without a status
+    /// message: the one it had described the wait.
     Answer {
         /// Answers by key.
         responses: Map<String, Value>,
@@ -1446,7 +1453,7 @@ mod tests {
         task.apply(
             &Transition::RequireInput {
                 requests: requests(&["a", "b"]),
-                message: None,
+                message: Some("Delete a.txt and b.txt?".into()),
             },
             Timestamp(2_000),
         )
@@ -1467,12 +1474,18 @@ mod tests {
         assert_eq!(task.status, TaskStatus::InputRequired);
         assert!(task.input_requests.contains_key("b"));
         assert!(!task.input_requests.contains_key("a"));
+        // Still waiting: the question stays the status message.
+        assert_eq!(
+            task.status_message.as_deref(),
+            Some("Delete a.txt and b.txt?")
+        );
         assert_eq!(
             task.apply(&answer("a"), Timestamp(2_300)),
             Ok(Applied::Unchanged)
         );
         task.apply(&answer("b"), Timestamp(2_400)).unwrap();
         assert_eq!(task.status, TaskStatus::Working);
+        assert_eq!(task.status_message, None, "the answered question is gone");
         assert_eq!(task.input_responses.len(), 2);
         assert_eq!(task.updated_at, Timestamp(2_400));
     }

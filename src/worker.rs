@@ -805,7 +805,9 @@ async fn fail_abandoned(engine: &Engine, id: &TaskId, message: &str) {
             tracing::warn!("{message}; the task is marked failed");
         }
         Ok(_) => {}
-        Err(e) => tracing::error!(error = %e, "could not mark a task failed: {message}"),
+        Err(e) => {
+            tracing::error!(error = %crate::error::Chain(&e), "could not mark a task failed: {message}")
+        }
     }
 }
 

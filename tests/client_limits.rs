@@ -1,6 +1,7 @@
 //! The client helper's caps, each against a scripted server on loopback that goes
 //! past it: a reply or an event too large, too many input rounds or questions
-//! (before a task and once it exists), and a task that never ends.
+//! (before a task and once it exists), a task that never ends, and a server out of
+//! reach for longer than the poll retry budget; and HTTP errors without JSON-RPC.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{Request, Response, StatusCode, header};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use mcp_tasks::client::{
@@ -322,4 +323,125 @@ async fn a_task_followed_past_the_follow_time_is_cancelled() {
     assert_eq!(limit_of(outcome), ClientLimit::FollowTime);
     request_of(&mut requests, "tasks/cancel").await;
     assert_eq!(ClientLimit::FollowTime.to_string(), "max_follow_time");
+}
+
+fn plain_reply(status: StatusCode, text: &'static str) -> Response<Frames> {
+    let mut response = Response::new(Frames::full(text));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+    response
+}
+
+#[tokio::test]
+async fn an_http_error_without_json_rpc_reads_as_its_status() {
+    let (server, _requests) = scripted(Arc::new(|_, _, _| {
+        plain_reply(StatusCode::UNAUTHORIZED, "missing\n  bearer token\n")
+    }))
+    .await;
+    let client = Client::new(&server.url).unwrap();
+    let refused = call(&client).await.unwrap_err();
+    assert!(
+        matches!(refused, ClientError::Http { status, .. } if status == StatusCode::UNAUTHORIZED),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "HTTP 401 Unauthorized: missing bearer token"
+    );
+}
+
+/// A task whose first `outage` polls meet a gateway's 503, then completes.
+fn behind_a_restarting_gateway(outage: usize) -> Script {
+    Arc::new(move |method, message, n| match method {
+        "tools/call" => json_reply(message, task("working", json!({"resultType": "task"}))),
+        "tasks/get" if n < outage => {
+            plain_reply(StatusCode::SERVICE_UNAVAILABLE, "upstream restarting")
+        }
+        "tasks/get" => json_reply(
+            message,
+            task(
+                "completed",
+                json!({"resultType": "complete", "result": text(1)}),
+            ),
+        ),
+        _ => json_reply(message, json!({"resultType": "complete"})),
+    })
+}
+
+#[tokio::test]
+async fn a_follow_rides_out_an_outage_within_its_poll_retry_budget() {
+    // Ten failed polls 50 ms apart: half a second out of reach.
+    let (server, _requests) = scripted(behind_a_restarting_gateway(10)).await;
+    let client = Client::new(&server.url)
+        .unwrap()
+        .poll_only()
+        .with_poll_retry_budget(Duration::from_secs(5));
+    let Ok(ToolCall::Task(task)) = call(&client).await else {
+        panic!("a task");
+    };
+    let result = within("the follow", task.wait()).await.unwrap();
+    assert_eq!(result, text(1));
+}
+
+#[tokio::test]
+async fn a_follow_gives_up_once_its_poll_retry_budget_is_spent() {
+    let (server, mut requests) = scripted(behind_a_restarting_gateway(usize::MAX)).await;
+    let client = Client::new(&server.url)
+        .unwrap()
+        .poll_only()
+        .with_poll_retry_budget(Duration::from_millis(300));
+    let Ok(ToolCall::Task(task)) = call(&client).await else {
+        panic!("a task");
+    };
+    let started = std::time::Instant::now();
+    let outcome = within("the follow", task.wait()).await;
+    assert!(
+        matches!(outcome, Err(ClientError::Http { status, .. }) if status == StatusCode::SERVICE_UNAVAILABLE),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    // Returning with an error leaves the task as it is: no cancel was sent.
+    drop(client);
+    let mut seen = Vec::new();
+    while let Ok(message) = requests.try_recv() {
+        seen.push(message["method"].as_str().unwrap_or("").to_owned());
+    }
+    assert!(!seen.iter().any(|m| m == "tasks/cancel"), "{seen:?}");
+    assert!(
+        seen.iter().filter(|m| *m == "tasks/get").count() >= 3,
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_gone_for_good_ends_the_follow_after_the_budget() {
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/mcp", listener.local_addr().unwrap())
+    };
+    let client = Client::new(&closed)
+        .unwrap()
+        .with_poll_retry_budget(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let outcome = within(
+        "the follow",
+        client.resume(mcp_tasks::client::TaskRef::new("t-1")).wait(),
+    )
+    .await;
+    assert!(
+        matches!(outcome, Err(ClientError::Transport(_))),
+        "{outcome:?}"
+    );
+    // The first retry would come after the default interval (1 s), past the budget.
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "gave up after {:?}",
+        started.elapsed()
+    );
 }

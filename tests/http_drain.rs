@@ -9,7 +9,8 @@ use std::time::Duration;
 use mcp_tasks::{MemoryStore, TaskMode, TaskSpec};
 use serde_json::json;
 use support::fixtures::{
-    ListenSupport, Server, Tool, listen_builder, spec, standard_inner, sync_fallback, text_result,
+    ListenSupport, Server, Tool, listen_builder, listen_inner, spec, standard_inner, sync_fallback,
+    text_result,
 };
 
 const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
@@ -54,6 +55,7 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     stream.next_message().await;
     stream.snapshot(2).await;
 
+    assert!(!layer.is_draining());
     let drain = tokio::spawn({
         let layer = layer.clone();
         async move { layer.drain(Duration::from_millis(500)).await }
@@ -98,13 +100,25 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     assert_eq!(ended[&endless], "failed");
     assert!(stream.next_event().await.is_none(), "the stream closes");
 
-    // After the drain no call becomes a task.
+    // After the drain no call becomes a task: an optional one runs synchronously…
+    assert!(layer.is_draining());
     let reply = client.call_tool("work", json!({}), true, alice).await;
     assert_eq!(reply.ok(), &sync_fallback("ShuttingDown"));
-    client
-        .call_tool("task_only", json!({}), true, alice)
-        .await
-        .assert_error(-32603, 200);
+    // …and a task-only one is refused as retryable elsewhere, before it runs.
+    let runs = server.inner.calls("task_only");
+    let refused = client.call_tool("task_only", json!({}), true, alice).await;
+    refused.assert_error(-32603, 503);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.json["error"]["message"], "Server is shutting down");
+    assert_eq!(
+        refused.json["error"]["data"],
+        json!({"retryable": true, "reason": "shutting_down"})
+    );
+    assert_eq!(
+        server.inner.calls("task_only"),
+        runs,
+        "the refused call never ran"
+    );
     // Reads keep working.
     assert_eq!(
         client.get(&finishes, alice).await.ok()["status"],
@@ -124,4 +138,35 @@ async fn a_drain_with_nothing_running_returns_at_once() {
     .await
     .expect("no grace period is waited out when nothing runs");
     assert_eq!(drained, 0);
+}
+
+#[tokio::test]
+async fn a_drain_also_ends_a_stream_served_beside_the_inner_services() {
+    let layer = listen_builder(Arc::new(MemoryStore::new()))
+        .build()
+        .unwrap();
+    let server = Server::start(layer.clone(), listen_inner(ListenSupport::Stream)).await;
+    let client = server.client();
+    let alice = Some("alice");
+    let task = client.create_task_id("job", json!({}), alice).await;
+    let mut stream = client
+        .listen_with(
+            alice,
+            json!(7),
+            json!({"toolsListChanged": true, "taskIds": [task]}),
+            true,
+        )
+        .await;
+    stream.next_message().await; // the acknowledgment
+    stream.snapshot(1).await;
+    let inner = server.inner_listen(0).await;
+
+    layer.drain(Duration::from_millis(100)).await;
+    assert_eq!(
+        stream.next_message().await,
+        json!({"jsonrpc": "2.0", "id": 7,
+            "result": {"resultType": "complete", "_meta": {SUB_ID: 7}}})
+    );
+    assert!(stream.next_event().await.is_none(), "the stream closes");
+    drop(inner);
 }

@@ -303,8 +303,39 @@ impl StoreHooks for Broken {
     }
 }
 
+/// What the layer logs on the test's thread (a current-thread runtime runs the
+/// server there too).
+#[derive(Clone, Default)]
+struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Logged {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[tokio::test]
 async fn a_store_failure_is_internal_error_with_a_generic_message() {
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let _logs = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
     let broken = Intercept::new(MemoryStore::new(), Broken);
     let server = Server::with_layer(mcp_tasks::TasksLayer::builder(broken).without_janitor()).await;
     let client = server.client();
@@ -325,4 +356,16 @@ async fn a_store_failure_is_internal_error_with_a_generic_message() {
         .await;
     reply.assert_error(RpcError::INTERNAL_ERROR, 200);
     assert!(!reply.text().contains("db-7"), "{}", reply.text());
+    // The operator's log has what the client was not told: every level of the cause.
+    let logs = logged.text();
+    let failures = logs
+        .lines()
+        .filter(|line| line.contains("task store failed"));
+    assert_eq!(failures.clone().count(), TASK_METHODS.len() + 1, "{logs}");
+    for line in failures {
+        assert!(
+            line.contains(&format!("the task store backend failed: {BACKEND_DETAIL}")),
+            "{line}"
+        );
+    }
 }

@@ -1,14 +1,18 @@
 //! A greedy tenant: one principal holds the most listen streams it may, all naming
-//! many tasks with large results, and never reads them. What the layer holds for
-//! those streams stays within the documented byte bound, on every store, and
-//! another principal is served all along.
+//! many tasks with large results, and never reads them; or opens them all at once
+//! over results larger than its bound, and is refused. What the layer holds and
+//! reads for those streams stays within the documented byte bound, on every store,
+//! and another principal is served all along.
 
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use mcp_tasks::defaults::{MAX_LISTEN_BYTES_PER_OWNER, MAX_LISTEN_STREAMS_PER_OWNER};
-use mcp_tasks::store::TaskStore;
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::{Budgeted, TaskStore};
+use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
 use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
@@ -150,4 +154,134 @@ async fn a_listen_whose_snapshot_passes_the_bound_is_refused() {
     let ack = accepted.next_message().await;
     assert_eq!(ack["params"]["notifications"]["taskIds"], json!([small]));
     assert_eq!(accepted.next_message().await["params"]["taskId"], small);
+}
+
+/// Tasks of the principal whose listens are refused.
+const REFUSED_TASKS: usize = 40;
+/// Their results: together more than the principal's bound.
+const REFUSED_RESULT_BYTES: usize = 1024 * 1024;
+
+/// The budgets of the snapshot reads in progress, summed, and the most they came to.
+#[derive(Debug, Default)]
+struct Budgets {
+    reads: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::Mutex<std::collections::HashMap<usize, usize>>,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl StoreHooks for Budgets {
+    fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
+        if let StoreCall::GetManyWithin { ids, budget, .. } = call {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let mut in_flight = self.in_flight.lock().unwrap();
+            in_flight.insert(ids.as_ptr() as usize, budget);
+            let sum = in_flight.values().sum();
+            self.most.fetch_max(sum, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    fn after_get_many_within(&self, ids: &[TaskId], _: &Result<Budgeted, StoreError>) {
+        self.in_flight
+            .lock()
+            .unwrap()
+            .remove(&(ids.as_ptr() as usize));
+    }
+}
+
+/// A principal whose finished tasks hold more than its bound opens the most listens
+/// it may, all at once, each naming every task: each is refused, the reads within
+/// their budgets never take more than the bound between them, the layer's count
+/// never passes it, and another principal is answered all along.
+async fn listens_over_the_bound_at_once_are_refused_within_it(store: Arc<dyn TaskStore>) {
+    const { assert!(REFUSED_TASKS * REFUSED_RESULT_BYTES > MAX_LISTEN_BYTES_PER_OWNER) };
+    let budgets = Arc::new(Budgets::default());
+    let store: Arc<dyn TaskStore> = Arc::new(Intercept::new(store, budgets.clone()));
+    let server = Server::listening_with(ListenSupport::NotFound, listen_builder(store)).await;
+    let client = server.client();
+    let text = "x".repeat(REFUSED_RESULT_BYTES);
+    let mut ids = Vec::with_capacity(REFUSED_TASKS);
+    for _ in 0..REFUSED_TASKS {
+        let id = client
+            .create_task_id("job", json!({}), Some("greedy"))
+            .await;
+        let result = json!({"content": [{"type": "text", "text": text}]});
+        within(
+            "a completion",
+            server.tasks.complete(&id.parse().unwrap(), result),
+        )
+        .await
+        .unwrap();
+        ids.push(id);
+    }
+    let bobs = client.create_task_id("job", json!({}), Some("bob")).await;
+
+    let listens: Vec<_> = (0..MAX_LISTEN_STREAMS_PER_OWNER)
+        .map(|n| {
+            let (client, ids) = (server.client(), ids.clone());
+            tokio::spawn(async move {
+                let named: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let refused = client.listen(Some("greedy"), json!(n), &named).await;
+                assert_eq!(refused.status, 200);
+                (n, refused.json().await)
+            })
+        })
+        .collect();
+    // Another principal is answered while the listens are read and refused.
+    for _ in 0..10 {
+        let reply = client.get(&bobs, Some("bob")).await;
+        assert_eq!(reply.ok()["status"], "working");
+    }
+    for listen in listens {
+        let (n, answer) = within("a refused listen", listen).await.unwrap();
+        assert_eq!(answer["id"], n, "{answer}");
+        assert_eq!(answer["error"]["code"], -32603, "{answer}");
+        assert_eq!(answer["error"]["message"], "Too many listen bytes");
+        assert_eq!(
+            answer["error"]["data"],
+            json!({"limit": "listen_bytes_per_owner"})
+        );
+    }
+    assert_eq!(
+        budgets.reads.load(Ordering::SeqCst),
+        MAX_LISTEN_STREAMS_PER_OWNER,
+        "one store read per listen"
+    );
+    let most = budgets.most.load(Ordering::SeqCst);
+    assert!(
+        most <= MAX_LISTEN_BYTES_PER_OWNER,
+        "the reads in progress had budgets of {most} bytes between them"
+    );
+    let (held, peak) = server.listen.held_bytes();
+    assert_eq!(held, 0, "nothing is kept for refused listens");
+    assert!(
+        peak <= MAX_LISTEN_BYTES_PER_OWNER,
+        "the layer counted {peak} bytes at most, over the bound"
+    );
+    assert_eq!(server.listen.stream_count(), 0);
+    let reply = client.get(&bobs, Some("bob")).await;
+    assert_eq!(reply.ok()["status"], "working");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listens_over_the_bound_at_once_on_the_memory_store_are_refused_within_it() {
+    listens_over_the_bound_at_once_are_refused_within_it(Arc::new(MemoryStore::new())).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listens_over_the_bound_at_once_on_postgres_are_refused_within_it() {
+    let Some(store) = support::stores::postgres::scratch().await else {
+        return;
+    };
+    listens_over_the_bound_at_once_are_refused_within_it(Arc::new(store)).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listens_over_the_bound_at_once_on_redis_are_refused_within_it() {
+    let Some(store) = support::stores::redis::scratch().await else {
+        return;
+    };
+    listens_over_the_bound_at_once_are_refused_within_it(Arc::new(store)).await;
 }

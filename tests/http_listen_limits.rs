@@ -168,7 +168,9 @@ async fn twenty_listens_of_a_thousand_unknown_ids_over_postgres_are_acknowledged
         fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
             match call {
                 StoreCall::Get { .. } => self.gets.fetch_add(1, Ordering::SeqCst),
-                StoreCall::GetMany { .. } => self.batches.fetch_add(1, Ordering::SeqCst),
+                StoreCall::GetMany { .. } | StoreCall::GetManyWithin { .. } => {
+                    self.batches.fetch_add(1, Ordering::SeqCst)
+                }
                 _ => 0,
             };
             Ok(())

@@ -459,6 +459,9 @@ async fn input_round_trip_with_partial_and_unknown_answers() {
         )
         .await;
     assert_eq!(ack.ok()["resultType"], "complete");
+    // Working again (or done already): the answered wait is no longer the status.
+    let answered = client.get(&id, None).await.ok().clone();
+    assert!(answered.get("statusMessage").is_none(), "{answered}");
     let event = recv("the worker's wake-up", &mut worker_events).await;
     let WorkerEvent::Answers(Ok(answers)) = event else {
         panic!("unexpected {event:?}");

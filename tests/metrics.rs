@@ -119,6 +119,16 @@ async fn each_metric_moves_with_the_event_it_counts() {
         client.create_task_id("work", json!({}), alice).await
     });
     assert!(metrics.value("mcp_tasks_store_call_seconds_count{op=\"create\"}") >= 1.0);
+    // Without buckets the exporter writes the histogram as a summary, as the
+    // table of `mcp_tasks::observe` says.
+    assert!(
+        metrics
+            .0
+            .render()
+            .contains("# TYPE mcp_tasks_store_call_seconds summary"),
+        "{}",
+        metrics.0.render()
+    );
     ids.push(held.clone());
 
     moved!(
@@ -218,6 +228,27 @@ async fn each_metric_moves_with_the_event_it_counts() {
             .await
             .assert_error(RpcError::INTERNAL_ERROR, 200);
     });
+
+    // --- a drain: an optional call runs synchronously, a task-only one is refused
+    let draining = layer_builder().build().unwrap();
+    let draining_server = Server::start(draining.clone(), standard_inner(&draining.handle())).await;
+    let draining_client = draining_server.client();
+    draining.drain(Duration::from_secs(1)).await;
+    moved!(
+        metrics,
+        "mcp_tasks_refused_total{reason=\"shutting_down\"}",
+        2,
+        {
+            let sync = draining_client
+                .call_tool("work", json!({}), true, alice)
+                .await;
+            assert!(sync.json["result"].is_object(), "{}", sync.text());
+            draining_client
+                .call_tool("task_only", json!({}), true, alice)
+                .await
+                .assert_error(RpcError::INTERNAL_ERROR, 503);
+        }
+    );
 
     // --- Auto runners
     let auto = TasksLayer::builder(MemoryStore::new())

@@ -230,6 +230,7 @@ impl Model {
                 }
                 if self.outstanding.is_empty() {
                     self.status = Status::Working;
+                    self.message = None;
                 }
                 Outcome::Changed
             }

@@ -203,6 +203,7 @@ impl Model {
                 }
                 if self.outstanding.is_empty() {
                     self.status = TaskStatus::Working;
+                    self.message = None;
                 }
             }
             Transition::Cancel => {

@@ -26,18 +26,24 @@ mod shared_dyn_store {
     mcp_tasks::task_store_tests!(shared());
 }
 
-/// A store that keeps the defaults of `TaskStore::visible` and `get_many` (one
-/// `get` per id), as a third-party store written before they existed does.
+/// A store that keeps the defaults of `TaskStore::visible`, `get_many` and
+/// `get_many_within` (one `get` per id), as a third-party store written before they
+/// existed does.
 mod default_visible {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use mcp_tasks::error::StoreError;
-    use mcp_tasks::store::TaskStore;
-    use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
+    use mcp_tasks::store::{
+        BoxFuture, Budgeted, CreateLimits, Scope, TaskStore, Timestamp, Transition, Updated,
+        encoded_len,
+    };
     use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    use serde_json::json;
 
+    /// Counts the bytes of the records its `get` hands out.
     #[derive(Debug, Default)]
-    struct Plain(MemoryStore);
+    struct Plain(MemoryStore, AtomicUsize);
 
     impl TaskStore for Plain {
         fn create<'a>(
@@ -54,7 +60,12 @@ mod default_visible {
             scope: Scope<'a>,
             now: Timestamp,
         ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-            self.0.get(id, scope, now)
+            Box::pin(async move {
+                let found = self.0.get(id, scope, now).await?;
+                let bytes = found.as_ref().map_or(0, encoded_len);
+                self.1.fetch_add(bytes, Ordering::SeqCst);
+                Ok(found)
+            })
         }
 
         fn update<'a>(
@@ -84,6 +95,39 @@ mod default_visible {
     #[tokio::test]
     async fn get_many_reads_only_visible_records() {
         mcp_tasks::test_suite::get_many_reads_only_visible_records(Plain::default()).await;
+    }
+
+    #[tokio::test]
+    async fn get_many_within_stops_at_the_budget() {
+        mcp_tasks::test_suite::get_many_within_stops_at_the_budget(Plain::default()).await;
+    }
+
+    /// The default stops reading at the first record past the budget: a read of
+    /// ten times the budget fetches at most the budget and one record.
+    #[tokio::test]
+    async fn the_default_budgeted_read_fetches_at_most_the_budget_and_one_record() {
+        let store = Plain::default();
+        let now = Timestamp::now();
+        let result = json!({"content": [{"type": "text", "text": "x".repeat(64 * 1024)}]});
+        let mut ids = Vec::new();
+        let mut largest = 0;
+        for _ in 0..32 {
+            let mut record = TaskRecord::new(TaskId::random(), None, now);
+            record.result = Some(result.clone());
+            largest = largest.max(encoded_len(&record));
+            ids.push(record.id);
+            store.create(record, CreateLimits::default()).await.unwrap();
+        }
+        let budget = largest * 3;
+        let read = store
+            .get_many_within(&ids, Scope::Owner(None), now, budget)
+            .await;
+        assert_eq!(read.unwrap(), Budgeted::OverBudget);
+        let fetched = store.1.load(Ordering::SeqCst);
+        assert!(
+            fetched <= budget + largest,
+            "fetched {fetched} bytes for a budget of {budget}"
+        );
     }
 }
 

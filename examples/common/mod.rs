@@ -1,7 +1,8 @@
 //! Pieces `retrofit`, `metrics`, `gateway`, `conformance_server`, `conformance_retrofit`
 //! and `tests/retrofit.rs` share: a demo bearer-token auth function, the store
-//! `MCP_STORE` names, rmcp helpers, and a small hyper server that mounts one service at
-//! `/mcp`. (`quickstart` takes only the store.)
+//! `MCP_STORE` names, rmcp helpers, the shutdown signal (SIGTERM or Ctrl-C), and a
+//! small hyper server that mounts one service at `/mcp`. (`quickstart` takes only the
+//! store and the signal.)
 //!
 //! Not part of the library: a real deployment puts its own authentication in front
 //! of `TasksLayer` and serves with its framework of choice.
@@ -150,6 +151,27 @@ pub(crate) fn with_task_tools_from_env(builder: TasksLayerBuilder) -> TasksLayer
     match std::env::var("MCP_TASK_TOOLS").is_ok_and(|v| v == "1") {
         true => builder.with_task_tools(),
         false => builder,
+    }
+}
+
+/// A future that resolves on SIGTERM (what a deploy, `docker stop` or Kubernetes
+/// sends) or Ctrl-C; on a platform without SIGTERM, on Ctrl-C alone. The SIGTERM
+/// handler is installed by this call, not when the future is first polled: call it
+/// before printing the listening address, so that a SIGTERM right after that line
+/// drains the server instead of killing it.
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> {
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut term) = term {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -95,13 +95,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .service(rmcp_service);
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3001")).await?;
+    let signal = common::shutdown_signal();
     eprintln!(
         "{NAME} listening on http://{}/mcp ({} replies)",
         listener.local_addr()?,
         if sse { "SSE" } else { "JSON" }
     );
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         // Running tasks get 5 s, the rest fail, listen streams end with their result.
         drain.drain(Duration::from_secs(5)).await;
     })

@@ -7,8 +7,11 @@
 //! ```
 //!
 //! `TasksLayer` in front of a streaming reverse proxy: the upstream is any MCP
-//! Streamable HTTP server (Python, TypeScript, Go, …) that speaks protocol
-//! 2026-07-28 over plain HTTP, and knows nothing of tasks. Every tool is
+//! Streamable HTTP server (Python, TypeScript, Go, …) over plain HTTP that knows
+//! nothing of tasks. One that speaks protocol 2026-07-28 is proxied as it is; one
+//! that speaks only 2025-11-25, 2025-06-18 or 2025-03-26 is bridged for
+//! 2026-07-28 clients (`bridge/`: a session per principal, requests and results
+//! translated, its `elicitation/create` relayed as task input). Every tool is
 //! `TaskMode::Auto`: a call that answers within the budget reaches the client
 //! unchanged, a slower one becomes a task that the gateway stores and answers
 //! `tasks/*` for, an MRTR `input_required` round of the upstream becomes the task's
@@ -36,12 +39,16 @@
 //! extension get -32021 for them), `MCP_FORWARD_HEADERS`,
 //! `MCP_UPSTREAM_CONNECT_TIMEOUT_MS`, `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (above),
 //! `MCP_TASK_TOOLS=1` (task tools for clients without the extension),
+//! `MCP_UPSTREAM_MAX_SESSIONS` (default 1000), `MCP_UPSTREAM_SESSION_IDLE_MS`
+//! (default 600000) and `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000) for an
+//! upstream on an older revision (see `bridge/mod.rs`),
 //! `MCP_STORE` (see
 //! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
 //! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
 //! `<name>`; the header reaches the upstream only with
 //! `MCP_FORWARD_HEADERS=authorization`.
 
+mod bridge;
 #[path = "../common/mod.rs"]
 mod common;
 mod proxy;
@@ -52,6 +59,7 @@ use http::{HeaderName, Uri};
 use mcp_tasks::{TaskMode, TasksLayer};
 use tower::ServiceBuilder;
 
+use bridge::{Bridge, BridgeConfig};
 use proxy::{Proxy, ProxyConfig};
 
 /// The gateway's name in `_meta.serverInfo` of the results it makes itself.
@@ -121,6 +129,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The `Auto` budget of every tool (default 250 ms).
     let after = millis_from_env("MCP_AUTO_AFTER_MS")?.unwrap_or(Duration::from_millis(250));
     let proxy = proxy_config_from_env()?;
+    let bridge = BridgeConfig::from_env()?;
 
     let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
@@ -135,14 +144,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
+        .map_request(bridge::mark_call)
+        .map_response(bridge::note_delivery)
         .layer(tasks_layer)
-        .service(Proxy::with_config(upstream.clone(), proxy));
+        .service(Bridge::new(
+            Proxy::with_config(upstream.clone(), proxy),
+            bridge,
+        ));
 
     let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
     let addr = listener.local_addr()?;
+    let signal = common::shutdown_signal();
     println!("{NAME} listening on http://{addr}/mcp, upstream {upstream}");
     common::serve(listener, app, async move {
-        let _ = tokio::signal::ctrl_c().await;
+        signal.await;
         drain.drain(Duration::from_secs(5)).await;
     })
     .await;

@@ -133,6 +133,11 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Marks a response the proxy wrote itself because the upstream could not be
+/// reached or did not answer in time.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ProxyFailure;
+
 /// A JSON-RPC error from the proxy itself (the request id is not known here).
 fn proxy_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
@@ -147,6 +152,7 @@ fn proxy_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    response.extensions_mut().insert(ProxyFailure);
     response
 }
 

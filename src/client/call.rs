@@ -23,8 +23,8 @@ use super::task::{TaskRef, TaskSnapshot};
 use super::transport::Rpc;
 
 /// The default HTTP service: hyper-util's pooled HTTP/1.1 client, plain `http://`
-/// only. For TLS, build a hyper-util client with a TLS connector and pass it to
-/// [`Client::with_service`].
+/// only ([`Client::new`] refuses an `https://` URL). For TLS, build a hyper-util
+/// client over a TLS connector and pass it to [`Client::with_service`].
 ///
 /// ```
 /// use hyper_util::client::legacy::Client as Hyper;
@@ -112,24 +112,89 @@ pub enum ToolCall<S = HttpClient> {
 impl Client<HttpClient> {
     /// A client of the MCP endpoint at `url` (`http://host:port/path`) over
     /// [`HttpClient`]. Needs a tokio runtime when used.
+    ///
+    /// [`HttpClient`] speaks plain HTTP only, so an `https://` URL is refused here,
+    /// with [`ClientError::Config`], rather than at the first call; for TLS, see
+    /// [`with_service`](Client::with_service).
+    ///
+    /// ```
+    /// use mcp_tasks::client::{Client, ClientError};
+    ///
+    /// assert!(Client::new("http://127.0.0.1:3000/mcp").is_ok());
+    /// let refused = Client::new("https://mcp.example.com/mcp").unwrap_err();
+    /// assert!(matches!(refused, ClientError::Config(_)));
+    /// assert!(refused.to_string().contains("with_service"));
+    /// ```
     pub fn new(url: &str) -> Result<Self, ClientError> {
+        if endpoint(url)?.scheme() != Some(&http::uri::Scheme::HTTP) {
+            return Err(ClientError::Config(
+                "Client::new speaks plain HTTP only: for an https:// URL, pass a TLS-capable \
+                 HTTP service to Client::with_service"
+                    .into(),
+            ));
+        }
         let service = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .build_http::<String>();
         Client::with_service(service, url)
     }
 }
 
+/// `url` as the endpoint of a client: an absolute `http://` or `https://` URL.
+fn endpoint(url: &str) -> Result<Uri, ClientError> {
+    let endpoint: Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| ClientError::Config(e.to_string()))?;
+    if endpoint.scheme().is_none() || endpoint.authority().is_none() {
+        return Err(ClientError::Config(
+            "the URL needs a scheme and a host".into(),
+        ));
+    }
+    if !matches!(endpoint.scheme_str(), Some("http" | "https")) {
+        return Err(ClientError::Config(
+            "the URL's scheme must be http or https".into(),
+        ));
+    }
+    Ok(endpoint)
+}
+
 impl<S> Client<S> {
-    /// A client of the MCP endpoint at `url` over `service`.
+    /// A client of the MCP endpoint at `url` (`http://` or `https://`) over
+    /// `service`: any tower `Service<http::Request<String>>` answering
+    /// `http::Response`s with a body. Whether it can reach `url` is the service's
+    /// business; the client only checks that the URL is absolute.
+    ///
+    /// **TLS.** This crate has no TLS dependency: a TLS stack (rustls with its
+    /// crypto provider, or OpenSSL) is a large build that a plain-HTTP client, or a
+    /// server behind a TLS-terminating proxy, does not need. Bring the one your
+    /// application already uses: hyper-util's client over a TLS connector (such as
+    /// `hyper_rustls::HttpsConnector`, or `hyper_tls::HttpsConnector`) is such a
+    /// service. Any connector works the same way:
+    ///
+    /// ```
+    /// use hyper_util::client::legacy::Client as Hyper;
+    /// use hyper_util::client::legacy::connect::{Connect, HttpConnector};
+    /// use hyper_util::rt::TokioExecutor;
+    /// use mcp_tasks::client::{Client, ClientError};
+    ///
+    /// /// A client over `connector`, for instance, with hyper-rustls:
+    /// /// `HttpsConnectorBuilder::new().with_native_roots()?.https_only().enable_http1().build()`.
+    /// fn client_over<C>(connector: C, url: &str) -> Result<Client<Hyper<C, String>>, ClientError>
+    /// where
+    ///     C: Connect + Clone + Send + Sync + 'static,
+    /// {
+    ///     let service = Hyper::builder(TokioExecutor::new()).build(connector);
+    ///     Client::with_service(service, url)
+    /// }
+    ///
+    /// # fn main() -> Result<(), ClientError> {
+    /// // Shown with hyper-util's plain connector; a TLS one takes its place as is.
+    /// let client = client_over(HttpConnector::new(), "https://mcp.example.com/mcp")?;
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_service(service: S, url: &str) -> Result<Self, ClientError> {
-        let endpoint: Uri = url
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| ClientError::Config(e.to_string()))?;
-        if endpoint.scheme().is_none() || endpoint.authority().is_none() {
-            return Err(ClientError::Config(
-                "the URL needs a scheme and a host".into(),
-            ));
-        }
+        let endpoint = endpoint(url)?;
         let mut client = Client {
             rpc: Rpc::new(service, endpoint),
             handler: Arc::new(NoInput),
@@ -238,6 +303,31 @@ impl<S> Client<S> {
     /// ```
     pub fn with_max_follow_time(mut self, limit: Duration) -> Self {
         self.rpc.limits.follow_time = limit;
+        self
+    }
+
+    /// How long a follower keeps polling a server it cannot reach (no connection,
+    /// no answer within the request timeout, or a gateway's 502, 503 or 504),
+    /// counted from the first failed `tasks/get` in a row; it polls again at the
+    /// task's polling interval meanwhile (default
+    /// [`POLL_RETRY_BUDGET`](super::POLL_RETRY_BUDGET), 30 s). Past it the follow
+    /// ends with the last error and the task is left as it is. `Duration::ZERO`
+    /// gives up at the first failure.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::client::Client;
+    ///
+    /// # fn main() -> Result<(), mcp_tasks::client::ClientError> {
+    /// // Rides out a two-minute restart of the server.
+    /// let client = Client::new("http://127.0.0.1:3000/mcp")?
+    ///     .with_poll_retry_budget(Duration::from_secs(120));
+    /// # drop(client);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_poll_retry_budget(mut self, budget: Duration) -> Self {
+        self.rpc.limits.poll_retry_budget = budget;
         self
     }
 

@@ -51,8 +51,10 @@ pub enum ClientError {
     Rpc(RpcError),
     /// The HTTP service failed: no connection, a reset, a broken body.
     Transport(BoxError),
-    /// A reply that is not JSON-RPC: another HTTP status, or a body that is not a
-    /// JSON-RPC response to the request.
+    /// A reply that is not JSON-RPC: an HTTP error status without a JSON-RPC error
+    /// (an authentication layer's 401, a proxy's 502; the reason then quotes the
+    /// start of the body), or a body that is not a JSON-RPC response to the request.
+    /// Displays as `HTTP 401 Unauthorized: <reason>`.
     Http {
         /// The HTTP status of the reply.
         status: StatusCode,
@@ -157,9 +159,7 @@ impl fmt::Display for ClientError {
                 error.code()
             ),
             ClientError::Transport(_) => f.write_str("the HTTP request failed"),
-            ClientError::Http { status, reason } => {
-                write!(f, "unexpected reply (HTTP {status}): {reason}")
-            }
+            ClientError::Http { status, reason } => write!(f, "HTTP {status}: {reason}"),
             ClientError::Timeout => f.write_str("no reply within the request timeout"),
             ClientError::Input(_) => f.write_str("a question of the task could not be answered"),
             ClientError::Config(reason) => write!(f, "invalid client setting: {reason}"),

@@ -27,9 +27,6 @@ pub const CANCEL_WAIT: Duration = Duration::from_secs(10);
 /// `tasks/get` anyway.
 const LISTEN_SILENCE: Duration = MAX_POLL_INTERVAL;
 
-/// How many failed `tasks/get` in a row (connection or timeout) end a follow.
-const POLL_ATTEMPTS: u32 = 3;
-
 /// A callback seeing each new status or status message.
 type StatusCallback = Box<dyn FnMut(&TaskSnapshot) + Send>;
 
@@ -40,6 +37,13 @@ type StatusCallback = Box<dyn FnMut(&TaskSnapshot) + Send>;
 /// server refuses the listen or the stream ends; a stream silent for 30 s is
 /// checked with one `tasks/get`. Questions (`input_required`) go to
 /// the client's [`InputHandler`], each key once.
+///
+/// A server out of reach (no connection, no answer within the request timeout, or
+/// a gateway's 502, 503 or 504) is polled again at the interval for up to the
+/// client's poll retry budget (30 s by default,
+/// [`Client::with_poll_retry_budget`](super::Client::with_poll_retry_budget)), so a
+/// restart does not end the follow; after it, the follow ends with that error, the
+/// task left as it is.
 ///
 /// **Dropping it, or the future of `wait`, before the task ended cancels the task**
 /// (`tasks/cancel`, sent from a spawned tokio task). [`detach`](TaskFollower::detach)
@@ -168,6 +172,20 @@ fn task_params(task_id: &str) -> Map<String, Value> {
     let mut params = Map::new();
     params.insert("taskId".to_owned(), json!(task_id));
     params
+}
+
+/// Whether a failed `tasks/get` says the server is out of reach for now, rather
+/// than that it refused: no connection, no answer in time, or a gateway's 502,
+/// 503 or 504 without a JSON-RPC body (a server restarting behind a proxy).
+fn is_unreachable(error: &ClientError) -> bool {
+    match error {
+        ClientError::Transport(_) | ClientError::Timeout => true,
+        ClientError::Http { status, .. } => matches!(
+            *status,
+            StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE | StatusCode::GATEWAY_TIMEOUT
+        ),
+        _ => false,
+    }
 }
 
 /// Asks `handler` every question of `requests` whose key is not in `answered`,
@@ -411,17 +429,21 @@ where
         TaskSnapshot::from_json(&result)
     }
 
-    /// `tasks/get`, tried again after the polling interval when the connection
-    /// failed or timed out, up to [`POLL_ATTEMPTS`] times.
+    /// `tasks/get`, tried again after each polling interval while the server
+    /// cannot be reached, until the client's poll retry budget is spent (counted
+    /// from the first failure in a row); then the last error.
     async fn get_retrying(&mut self) -> Result<TaskSnapshot, ClientError> {
-        let mut attempt = 1;
+        let budget = self.rpc.limits.poll_retry_budget;
+        let mut failing_since = None;
         loop {
             match self.get().await {
-                Err(ClientError::Transport(_) | ClientError::Timeout)
-                    if attempt < POLL_ATTEMPTS =>
-                {
-                    attempt += 1;
-                    tokio::time::sleep(self.task.poll_interval()).await;
+                Err(e) if is_unreachable(&e) => {
+                    let since = *failing_since.get_or_insert_with(tokio::time::Instant::now);
+                    let pause = self.task.poll_interval();
+                    if since.elapsed() + pause > budget {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
                 }
                 other => return other,
             }

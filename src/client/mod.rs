@@ -1,15 +1,15 @@
 //! Calling a task-capable tool from Rust, and following its task to the end
 //! (feature `client`).
 //!
-//! [`Client`] sends `tools/call` with the tasks extension declared, over hyper-util's
-//! HTTP/1.1 client ([`Client::new`]) or any tower HTTP service
-//! ([`Client::with_service`]). A tool that answers at once gives
-//! [`ToolCall::Complete`]; one that becomes a task gives [`ToolCall::Task`], a
-//! [`TaskFollower`] that:
+//! [`Client`] sends `tools/call` with the tasks extension declared. A tool that
+//! answers at once gives [`ToolCall::Complete`]; one that becomes a task gives
+//! [`ToolCall::Task`], a [`TaskFollower`] that:
 //!
 //! - listens for the task's changes (`subscriptions/listen` with its id), and polls
 //!   `tasks/get` at the server's `pollIntervalMs` (clamped to 50 ms..30 s) when the
-//!   server refuses the listen or the stream ends;
+//!   server refuses the listen or the stream ends; a server out of reach is polled
+//!   again for up to 30 s
+//!   ([`with_poll_retry_budget`](Client::with_poll_retry_budget));
 //! - reports each new status or status message to a callback
 //!   ([`TaskFollower::on_status`]);
 //! - answers `input_required` through the client's [`InputHandler`] (form and URL
@@ -35,6 +35,11 @@
 //! answer it or wait for it.
 //!
 //! A [`TaskRef`] (serde) resumes following after a restart ([`Client::resume`]).
+//!
+//! [`Client::new`] speaks plain HTTP over hyper-util's HTTP/1.1 client (an `https://`
+//! URL is refused when the client is made); [`Client::with_service`] takes any tower
+//! HTTP service instead, so TLS goes through it with a TLS-capable service of the
+//! application's choosing.
 //!
 //! ```no_run
 //! use mcp_tasks::client::{Client, TaskRef, ToolCall};
@@ -81,4 +86,5 @@ pub use task::{
 };
 pub use transport::{
     MAX_EVENT_BYTES, MAX_FOLLOW_TIME, MAX_INPUT_KEYS, MAX_INPUT_ROUNDS, MAX_RESPONSE_BYTES,
+    POLL_RETRY_BUDGET,
 };

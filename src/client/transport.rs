@@ -45,6 +45,12 @@ pub const MAX_INPUT_ROUNDS: usize = 16;
 /// The default cap on how long [`TaskFollower::wait`](super::TaskFollower::wait)
 /// follows one task (24 hours).
 pub const MAX_FOLLOW_TIME: Duration = Duration::from_secs(24 * 60 * 60);
+/// The default time a follower keeps polling a server it cannot reach (30 s: a
+/// restart or a deploy behind a load balancer), counted from the first failed
+/// `tasks/get` in a row
+/// ([`Client::with_poll_retry_budget`](super::Client::with_poll_retry_budget) sets
+/// another).
+pub const POLL_RETRY_BUDGET: Duration = Duration::from_secs(30);
 
 /// The client's caps on what a server may send or ask.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +60,7 @@ pub(crate) struct Limits {
     pub(crate) input_rounds: usize,
     pub(crate) input_keys: usize,
     pub(crate) follow_time: Duration,
+    pub(crate) poll_retry_budget: Duration,
 }
 
 impl Default for Limits {
@@ -64,6 +71,7 @@ impl Default for Limits {
             input_rounds: MAX_INPUT_ROUNDS,
             input_keys: MAX_INPUT_KEYS,
             follow_time: MAX_FOLLOW_TIME,
+            poll_retry_budget: POLL_RETRY_BUDGET,
         }
     }
 }
@@ -192,8 +200,8 @@ where
             let status = response.status();
             let is_sse = sse::is_event_stream(response.headers());
             let mut body = Box::pin(response.into_body());
-            let reply = if is_sse {
-                read_sse_reply(&mut body, id, self.limits).await?
+            let (reply, bytes) = if is_sse {
+                (read_sse_reply(&mut body, id, self.limits).await?, None)
             } else {
                 let limited = http_body_util::Limited::new(body, self.limits.response_bytes);
                 let bytes = match limited.collect().await {
@@ -203,10 +211,18 @@ where
                     }
                     Err(e) => return Err(ClientError::Transport(e)),
                 };
-                serde_json::from_slice(&bytes).ok()
+                (serde_json::from_slice(&bytes).ok(), Some(bytes))
             };
             match reply {
                 Some(reply) => into_result(reply, status),
+                // An authentication layer's 401, a proxy's 502: the status says it.
+                None if !status.is_success() => Err(ClientError::http(
+                    status,
+                    bytes
+                        .as_deref()
+                        .and_then(excerpt)
+                        .unwrap_or_else(|| "no JSON-RPC response in the body".to_owned()),
+                )),
                 None => Err(ClientError::http(
                     status,
                     "no JSON-RPC response in the body",
@@ -355,6 +371,25 @@ where
     Ok(None)
 }
 
+/// The start of a body that is text, on one line, for an error message: at most
+/// [`EXCERPT_CHARS`] characters; `None` when it is empty or not UTF-8.
+fn excerpt(body: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.is_empty() {
+        return None;
+    }
+    let mut chars = line.chars();
+    let mut shown: String = chars.by_ref().take(EXCERPT_CHARS).collect();
+    if chars.next().is_some() {
+        shown.push('…');
+    }
+    Some(shown)
+}
+
+/// How much of a non-JSON error body an error message quotes.
+const EXCERPT_CHARS: usize = 200;
+
 /// A JSON-RPC response as its result, or its error.
 fn into_result(reply: Value, status: StatusCode) -> Result<Value, ClientError> {
     if let Some(error) = reply.get("error") {
@@ -395,6 +430,19 @@ mod tests {
                 .unwrap()
                 .starts_with("=?base64?")
         );
+    }
+
+    #[test]
+    fn an_error_body_is_quoted_on_one_short_line() {
+        assert_eq!(
+            excerpt(b"  missing\n bearer   token \n").as_deref(),
+            Some("missing bearer token")
+        );
+        assert_eq!(excerpt(b" \n"), None);
+        assert_eq!(excerpt(&[0xff, 0xfe]), None);
+        let long = excerpt("x".repeat(500).as_bytes()).unwrap();
+        assert_eq!(long.chars().count(), EXCERPT_CHARS + 1);
+        assert!(long.ends_with('…'));
     }
 
     #[test]

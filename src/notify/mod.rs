@@ -151,7 +151,8 @@ impl ListenNotifier {
     }
 
     /// The bytes of task notifications this layer's listen streams hold unwritten
-    /// now, and the most they have held at once: what
+    /// now, with the bytes reserved for the snapshots being read, and the most that
+    /// has been at once: what
     /// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)
     /// bounds. For tests and benchmarks of that bound (feature `test-util`).
     #[cfg(feature = "test-util")]

@@ -4,6 +4,9 @@
 //! A change is serialized once and shared by every stream that names it; what the
 //! streams hold (pending or being written) is counted in bytes per principal and in
 //! total, and a stream whose change would pass a bound is ended instead of grown.
+//! A new stream's snapshot is read within a reservation of what its principal's
+//! streams may still take, so concurrent listens never read more than the bounds
+//! between them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,17 +61,43 @@ impl ByteLimit {
 /// total, against two bounds. A change is counted once, however many streams
 /// hold it, from the moment it is accepted until the last stream has written it
 /// (its frames dropped by the connection).
+///
+/// Snapshot reads take a [`Reservation`] first: the room left under both bounds,
+/// after what the streams hold and what other reads reserved. A change on its way
+/// to open streams is checked against what the streams hold alone, so a read in
+/// progress never ends a stream; the reads in progress together never pass a bound.
 struct Budget {
     per_owner: AtomicUsize,
     total: AtomicUsize,
     held: Mutex<Held>,
+    /// Woken whenever a reservation shrinks, for the reads waiting on one.
+    released: tokio::sync::Notify,
 }
 
 #[derive(Default)]
 struct Held {
     total: usize,
+    /// The most `total + reserved` has been.
     peak: usize,
     per_owner: HashMap<Option<Principal>, usize>,
+    reserved: usize,
+    reserved_per_owner: HashMap<Option<Principal>, usize>,
+}
+
+impl Held {
+    fn note_peak(&mut self) {
+        self.peak = self.peak.max(self.total.saturating_add(self.reserved));
+    }
+
+    fn unreserve(&mut self, owner: &Option<Principal>, bytes: usize) {
+        self.reserved = self.reserved.saturating_sub(bytes);
+        if let Some(mine) = self.reserved_per_owner.get_mut(owner) {
+            *mine = mine.saturating_sub(bytes);
+            if *mine == 0 {
+                self.reserved_per_owner.remove(owner);
+            }
+        }
+    }
 }
 
 impl Default for Budget {
@@ -77,6 +106,7 @@ impl Default for Budget {
             per_owner: AtomicUsize::new(usize::MAX),
             total: AtomicUsize::new(usize::MAX),
             held: Mutex::new(Held::default()),
+            released: tokio::sync::Notify::new(),
         }
     }
 }
@@ -86,11 +116,13 @@ impl Budget {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Counts `bytes` for `owner`, unless that would pass a bound.
+    /// Counts `bytes` for `owner`, unless that would pass a bound; taken out of
+    /// `reservation` as far as it goes (a snapshot read within it).
     fn charge(
         self: &Arc<Self>,
         owner: &Option<Principal>,
         bytes: usize,
+        reservation: Option<&mut Reservation>,
     ) -> Result<Charge, ByteLimit> {
         let mut held = self.lock();
         let mine = held.per_owner.get(owner).copied().unwrap_or(0);
@@ -102,12 +134,59 @@ impl Budget {
         }
         held.per_owner.insert(owner.clone(), mine + bytes);
         held.total += bytes;
-        held.peak = held.peak.max(held.total);
+        if let Some(reservation) = reservation {
+            let used = bytes.min(reservation.bytes);
+            reservation.bytes -= used;
+            held.unreserve(&reservation.owner, used);
+        }
+        held.note_peak();
         Ok(Charge {
             budget: self.clone(),
             owner: owner.clone(),
             bytes,
         })
+    }
+
+    /// Reserves, for one snapshot read of `owner`'s, the room its streams have left
+    /// under both bounds. While other reads' reservations take part of that room,
+    /// waits for them to end first, so a read is never refused only because another
+    /// was in progress.
+    async fn reserve(self: &Arc<Self>, owner: &Option<Principal>) -> Reservation {
+        loop {
+            let released = self.released.notified();
+            let mut released = std::pin::pin!(released);
+            released.as_mut().enable();
+            {
+                let mut held = self.lock();
+                let held = &mut *held;
+                let mine = held.per_owner.get(owner).copied().unwrap_or(0);
+                let mine_reserved = held.reserved_per_owner.get(owner).copied().unwrap_or(0);
+                let owner_room = self.per_owner.load(Ordering::Relaxed).saturating_sub(mine);
+                let total_room = self
+                    .total
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(held.total);
+                let owner_free = owner_room.saturating_sub(mine_reserved);
+                let total_free = total_room.saturating_sub(held.reserved);
+                let bytes = owner_free.min(total_free);
+                if bytes == owner_room.min(total_room) {
+                    held.reserved += bytes;
+                    *held.reserved_per_owner.entry(owner.clone()).or_insert(0) += bytes;
+                    held.note_peak();
+                    return Reservation {
+                        budget: self.clone(),
+                        owner: owner.clone(),
+                        bytes,
+                        limit: if owner_free <= total_free {
+                            ByteLimit::PerOwner
+                        } else {
+                            ByteLimit::Total
+                        },
+                    };
+                }
+            }
+            released.await;
+        }
     }
 
     fn release(&self, owner: &Option<Principal>, bytes: usize) {
@@ -119,6 +198,37 @@ impl Budget {
                 held.per_owner.remove(owner);
             }
         }
+    }
+}
+
+/// Room reserved in a [`Budget`] for one snapshot read, until dropped.
+pub(crate) struct Reservation {
+    budget: Arc<Budget>,
+    owner: Option<Principal>,
+    bytes: usize,
+    /// The bound that left no more room.
+    limit: ByteLimit,
+}
+
+impl Reservation {
+    /// The most bytes the read may take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The bound a read over [`bytes`](Self::bytes) passes.
+    pub(crate) fn limit(&self) -> ByteLimit {
+        self.limit
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.lock().unreserve(&self.owner, self.bytes);
+        }
+        // Also for an empty one: a waiter may have waited on the part charged.
+        self.budget.released.notify_waiters();
     }
 }
 
@@ -243,11 +353,19 @@ impl Registry {
         self.budget.total.store(total, Ordering::Relaxed);
     }
 
-    /// The bytes the streams hold now, and the most they have held at once.
+    /// The bytes the streams hold now plus those reserved for snapshot reads in
+    /// progress, and the most that has been at once.
     #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn held_bytes(&self) -> (usize, usize) {
         let held = self.budget.lock();
-        (held.total, held.peak)
+        (held.total.saturating_add(held.reserved), held.peak)
+    }
+
+    /// Reserves room for the snapshot read of a new stream of `owner`'s: what its
+    /// streams may still take under both bounds, once no other read's reservation
+    /// takes part of it (waiting until then).
+    pub(crate) async fn reserve(&self, owner: &Option<Principal>) -> Reservation {
+        self.budget.reserve(owner).await
     }
 
     /// Hands a changed task to every stream that named it and whose principal owns
@@ -274,7 +392,7 @@ impl Registry {
             .filter_map(|slot| slot.take_older(&record.id, record.revision))
             .collect();
         drop(replaced);
-        match self.change(record) {
+        match self.change(record, None) {
             Ok(Some(change)) => {
                 for slot in &slots {
                     slot.offer(&change);
@@ -290,19 +408,22 @@ impl Registry {
     }
 
     /// Queues `records` for `subscription` alone (its snapshot), each sharing the
-    /// change already held for the same state; refused, with nothing queued, when
-    /// the bytes would pass a bound.
+    /// change already held for the same state, and counted out of the `reservation`
+    /// they were read within; refused, with nothing queued, when the bytes would
+    /// pass a bound.
     pub(crate) fn snapshot(
         &self,
         subscription: &Subscription,
         records: Vec<TaskRecord>,
+        mut reservation: Option<Reservation>,
     ) -> Result<(), ByteLimit> {
         let mut changes = Vec::with_capacity(records.len());
         for record in records {
-            if let Some(change) = self.change(&record)? {
+            if let Some(change) = self.change(&record, reservation.as_mut())? {
                 changes.push(change);
             }
         }
+        drop(reservation);
         for change in &changes {
             subscription.slot.offer(change);
         }
@@ -310,9 +431,13 @@ impl Registry {
     }
 
     /// The shared change for `record`: the one held already for this state, or a
-    /// new one, serialized once and counted against the owner's bounds. `None` if
-    /// it cannot be serialized.
-    fn change(&self, record: &TaskRecord) -> Result<Option<Arc<Change>>, ByteLimit> {
+    /// new one, serialized once and counted against the owner's bounds (out of
+    /// `reservation`, for a snapshot). `None` if it cannot be serialized.
+    fn change(
+        &self,
+        record: &TaskRecord,
+        reservation: Option<&mut Reservation>,
+    ) -> Result<Option<Arc<Change>>, ByteLimit> {
         let held = self
             .lock()
             .live
@@ -325,7 +450,7 @@ impl Registry {
         let Some(tail) = Change::tail(record) else {
             return Ok(None);
         };
-        let charge = self.budget.charge(&record.owner, tail.len())?;
+        let charge = self.budget.charge(&record.owner, tail.len(), reservation)?;
         let change = Arc::new(Change {
             id: record.id,
             revision: record.revision,
@@ -626,10 +751,15 @@ impl Subscription {
     }
 
     /// Queues `records` for this stream alone (its snapshot), unless a state as new
-    /// or newer was queued already; refused, with nothing queued, when their bytes
-    /// would pass a bound.
-    pub(crate) fn snapshot(&self, records: Vec<TaskRecord>) -> Result<(), ByteLimit> {
-        self.registry.snapshot(self, records)
+    /// or newer was queued already, counting them out of the `reservation` they were
+    /// read within; refused, with nothing queued, when their bytes would pass a
+    /// bound.
+    pub(crate) fn snapshot(
+        &self,
+        records: Vec<TaskRecord>,
+        reservation: Option<Reservation>,
+    ) -> Result<(), ByteLimit> {
+        self.registry.snapshot(self, records, reservation)
     }
 
     /// The pending states of this stream's tasks, oldest first, or `None` after
@@ -667,7 +797,7 @@ impl Drop for Subscription {
 mod tests {
     use super::*;
     use crate::task::Timestamp;
-    use std::task::Wake;
+    use std::task::{Poll, Wake};
 
     struct Count(std::sync::atomic::AtomicUsize);
 
@@ -725,7 +855,9 @@ mod tests {
             .map(|_| registry.register(Some(Principal::from("a")), &[task]))
             .collect();
         for stream in &streams {
-            stream.snapshot(vec![big(task, "a", 1, 4_000)]).unwrap();
+            stream
+                .snapshot(vec![big(task, "a", 1, 4_000)], None)
+                .unwrap();
         }
         let (held, _) = registry.held_bytes();
         assert!((4_000..5_000).contains(&held), "{held}");
@@ -774,14 +906,74 @@ mod tests {
         assert_eq!(other.take_or_wait(Waker::noop()).map(|v| v.len()), Some(1));
         // A snapshot that would pass the bound is refused, with nothing queued.
         let late = registry.register(Some(Principal::from("o")), &[a, c]);
-        let refused = late.snapshot(vec![big(a, "o", 1, 6_000), big(c, "o", 2, 6_000)]);
+        let refused = late.snapshot(vec![big(a, "o", 1, 6_000), big(c, "o", 2, 6_000)], None);
         assert_eq!(refused.err(), Some(ByteLimit::PerOwner));
         assert!(late.take_or_wait(Waker::noop()).is_none());
         assert_eq!(registry.held_bytes().0, 0);
         registry.set_byte_bounds(10_000, 5_000);
         assert_eq!(
-            late.snapshot(vec![big(a, "o", 1, 6_000)]).err(),
+            late.snapshot(vec![big(a, "o", 1, 6_000)], None).err(),
             Some(ByteLimit::Total)
+        );
+    }
+
+    /// Polls `future` once, without a runtime.
+    fn poll_once<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut std::task::Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn snapshot_reads_share_the_room_and_never_end_an_open_stream() {
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 15_000);
+        let (g, o) = (Some(Principal::from("g")), Some(Principal::from("o")));
+        let task = TaskId::random();
+        let first = match poll_once(std::pin::pin!(registry.reserve(&g))) {
+            Poll::Ready(r) => r,
+            Poll::Pending => panic!("nothing else reserved: no wait"),
+        };
+        assert_eq!(
+            (first.bytes(), first.limit()),
+            (10_000, ByteLimit::PerOwner)
+        );
+        assert_eq!(registry.held_bytes(), (10_000, 10_000));
+        // The principal's next read, and another principal's whose room in all the
+        // first one takes part of, wait for it.
+        let mut second = std::pin::pin!(registry.reserve(&g));
+        let mut other = std::pin::pin!(registry.reserve(&o));
+        assert!(poll_once(second.as_mut()).is_pending());
+        assert!(poll_once(other.as_mut()).is_pending());
+        // An open stream of the principal's still gets its change.
+        let open = registry.register(g.clone(), &[task]);
+        registry.deliver(&big(task, "g", 1, 4_000));
+        assert!(!open.is_ending());
+        let (held, _) = registry.held_bytes();
+        assert!((14_000..15_000).contains(&held), "{held}");
+        drop(first);
+        let Poll::Ready(second) = poll_once(second.as_mut()) else {
+            panic!("the first read is done");
+        };
+        assert!(
+            (5_000..6_000).contains(&second.bytes()),
+            "the room the open stream left: {}",
+            second.bytes()
+        );
+        assert_eq!(second.limit(), ByteLimit::PerOwner);
+        assert!(poll_once(other.as_mut()).is_pending(), "5 000 left in all");
+        // A snapshot read within a reservation is counted out of it, not twice.
+        let late = registry.register(g.clone(), &[TaskId::random()]);
+        let id = late.tasks[0];
+        late.snapshot(vec![big(id, "g", 1, 2_000)], Some(second))
+            .unwrap();
+        let (held, peak) = registry.held_bytes();
+        assert!((6_000..7_000).contains(&held), "{held}");
+        assert!(peak <= 15_000, "{peak}");
+        let Poll::Ready(other) = poll_once(other.as_mut()) else {
+            panic!("no read in progress");
+        };
+        assert_eq!(
+            (other.bytes(), other.limit()),
+            (15_000 - held, ByteLimit::Total)
         );
     }
 

@@ -231,7 +231,7 @@ where
             Ok(SseRead::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
             Err(e) => {
                 let e: BoxError = e.into();
-                tracing::error!(error = %e, "the inner service's response failed mid-stream");
+                tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
                 Exchange::Broken
             }
         };
@@ -241,7 +241,7 @@ where
         Ok(ReadOutcome::Overflow(prefix, rest)) => Exchange::Large(head, prefix, rest),
         Err(e) => {
             let e: BoxError = e.into();
-            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
             Exchange::Broken
         }
     }
@@ -637,7 +637,7 @@ impl<S> Runner<S> {
             match self.engine.update(task, Scope::Any, transition).await {
                 Ok(updated) => return updated.map(|u| (u, retried)),
                 Err(e) => {
-                    tracing::warn!(error = %e, "task store failed to write an auto task; retrying");
+                    tracing::warn!(error = %crate::error::Chain(&e), "task store failed to write an auto task; retrying");
                     if !self.pause(backoff.next_delay()).await {
                         tracing::error!("an auto task expired before the store came back");
                         return None;

@@ -48,7 +48,7 @@ where
         Ok(overflow @ ReadOutcome::Overflow(..)) => overflow.into_body(),
         Err(e) => {
             let e: BoxError = e.into();
-            tracing::error!(error = %e, "the inner service's discover response failed mid-stream");
+            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's discover response failed mid-stream");
             return Ok(reply(RpcError::internal_error(), id));
         }
     };

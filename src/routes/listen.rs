@@ -22,8 +22,9 @@ use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::error::BoxError;
-use crate::notify::registry::Subscription;
+use crate::notify::registry::{ByteLimit, Subscription};
 use crate::observe::{self, Outcome};
+use crate::store::Budgeted;
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp};
 use crate::wire::sse::{self, Splitter};
 use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RawObject, RpcError};
@@ -122,12 +123,31 @@ where
     // round trip, queued to follow the acknowledgment, so that a change made before
     // the stream opened is not missed. Read after registering: a change delivered
     // meanwhile is as new or newer, and an older state is never queued after it.
-    let records = match engine
-        .store
-        .get_many(&candidates, Scope::Owner(owner.as_ref()), Timestamp::now())
-        .await
-    {
-        Ok(found) => {
+    // Read within the room the principal's streams have left (reserved first, so
+    // that concurrent listens share it): a snapshot that would not fit is refused
+    // before it is fetched.
+    let registry = engine.listen.registry();
+    let reservation = if candidates.is_empty() {
+        None
+    } else {
+        Some(registry.reserve(&owner).await)
+    };
+    let read = match &reservation {
+        None => Ok(Budgeted::Within(Vec::new())),
+        Some(reservation) => {
+            engine
+                .store
+                .get_many_within(
+                    &candidates,
+                    Scope::Owner(owner.as_ref()),
+                    Timestamp::now(),
+                    reservation.bytes(),
+                )
+                .await
+        }
+    };
+    let records = match read {
+        Ok(Budgeted::Within(found)) => {
             // Only ids asked for (a store could answer others), each once.
             let asked: HashSet<&TaskId> = candidates.iter().collect();
             let mut kept = HashSet::with_capacity(found.len());
@@ -136,21 +156,21 @@ where
                 .filter(|r| asked.contains(&r.id) && kept.insert(r.id))
                 .collect()
         }
+        Ok(Budgeted::OverBudget) => {
+            let limit = reservation
+                .as_ref()
+                .map_or(ByteLimit::PerOwner, |r| r.limit());
+            return Ok(too_many_bytes(limit, id));
+        }
         Err(e) => {
-            tracing::error!(error = %e, "task store failed while reading the listen snapshot");
+            tracing::error!(error = %crate::error::Chain(&e), "task store failed while reading the listen snapshot");
             Vec::new()
         }
     };
     let agreed: Vec<TaskId> = records.iter().map(|r: &TaskRecord| r.id).collect();
     subscription.retain(&agreed);
-    if let Err(limit) = subscription.snapshot(records) {
-        tracing::warn!(
-            limit = limit.as_str(),
-            "listen refused: the principal's listen streams hold too many bytes"
-        );
-        let refused =
-            RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
-        return Ok(reply(refused, id));
+    if let Err(limit) = subscription.snapshot(records, reservation) {
+        return Ok(too_many_bytes(limit, id));
     }
     let agreed_ids: Vec<Value> = agreed
         .iter()
@@ -256,6 +276,17 @@ where
             Ok(tasks_only(stream, agreed_ids))
         }
     }
+}
+
+/// The refusal of a listen whose snapshot would pass a byte bound.
+fn too_many_bytes<B>(limit: ByteLimit, id: Option<&Value>) -> Response<ResponseBody<B>> {
+    tracing::warn!(
+        limit = limit.as_str(),
+        "listen refused: the principal's listen streams hold too many bytes"
+    );
+    let refused =
+        RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
+    reply(refused, id)
 }
 
 /// The inner stream's head over the merged body: its length no longer holds, and

@@ -43,6 +43,27 @@ pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<Response
     error.to_response(id).map(ResponseBody::full)
 }
 
+/// The refusal of a call that would have become a task while the layer drains
+/// (WIRE leaves the HTTP status of -32603 open): HTTP 503 with `Retry-After: 1`, so
+/// that a proxy or load balancer retries it on another node, and `error.data`
+/// `{"retryable": true, "reason": "shutting_down"}` for a client that reads only
+/// the JSON-RPC body. The call never reached the inner service: a retry is safe.
+pub(crate) fn shutting_down<B>(id: Option<&Value>) -> Response<ResponseBody<B>> {
+    observe::task_refused("shutting_down");
+    let refused = RpcError::new(
+        RpcError::INTERNAL_ERROR,
+        "Server is shutting down",
+        http::StatusCode::SERVICE_UNAVAILABLE,
+    )
+    .with_data(serde_json::json!({"retryable": true, "reason": "shutting_down"}));
+    let mut response = reply(refused, id);
+    response.headers_mut().insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
 /// Stores the task a spec asks for and starts its work. A request dropped before
 /// the work started (the client went away mid-create) leaves no orphan: the task,
 /// if it was stored, is failed by a compensating write.

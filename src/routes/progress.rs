@@ -117,7 +117,7 @@ pub(crate) async fn relaying<T>(
         next = tokio::time::Instant::now() + PROGRESS_EVERY;
         let progress = Transition::Progress { message };
         if let Err(e) = engine.update(task, Scope::Any, &progress).await {
-            tracing::debug!(error = %e, "could not write an auto task's progress");
+            tracing::debug!(error = %crate::error::Chain(&e), "could not write an auto task's progress");
         }
     }
 }

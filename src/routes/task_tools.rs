@@ -167,7 +167,7 @@ where
         Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
         Err(e) => {
             let e: BoxError = e.into();
-            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
             return Ok(reply(RpcError::internal_error(), id));
         }
     };
@@ -281,7 +281,7 @@ async fn answer(engine: &Engine, tool: &str, arguments: &Value, scope: Scope<'_>
         Ok(Some(answer)) => answer,
         Ok(None) => unknown(),
         Err(e) => {
-            tracing::error!(error = %e, "task store failed");
+            tracing::error!(error = %crate::error::Chain(&e), "task store failed");
             ToolAnswer::text(
                 format!("The task store did not answer; try {tool} again in a few seconds."),
                 true,

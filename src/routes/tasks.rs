@@ -57,7 +57,7 @@ pub(crate) async fn answer(
 ) -> Result<Answer, RpcError> {
     let not_found = || RpcError::invalid_params("Failed to retrieve task: Task not found");
     let store_failed = |e: StoreError| {
-        tracing::error!(error = %e, "task store failed");
+        tracing::error!(error = %crate::error::Chain(&e), "task store failed");
         RpcError::internal_error()
     };
     let Some(text) = envelope.param_str("taskId") else {

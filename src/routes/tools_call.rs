@@ -80,7 +80,7 @@ where
         Ok(read) => read,
         Err(e) => {
             let e: BoxError = e.into();
-            tracing::error!(error = %e, "the inner service's response failed mid-stream");
+            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
             return Ok(reply(RpcError::internal_error(), id));
         }
     };

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ChangeFeed, CreateLimits, TaskStore, Updated};
+use super::{Budgeted, ChangeFeed, CreateLimits, TaskStore, Updated};
 use crate::error::StoreError;
 use crate::observe;
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -62,6 +62,21 @@ impl StoreCalls {
             "get_many",
             self.timeout,
             self.store.get_many(ids, scope, now),
+        )
+        .await
+    }
+
+    pub(crate) async fn get_many_within(
+        &self,
+        ids: &[TaskId],
+        scope: Scope<'_>,
+        now: Timestamp,
+        budget: usize,
+    ) -> Result<Budgeted, StoreError> {
+        timed(
+            "get_many_within",
+            self.timeout,
+            self.store.get_many_within(ids, scope, now, budget),
         )
         .await
     }

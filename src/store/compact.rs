@@ -4,9 +4,11 @@
 //! [`TaskRecord`] in memory.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
+use super::json_len;
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp};
 
 /// One stored task, without its id (the table's key).
@@ -30,6 +32,10 @@ pub(super) struct Stored {
     rest: Option<Box<Rest>>,
 }
 
+/// The most the fields of bounded length add to a record's JSON: the keys, the
+/// id, the status, the times, the numbers and the flag at their longest.
+const BOUNDED_FIELDS_MAX: usize = 512;
+
 const HAS_TTL: u8 = 1;
 const HAS_POLL: u8 = 2;
 
@@ -45,6 +51,23 @@ struct Rest {
     input_requests: Map<String, Value>,
     issued_keys: BTreeSet<String>,
     input_responses: Map<String, Value>,
+    /// The length of these fields' JSON, counted at the first read that asks (a
+    /// write replaces the whole `Rest`, and with it this count).
+    json_len: OnceLock<usize>,
+}
+
+impl Rest {
+    fn json_len(&self) -> usize {
+        *self.json_len.get_or_init(|| {
+            self.result
+                .as_ref()
+                .map_or(0, json_len)
+                .saturating_add(self.error.as_ref().map_or(0, json_len))
+                .saturating_add(json_len(&self.input_requests))
+                .saturating_add(json_len(&self.issued_keys))
+                .saturating_add(json_len(&self.input_responses))
+        })
+    }
 }
 
 impl Stored {
@@ -72,6 +95,20 @@ impl Stored {
     /// clock.
     pub(super) fn is_visible(&self, scope: Scope<'_>, now: Timestamp) -> bool {
         scope.permits(self.owner.as_ref()) && self.expires_at().is_none_or(|at| at > now)
+    }
+
+    /// An upper bound of the record's encoded size ([`encoded_len`]): the fields of
+    /// any length (owner, status message, result, error, input) counted exactly, the
+    /// others at their longest, without building the record; the result, error and
+    /// input are counted once per write, at the first read that asks. At most
+    /// [`BOUNDED_FIELDS_MAX`] over the exact size.
+    ///
+    /// [`encoded_len`]: crate::store::encoded_len
+    pub(super) fn encoded_len_bound(&self) -> usize {
+        BOUNDED_FIELDS_MAX
+            .saturating_add(self.owner.as_ref().map_or(0, json_len))
+            .saturating_add(self.status_message.as_deref().map_or(0, json_len))
+            .saturating_add(self.rest.as_ref().map_or(0, |rest| rest.json_len()))
     }
 
     /// The full record, for a reader.
@@ -109,6 +146,7 @@ impl From<TaskRecord> for Stored {
                 input_requests: record.input_requests,
                 issued_keys: record.issued_keys,
                 input_responses: record.input_responses,
+                json_len: OnceLock::new(),
             })
         });
         Stored {
@@ -200,6 +238,39 @@ mod tests {
         record.apply(&done, Timestamp::from_millis(4_000)).unwrap();
         assert!(record.result.is_some() && !record.issued_keys.is_empty());
         assert_eq!(round_trip(&record), record);
+    }
+
+    #[test]
+    fn the_size_bound_is_never_below_the_encoded_size_nor_far_above_it() {
+        let mut longest = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(u64::MAX));
+        longest.status = crate::task::TaskStatus::InputRequired;
+        longest.updated_at = Timestamp::from_millis(u64::MAX);
+        longest.ttl_ms = Some(u64::MAX);
+        longest.poll_interval_ms = Some(u64::MAX);
+        longest.revision = u64::MAX;
+        longest.cancel_requested = true;
+        let mut full = longest.clone();
+        full.owner = Some(Principal::from("al\u{0}ice \"quoted\""));
+        full.status_message = Some("\n".repeat(100));
+        full.result = Some(json!({"content": [{"type": "text", "text": "x".repeat(70_000)}]}));
+        full.error = Some(ErrorObject::new(-32603, "\u{1}".repeat(10)));
+        full.input_requests = [("k".to_owned(), json!({"a": [1, 2.5, null]}))]
+            .into_iter()
+            .collect();
+        full.issued_keys = ["k".to_owned(), "j".to_owned()].into_iter().collect();
+        full.input_responses = [("j".to_owned(), json!({"action": "accept"}))]
+            .into_iter()
+            .collect();
+        let bare = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(0));
+        for record in [bare, longest, full] {
+            let exact = crate::store::encoded_len(&record);
+            assert_eq!(exact, serde_json::to_vec(&record).unwrap().len());
+            let bound = Stored::from(record).encoded_len_bound();
+            assert!(
+                (exact..=exact + BOUNDED_FIELDS_MAX).contains(&bound),
+                "{bound} for {exact}"
+            );
+        }
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl Janitor {
                     match tokio::time::timeout(self.interval, self.sweep()).await {
                         Ok(Ok(_)) => {}
                         Ok(Err(e)) => {
-                            tracing::warn!(error = %e, "mcp-tasks janitor sweep failed; retrying at the next tick");
+                            tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks janitor sweep failed; retrying at the next tick");
                         }
                         Err(_) => tracing::warn!("mcp-tasks janitor sweep timed out; retrying at the next tick"),
                     }

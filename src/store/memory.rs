@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::compact::Stored;
-use super::{BoxFuture, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
+use super::{BoxFuture, Budgeted, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
 use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -403,6 +403,49 @@ impl TaskStore for MemoryStore {
                         .map(|r| r.to_record(*id))
                 })
                 .collect())
+        })
+    }
+
+    /// Each record's size is an upper bound of its encoded size, counted from the
+    /// stored fields (the large ones once per write) under its shard's lock. The
+    /// sizes are summed first and a read over the budget copies nothing; a record
+    /// that grew in between is counted again as it is copied, so a read never copies
+    /// more than the budget.
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            let now = self.decide_at(now);
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<&TaskId> = ids.iter().filter(|id| seen.insert(**id)).collect();
+            let mut total = 0usize;
+            for id in &unique {
+                let shard = Self::lock(self.shard(id));
+                if let Some(stored) = shard.tasks.get(id).filter(|r| r.is_visible(scope, now)) {
+                    total = total.saturating_add(stored.encoded_len_bound());
+                    if total > budget {
+                        return Ok(Budgeted::OverBudget);
+                    }
+                }
+            }
+            let mut found = Vec::new();
+            let mut taken = 0usize;
+            for id in unique {
+                let shard = Self::lock(self.shard(id));
+                let Some(stored) = shard.tasks.get(id).filter(|r| r.is_visible(scope, now)) else {
+                    continue;
+                };
+                taken = taken.saturating_add(stored.encoded_len_bound());
+                if taken > budget {
+                    return Ok(Budgeted::OverBudget);
+                }
+                found.push(stored.to_record(*id));
+            }
+            Ok(Budgeted::Within(found))
         })
     }
 

@@ -2,7 +2,9 @@
 // writing a store) is long enough to live in its own file.
 #![doc = include_str!("docs.md")]
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,8 @@ use crate::task::{TaskId, TaskRecord};
 
 mod calls;
 mod compact;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod connect;
 mod feed;
 mod janitor;
 mod lease;
@@ -461,13 +465,12 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
         Box::pin(async move {
-            let mut seen = std::collections::HashSet::with_capacity(ids.len());
             let mut found = Vec::new();
-            for id in ids {
-                if seen.insert(*id) && self.get(id, scope, now).await?.is_some() {
-                    found.push(*id);
-                }
-            }
+            each_found(self, ids, scope, now, |record| {
+                found.push(record.id);
+                ControlFlow::Continue(())
+            })
+            .await?;
             Ok(found)
         })
     }
@@ -511,16 +514,84 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
         Box::pin(async move {
-            let mut seen = std::collections::HashSet::with_capacity(ids.len());
             let mut found = Vec::new();
-            for id in ids {
-                if seen.insert(*id)
-                    && let Some(record) = self.get(id, scope, now).await?
-                {
-                    found.push(record);
-                }
-            }
+            each_found(self, ids, scope, now, |record| {
+                found.push(record);
+                ControlFlow::Continue(())
+            })
+            .await?;
             Ok(found)
+        })
+    }
+
+    /// [`get_many`](Self::get_many) within a byte budget: the records found, unless
+    /// their encoded size together passes `budget` ([`Budgeted::OverBudget`], with
+    /// no record). The layer reads the snapshot of a `subscriptions/listen` with it,
+    /// the budget being what the principal's listen streams may still hold, so a
+    /// listen that is going to be refused never brings more than that into memory.
+    ///
+    /// A record's encoded size is the length of its JSON, [`encoded_len`], which
+    /// is what `PostgresStore` and `RedisStore` keep; a store may count more for a
+    /// record (an upper bound), never less. Only the records `get_many` would return
+    /// count: foreign, expired and unknown ids cost nothing. A store should find
+    /// out before it fetches a record whether it fits (the built-in stores do, on
+    /// the server for the shared ones), and must never hold more than `budget` plus
+    /// one record for the read.
+    ///
+    /// The default reads the ids one [`get`](Self::get) at a time and stops at the
+    /// first record that passes the budget; a store that overrides `get_many` with
+    /// one round trip should override this too (the built-in stores do).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{Budgeted, CreateLimits, Scope, Timestamp, encoded_len};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let alice = Principal::from("alice");
+    /// let now = Timestamp::now();
+    /// let mut big = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+    /// big.status_message = Some("x".repeat(64 * 1024));
+    /// let ids = [big.id];
+    /// let size = encoded_len(&big);
+    /// store.create(big, CreateLimits::default()).await?;
+    /// let mine = Scope::Owner(Some(&alice));
+    /// let read = store.get_many_within(&ids, mine, now, 2 * size).await?;
+    /// assert!(matches!(read, Budgeted::Within(records) if records.len() == 1));
+    /// let read = store.get_many_within(&ids, mine, now, size / 2).await?;
+    /// assert_eq!(read, Budgeted::OverBudget);
+    /// // Another caller's read finds nothing, so nothing counts against its budget.
+    /// let read = store.get_many_within(&ids, Scope::Owner(None), now, 0).await?;
+    /// assert_eq!(read, Budgeted::Within(Vec::new()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            let mut found = Vec::new();
+            let mut taken = 0usize;
+            let read = each_found(self, ids, scope, now, |record| {
+                taken = taken.saturating_add(encoded_len(&record));
+                if taken > budget {
+                    return ControlFlow::Break(());
+                }
+                found.push(record);
+                ControlFlow::Continue(())
+            })
+            .await?;
+            Ok(if read {
+                Budgeted::Within(found)
+            } else {
+                Budgeted::OverBudget
+            })
         })
     }
 
@@ -690,6 +761,16 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         (**self).get_many(ids, scope, now)
     }
 
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        (**self).get_many_within(ids, scope, now, budget)
+    }
+
     fn update<'a>(
         &'a self,
         id: &'a TaskId,
@@ -715,4 +796,94 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
     fn leases(&self) -> Option<Arc<dyn LeaseStore>> {
         (**self).leases()
     }
+}
+
+/// What [`TaskStore::get_many_within`] read.
+///
+/// ```
+/// use mcp_tasks::store::Budgeted;
+///
+/// /// How many bytes of the budget a read leaves, or `None` when it was over.
+/// fn room_left(read: &Budgeted, budget: usize) -> Option<usize> {
+///     match read {
+///         Budgeted::Within(records) => {
+///             let used: usize = records.iter().map(mcp_tasks::store::encoded_len).sum();
+///             Some(budget - used)
+///         }
+///         // `OverBudget`, or an outcome a later version adds.
+///         _ => None,
+///     }
+/// }
+/// assert_eq!(room_left(&Budgeted::Within(Vec::new()), 1024), Some(1024));
+/// assert_eq!(room_left(&Budgeted::OverBudget, 1024), None);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Budgeted {
+    /// The records found, in the order asked, each once, exactly as
+    /// [`TaskStore::get_many`] returns them; their encoded size is within the budget.
+    Within(Vec<TaskRecord>),
+    /// The records found pass the budget together, so none is returned: the read
+    /// stopped there. Not a failure of the store; the caller decides what it means.
+    OverBudget,
+}
+
+/// The encoded size of `record`: the length of its JSON (`serde_json::to_vec`),
+/// counted without building it. What [`TaskStore::get_many_within`] measures a
+/// budget in.
+///
+/// ```
+/// use mcp_tasks::store::{Timestamp, encoded_len};
+/// use mcp_tasks::{TaskId, TaskRecord};
+///
+/// let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+/// assert_eq!(encoded_len(&record), serde_json::to_vec(&record).unwrap().len());
+/// ```
+pub fn encoded_len(record: &TaskRecord) -> usize {
+    json_len(record)
+}
+
+/// The length of `value`'s JSON, counted without building it.
+pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    /// A writer that keeps only the count.
+    struct Count(usize);
+
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let mut count = Count(0);
+    // Writing to `Count` cannot fail, and the values counted always serialize.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// Calls [`TaskStore::get`] for each of `ids` once, in order, and hands every record
+/// found to `found` until it breaks: the one-round-trip-per-id reads the defaults
+/// of the batched methods share. Whether every id was read (`false`: `found`
+/// broke off).
+async fn each_found<S: TaskStore + ?Sized>(
+    store: &S,
+    ids: &[TaskId],
+    scope: Scope<'_>,
+    now: Timestamp,
+    mut found: impl FnMut(TaskRecord) -> ControlFlow<()>,
+) -> Result<bool, StoreError> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for id in ids {
+        if seen.insert(*id)
+            && let Some(record) = store.get(id, scope, now).await?
+            && found(record).is_break()
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -10,11 +10,13 @@ use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
 use super::LeaseStore;
+use super::connect::ConnectError;
 use super::postgres_announce::Announcer;
 use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
-    BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
+    BoxFuture, Budgeted, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore,
+    Updated,
 };
 use crate::backoff::Backoff;
 use crate::error::{ConfigError, Limit, StoreError};
@@ -129,8 +131,10 @@ const ROWS_SCOPE: &[u8] = &[0];
 ///   and decides on the exact sums with every shard row of both caps locked: near a
 ///   cap (and only there) creates wait for each other. The shares add up to the cap,
 ///   so the caps are exact across nodes.
-/// - `visible` and `get_many` check or read all the ids of one listen in one
-///   `SELECT … WHERE id = ANY($1)`.
+/// - `visible`, `get_many` and `get_many_within` check or read all the ids of one
+///   listen in one `SELECT … WHERE id = ANY($1)`. `get_many_within` sums the rows'
+///   sizes (`octet_length(record::text)`) in the same statement and sends the
+///   records only when they fit the budget.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
 ///
 /// # Several nodes
@@ -218,6 +222,7 @@ struct Statements {
     prune_unowned: SqlStr,
     visible: SqlStr,
     select_many: SqlStr,
+    select_within: SqlStr,
     select: SqlStr,
     select_owned: SqlStr,
     write: SqlStr,
@@ -337,14 +342,63 @@ impl PostgresStore {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// A server that refuses the connection (or the login) fails it at once; one
+    /// that does not answer fails it after
+    /// [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT) (5 s;
+    /// [`connect_with_timeout`](Self::connect_with_timeout) sets another). The
+    /// error's cause names the server, its password shown as `***`, and why:
+    ///
+    /// ```no_run
+    /// # async fn run() {
+    /// let refused = mcp_tasks::PostgresStore::connect("postgres://app:s3cret@127.0.0.1:1/app").await;
+    /// let cause = std::error::Error::source(&refused.unwrap_err()).unwrap().to_string();
+    /// assert_eq!(cause, "could not connect to postgres://app:***@127.0.0.1:1/app");
+    /// # }
+    /// ```
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, crate::defaults::CONNECT_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect), giving up on reaching the server after `timeout`
+    /// instead of [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT). It bounds
+    /// the first connect only; the pool opens later connections within its acquire
+    /// timeout.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use mcp_tasks::PostgresStore;
+    ///
+    /// # async fn run() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let url = "postgres://app@db.internal/app";
+    /// let store = PostgresStore::connect_with_timeout(url, Duration::from_secs(2)).await?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with_timeout(url: &str, timeout: Duration) -> Result<Self, StoreError> {
+        use sqlx::{ConnectOptions as _, Connection as _};
         let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
-        let timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
+        let shown = shown_url(&options, super::connect::url_has_password(url));
+        let statement_timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
+        let options = options.options([("statement_timeout", statement_timeout.as_str())]);
+        // One attempt first: the pool retries a refused connection until its acquire
+        // timeout and then reports only that it timed out, not why.
+        match tokio::time::timeout(timeout, options.connect()).await {
+            Ok(Ok(probe)) => {
+                let _ = tokio::time::timeout(timeout, probe.close()).await;
+            }
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        }
         let pool = PgPoolOptions::new()
-            .acquire_timeout(crate::defaults::STORE_TIMEOUT)
-            .connect_with(options.options([("statement_timeout", timeout.as_str())]))
-            .await
-            .map_err(StoreError::backend)?;
+            .acquire_timeout(timeout.min(crate::defaults::STORE_TIMEOUT))
+            .connect_with(options);
+        let pool = match tokio::time::timeout(timeout, pool).await {
+            Ok(Ok(pool)) => pool,
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        };
         Ok(Self::new(pool))
     }
 
@@ -649,6 +703,13 @@ impl PostgresStore {
     }
 
     fn start_feed(&self, runtime: &tokio::runtime::Handle, first: Option<PgListener>) -> Feed {
+        // Once per store: a node on another table (or database) sees none of these
+        // tasks, and answers "not found" for them without any other sign.
+        tracing::info!(
+            server = %shown_url(&self.inner.pool.connect_options(), false),
+            table = %self.inner.table,
+            "mcp-tasks: PostgreSQL store; nodes share tasks only on the same table"
+        );
         let sender = ChangeSender::new(FEED_CAPACITY);
         let (ready_tx, ready) = watch::channel(false);
         let (stop, stopped) = oneshot::channel();
@@ -696,6 +757,31 @@ impl PostgresStore {
             Clock::Caller => Some(millis(now.as_millis())),
             Clock::Store => None,
         }
+    }
+
+    /// A batched read of `ids` in `scope`, its first arguments bound: the ids' keys
+    /// ($1), the clock ($2), whether any owner's rows may be read ($3) and the owner
+    /// ($4).
+    fn batch<'q, O>(
+        &self,
+        statement: &SqlStr,
+        ids: &'q [TaskId],
+        scope: Scope<'q>,
+        now: Timestamp,
+    ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>
+    where
+        (O,): for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+    {
+        let (any, owner) = match scope {
+            Scope::Any => (true, None),
+            Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
+        };
+        let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
+        sqlx::query_scalar(statement.clone())
+            .bind(keys)
+            .bind(self.clock_arg(now))
+            .bind(any)
+            .bind(owner)
     }
 
     async fn insert(&self, record: &TaskRecord, limits: CreateLimits) -> Result<(), StoreError> {
@@ -1170,6 +1256,19 @@ impl Statements {
                  AND ($3 OR owner IS NOT DISTINCT FROM $4)",
                 clock = clock(2),
             )),
+            // The sizes of the rows found come first; the records are sent only when
+            // they fit the budget ($5) together, otherwise one NULL says they do not.
+            select_within: sql(format!(
+                "WITH {clock}, \
+                 found AS (SELECT id, octet_length(record::text) AS size FROM {t} \
+                     WHERE id = ANY($1) AND {live} AND ($3 OR owner IS NOT DISTINCT FROM $4)), \
+                 total AS (SELECT coalesce(sum(size), 0) AS size FROM found) \
+                 SELECT NULL::text FROM total WHERE total.size > $5 \
+                 UNION ALL \
+                 SELECT {t}.record::text FROM {t} JOIN found ON found.id = {t}.id \
+                 WHERE (SELECT size FROM total) <= $5",
+                clock = clock(2),
+            )),
             select: sql(format!(
                 "WITH {clock} SELECT revision, record::text FROM {t} WHERE id = $1 AND {live}",
                 clock = clock(2),
@@ -1341,6 +1440,22 @@ impl Columns {
     }
 }
 
+/// The records of a batched read, decoded, in the order of `ids`, each once.
+fn in_order(
+    ids: &[TaskId],
+    scope: Scope<'_>,
+    rows: Vec<String>,
+) -> Result<Vec<TaskRecord>, StoreError> {
+    let mut found = std::collections::HashMap::with_capacity(rows.len());
+    for text in rows {
+        let record: TaskRecord = serde_json::from_str(&text).map_err(StoreError::backend)?;
+        if scope.permits(record.owner.as_ref()) {
+            found.insert(record.id, record);
+        }
+    }
+    Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+}
+
 impl TaskStore for PostgresStore {
     fn create<'a>(
         &'a self,
@@ -1377,29 +1492,39 @@ impl TaskStore for PostgresStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let (any, owner) = match scope {
-                Scope::Any => (true, None),
-                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
-            };
-            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
-            let rows: Vec<String> = sqlx::query_scalar(self.inner.sql.select_many.clone())
-                .bind(keys)
-                .bind(self.clock_arg(now))
-                .bind(any)
-                .bind(owner)
+            let rows: Vec<String> = self
+                .batch(&self.inner.sql.select_many, ids, scope, now)
                 .fetch_all(&self.inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
-            let mut found = std::collections::HashMap::with_capacity(rows.len());
-            for text in rows {
-                let record: TaskRecord =
-                    serde_json::from_str(&text).map_err(StoreError::backend)?;
-                if scope.permits(record.owner.as_ref()) {
-                    found.insert(record.id, record);
-                }
+            in_order(ids, scope, rows)
+        })
+    }
+
+    /// One statement: PostgreSQL sums the sizes of the rows found
+    /// (`octet_length(record::text)`, the record's JSON as stored) and sends the
+    /// records only when they fit the budget; over it, nothing but one `NULL`.
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            if ids.is_empty() {
+                return Ok(Budgeted::Within(Vec::new()));
             }
-            // In the order asked, each id once.
-            Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+            let rows: Vec<Option<String>> = self
+                .batch(&self.inner.sql.select_within, ids, scope, now)
+                .bind(i64::try_from(budget).unwrap_or(i64::MAX))
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            match rows.into_iter().collect::<Option<Vec<String>>>() {
+                Some(rows) => in_order(ids, scope, rows).map(Budgeted::Within),
+                None => Ok(Budgeted::OverBudget),
+            }
         })
     }
 
@@ -1413,16 +1538,8 @@ impl TaskStore for PostgresStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let (any, owner) = match scope {
-                Scope::Any => (true, None),
-                Scope::Owner(owner) => (false, owner.map(|p| p.as_str().as_bytes())),
-            };
-            let keys: Vec<&[u8]> = ids.iter().map(|id| id.as_bytes().as_slice()).collect();
-            let found: Vec<Vec<u8>> = sqlx::query_scalar(self.inner.sql.visible.clone())
-                .bind(keys)
-                .bind(self.clock_arg(now))
-                .bind(any)
-                .bind(owner)
+            let found: Vec<Vec<u8>> = self
+                .batch(&self.inner.sql.visible, ids, scope, now)
                 .fetch_all(&self.inner.pool)
                 .await
                 .map_err(StoreError::backend)?;
@@ -1751,6 +1868,25 @@ async fn connect_listener(
     Ok(listener)
 }
 
+/// The server of `options` as errors and logs show it: a URL without the
+/// password (`***` in its place when the URL had one).
+fn shown_url(options: &PgConnectOptions, has_password: bool) -> String {
+    let place = match options.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", options.get_host(), options.get_port()),
+    };
+    let place = match options.get_database() {
+        Some(database) => format!("{place}/{database}"),
+        None => place,
+    };
+    super::connect::shown_url(
+        "postgres",
+        Some(options.get_username()),
+        has_password,
+        &place,
+    )
+}
+
 fn validate_table(table: &str) -> Result<(), ConfigError> {
     let mut chars = table.chars();
     let starts_well = chars
@@ -1893,6 +2029,7 @@ mod tests {
             &sql.select_owned,
             &sql.visible,
             &sql.select_many,
+            &sql.select_within,
             &sql.write,
             &sql.insert,
         ] {
@@ -1904,6 +2041,7 @@ mod tests {
             &sql.select_owned,
             &sql.visible,
             &sql.select_many,
+            &sql.select_within,
             &sql.write,
         ] {
             assert!(

@@ -34,10 +34,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::LeaseStore;
+use super::connect::ConnectError;
 use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
-    BoxFuture, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore, Updated,
+    BoxFuture, Budgeted, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore,
+    Updated,
 };
 use crate::backoff::Backoff;
 use crate::error::{BoxError, Limit, StoreError};
@@ -247,6 +249,40 @@ end
 return found
 "#;
 
+/// Whether the record at `key` (of the task `id`) exists, is visible in `scope`
+/// ('' for any owner, else the owner tag) and, with a `now`, has not expired by
+/// its expiry score; shared by the scripts that read many ids. Records written
+/// before the `own` field existed are checked against the owners hash.
+const VISIBLE_FN: &str = r#"
+local function visible(key, id, scope, now, owners, expiry)
+  if redis.call('EXISTS', key) ~= 1 then
+    return false
+  end
+  if scope ~= '' then
+    local own = redis.call('HGET', key, 'own')
+    if not own then
+      own = redis.call('HGET', owners, id)
+    end
+    if own ~= scope then
+      return false
+    end
+  end
+  if now then
+    local expires = redis.call('ZSCORE', expiry, id)
+    if expires and tonumber(expires) <= now then
+      return false
+    end
+  end
+  return true
+end
+local function optional_now(arg)
+  if arg == '' then
+    return nil
+  end
+  return tonumber(arg)
+end
+"#;
+
 /// Which ids exist, without their records. KEYS: owners, expiry, then one task
 /// key per id.
 /// ARGV: the scope ('' for any owner, else the owner tag), now ('' when the
@@ -255,25 +291,40 @@ return found
 /// `now`) has not expired by its expiry score, 0 otherwise.
 const EXISTING: &str = r#"
 local found = {}
-local now = nil
-if ARGV[2] ~= '' then
-  now = tonumber(ARGV[2])
-end
+local now = optional_now(ARGV[2])
 for i = 3, #KEYS do
-  local id = ARGV[i]
-  local seen = redis.call('EXISTS', KEYS[i]) == 1
-  if seen and ARGV[1] ~= '' then
-    local own = redis.call('HGET', KEYS[i], 'own')
-    if not own then
-      own = redis.call('HGET', KEYS[1], id)
+  found[i - 2] = visible(KEYS[i], ARGV[i], ARGV[1], now, KEYS[1], KEYS[2]) and 1 or 0
+end
+return found
+"#;
+
+/// The records of many ids within a byte budget. KEYS: owners, expiry, then one
+/// task key per id.
+/// ARGV: the scope and now (as for the existing-ids script), the budget in bytes,
+/// then the ids.
+/// The sizes of the visible records (`HSTRLEN`, nothing fetched) are summed first;
+/// past the budget the answer is 'over' and no record leaves the server. Otherwise,
+/// per id, the record if visible, nil if not.
+const GET_WITHIN: &str = r#"
+local now = optional_now(ARGV[2])
+local budget = tonumber(ARGV[3])
+local total = 0
+local hits = {}
+for i = 3, #KEYS do
+  if visible(KEYS[i], ARGV[i + 1], ARGV[1], now, KEYS[1], KEYS[2]) then
+    total = total + redis.call('HSTRLEN', KEYS[i], 'rec')
+    if total > budget then
+      return 'over'
     end
-    seen = own == ARGV[1]
+    hits[#hits + 1] = i
   end
-  if seen and now then
-    local expires = redis.call('ZSCORE', KEYS[2], id)
-    seen = not expires or tonumber(expires) > now
-  end
-  found[i - 2] = seen and 1 or 0
+end
+local found = {}
+for i = 3, #KEYS do
+  found[i - 2] = false
+end
+for _, i in ipairs(hits) do
+  found[i - 2] = redis.call('HGET', KEYS[i], 'rec')
 end
 return found
 "#;
@@ -287,6 +338,7 @@ struct Scripts {
     cleanup: Script,
     get_visible: Script,
     existing: Script,
+    get_within: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
@@ -294,7 +346,8 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     cas: Script::new(&[CLOCK_FN, CAS].concat()),
     cleanup: Script::new(&[CLOCK_FN, DROP_FN, CLEANUP].concat()),
     get_visible: Script::new(GET_VISIBLE),
-    existing: Script::new(EXISTING),
+    existing: Script::new(&[VISIBLE_FN, EXISTING].concat()),
+    get_within: Script::new(&[VISIBLE_FN, GET_WITHIN].concat()),
 });
 
 /// A store in Redis, shared by every node that uses the same server and key prefix.
@@ -361,6 +414,10 @@ pub struct RedisStore {
     feed: Option<Arc<Feed>>,
     writers: Arc<[tokio::sync::Mutex<()>]>,
     clock: Clock,
+    /// The server as logged (no password), when this store made the connection.
+    server: Option<Arc<str>>,
+    /// Set once this store said where it keeps its tasks.
+    announced: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Keys {
@@ -394,6 +451,25 @@ impl Keys {
     fn task(&self, id: &str) -> String {
         format!("{}{id}", self.task)
     }
+}
+
+/// The server of `info` as errors and logs show it: a URL whose password, if
+/// any, is `***`.
+fn shown_url(info: &redis::ConnectionInfo) -> String {
+    let settings = info.redis_settings();
+    let (scheme, place) = match info.addr() {
+        redis::ConnectionAddr::Tcp(..) => ("redis", format!("{}/{}", info.addr(), settings.db())),
+        redis::ConnectionAddr::TcpTls { .. } => {
+            ("rediss", format!("{}/{}", info.addr(), settings.db()))
+        }
+        _ => ("redis+unix", info.addr().to_string()),
+    };
+    super::connect::shown_url(
+        scheme,
+        settings.username(),
+        settings.password().is_some(),
+        &place,
+    )
 }
 
 /// The change feed of one node: its broadcast channel and its listener task.
@@ -444,12 +520,69 @@ impl RedisStore {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// A server that refuses the connection fails it at once; one that does not
+    /// answer fails it after [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT)
+    /// (5 s; [`connect_with_timeout`](Self::connect_with_timeout) sets another). The
+    /// error's cause names the server, its password shown as `***`, and why:
+    ///
+    /// ```no_run
+    /// # async fn run() {
+    /// let refused = mcp_tasks::RedisStore::connect("redis://:s3cret@127.0.0.1:1").await;
+    /// let cause = std::error::Error::source(&refused.unwrap_err()).unwrap().to_string();
+    /// assert_eq!(cause, "could not connect to redis://:***@127.0.0.1:1/0");
+    /// # }
+    /// ```
     pub async fn connect(url: impl IntoConnectionInfo) -> Result<Self, StoreError> {
+        Self::connect_with_timeout(url, crate::defaults::CONNECT_TIMEOUT).await
+    }
+
+    /// [`connect`](Self::connect), giving up on reaching the server after `timeout`
+    /// instead of [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT). It bounds
+    /// the first connect only; a connection lost later is re-made in the background.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use mcp_tasks::RedisStore;
+    ///
+    /// # async fn run() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let store =
+    ///     RedisStore::connect_with_timeout("redis://127.0.0.1:6379", Duration::from_secs(2)).await?;
+    /// # drop(store);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn connect_with_timeout(
+        url: impl IntoConnectionInfo,
+        timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let client = Client::open(url).map_err(StoreError::backend)?;
-        let conn = ConnectionManager::new(client.clone())
-            .await
-            .map_err(StoreError::backend)?;
-        Ok(RedisStore::new(conn).with_change_feed(client))
+        let shown = shown_url(client.get_connection_info());
+        // One attempt first: the manager's own retries would hide a wrong address
+        // behind seconds of backoff and report no cause.
+        // `timeout` alone bounds it, so that running out says which limit it was.
+        let once = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        match tokio::time::timeout(
+            timeout,
+            client.get_multiplexed_async_connection_with_config(&once),
+        )
+        .await
+        {
+            Ok(Ok(probe)) => drop(probe),
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        }
+        let conn = match tokio::time::timeout(timeout, ConnectionManager::new(client.clone())).await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
+        };
+        Ok(RedisStore::new(conn)
+            .with_change_feed(client)
+            .with_server(shown))
     }
 
     /// A store on an existing connection manager (configured as you like).
@@ -481,7 +614,31 @@ impl RedisStore {
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
             clock: Clock::Store,
+            server: None,
+            announced: Arc::default(),
         }
+    }
+
+    fn with_server(mut self, shown: String) -> Self {
+        self.server = Some(shown.into());
+        self
+    }
+
+    /// Logs, once per store, the server and key prefix this node keeps its tasks
+    /// under: a node on another prefix (or database) sees none of them, and
+    /// answers "not found" for them without any other sign.
+    fn announce(&self) {
+        if self
+            .announced
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        tracing::info!(
+            server = %self.server.as_deref().unwrap_or("(a connection of the caller's)"),
+            prefix = %self.keys.prefix,
+            "mcp-tasks: Redis store; nodes share tasks only under the same key prefix"
+        );
     }
 
     /// The same store, deciding expiry and retention by `clock`: by default
@@ -656,6 +813,7 @@ impl fmt::Debug for RedisStore {
             .field("prefix", &self.keys.prefix)
             .field("node", &self.node)
             .field("change_feed", &self.feed.is_some())
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -826,6 +984,64 @@ impl TaskStore for RedisStore {
         })
     }
 
+    /// One round trip for all the ids: a script that sums the visible records'
+    /// sizes (`HSTRLEN`) before it fetches any, and fetches none past the budget.
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            let unique: Vec<TaskId> = ids.iter().filter(|id| seen.insert(**id)).copied().collect();
+            if unique.is_empty() {
+                return Ok(Budgeted::Within(Vec::new()));
+            }
+            let mut invocation = SCRIPTS.get_within.key(&self.keys.owners);
+            invocation.key(&self.keys.expiry);
+            for id in &unique {
+                invocation.key(self.keys.task(&id.to_string()));
+            }
+            invocation.arg(match scope {
+                Scope::Any => String::new(),
+                Scope::Owner(owner) => owner_tag(owner),
+            });
+            invocation.arg(self.clock_arg(now));
+            // Lua counts in doubles: exact up to 2^53.
+            invocation.arg(budget.min(1 << 53));
+            for id in &unique {
+                invocation.arg(id.to_string());
+            }
+            let mut conn = self.conn.clone();
+            let answer: redis::Value = invocation
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            let stored: Vec<Option<String>> = match answer {
+                redis::Value::Array(_) => {
+                    redis::from_redis_value(answer).map_err(StoreError::backend)?
+                }
+                _ => return Ok(Budgeted::OverBudget),
+            };
+            if stored.len() != unique.len() {
+                return Err(unexpected(
+                    "the read script answered the wrong number of replies",
+                ));
+            }
+            let mut found = Vec::new();
+            for (id, json) in unique.into_iter().zip(stored) {
+                let Some(json) = json else { continue };
+                let record = decode(&json)?;
+                if record.id == id && self.sees(&record, scope, now) {
+                    found.push(record);
+                }
+            }
+            Ok(Budgeted::Within(found))
+        })
+    }
+
     fn update<'a>(
         &'a self,
         id: &'a TaskId,
@@ -885,6 +1101,7 @@ impl TaskStore for RedisStore {
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {
+        self.announce();
         let feed = self.feed.as_ref()?;
         let name = self.feed_connection_name();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

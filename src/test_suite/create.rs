@@ -7,8 +7,10 @@ use super::helpers::{
     HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread, update,
 };
 use crate::error::{Limit, StoreError};
-use crate::store::{CreateLimits, TaskStore};
-use crate::task::{Principal, Scope, TaskRecord, Timestamp, Transition};
+use serde_json::json;
+
+use crate::store::{Budgeted, CreateLimits, TaskStore, encoded_len};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// `create` returns only once `get` finds the record, and `get` returns the record
 /// as it was stored, for its owner and for [`Scope::Any`].
@@ -435,6 +437,146 @@ pub async fn get_many_reads_only_visible_records<S: TaskStore>(store: S) {
     match store.get_many(&[], Scope::Any, Timestamp::now()).await {
         Ok(found) => assert!(found.is_empty(), "[{RULE}] no ids asked, none found"),
         Err(e) => panic!("[{RULE}] get_many of no ids failed: {e}"),
+    }
+}
+
+/// `get_many_within` returns what `get_many` returns while the records found fit
+/// the budget together, and nothing but [`Budgeted::OverBudget`] once they pass it:
+/// records of twice the budget are refused, records of half of it are all returned,
+/// what is returned never takes more than the budget, and foreign, expired and
+/// unknown ids count for nothing however large their records.
+pub async fn get_many_within_stops_at_the_budget<S: TaskStore>(store: S) {
+    const RULE: &str = "get_many_within_stops_at_the_budget";
+    const RESULT_BYTES: usize = 64 * 1024;
+    const BIG_BYTES: usize = 1024 * 1024;
+    for case in visibility_cases(RULE, &store).await {
+        let many = store.get_many(&case.ids, case.scope(), case.at).await;
+        let within = store
+            .get_many_within(&case.ids, case.scope(), case.at, usize::MAX)
+            .await;
+        match (many, within) {
+            (Ok(many), Ok(Budgeted::Within(within))) => assert_eq!(
+                within, many,
+                "[{RULE}] without a bound, get_many_within must return what get_many does: {}",
+                case.what
+            ),
+            other => panic!("[{RULE}] an unbounded read of {}: {other:?}", case.what),
+        }
+    }
+
+    let now = Timestamp::now();
+    let later = now.plus_ms(1_000);
+    let alice = Principal::from("alice");
+    let text = |bytes: usize| json!({"content": [{"type": "text", "text": "x".repeat(bytes)}]});
+    let mut mine = Vec::new();
+    for _ in 0..4 {
+        mine.push(finished(RULE, &store, Some(&alice), now, HOUR_MS, text(RESULT_BYTES)).await);
+    }
+    // Sized beyond every budget below, each of them.
+    let bobs = finished(
+        RULE,
+        &store,
+        Some(&Principal::from("bob")),
+        now,
+        HOUR_MS,
+        text(BIG_BYTES),
+    )
+    .await;
+    let expiring = finished(RULE, &store, Some(&alice), now, 1_000, text(BIG_BYTES)).await;
+    let size: usize = mine.iter().map(encoded_len).sum();
+    let mut ids: Vec<TaskId> = mine.iter().map(|r| r.id).collect();
+    ids.extend([bobs.id, expiring.id, TaskId::random(), mine[0].id]);
+    let expected: Vec<TaskId> = mine.iter().map(|r| r.id).collect();
+    let read = |scope, at, budget| {
+        let ids = &ids;
+        let store = &store;
+        async move {
+            store
+                .get_many_within(ids, scope, at, budget)
+                .await
+                .unwrap_or_else(|e| panic!("[{RULE}] get_many_within failed: {e}"))
+        }
+    };
+    let mine_scope = Scope::Owner(Some(&alice));
+
+    match read(mine_scope, later, 2 * size).await {
+        Budgeted::Within(found) => {
+            let found_ids: Vec<TaskId> = found.iter().map(|r| r.id).collect();
+            assert_eq!(
+                found_ids, expected,
+                "[{RULE}] alice's live records, at half the budget, must all be returned in the order asked, each once; bob's and the expired one must not count"
+            );
+            let taken: usize = found.iter().map(encoded_len).sum();
+            assert!(
+                taken <= 2 * size,
+                "[{RULE}] the records returned take {taken} bytes, over the budget {}",
+                2 * size
+            );
+        }
+        Budgeted::OverBudget => panic!(
+            "[{RULE}] alice's live records take {size} bytes, half the budget: bob's record and her expired one must not count against it"
+        ),
+    }
+    match read(mine_scope, later, size / 2).await {
+        Budgeted::OverBudget => {}
+        Budgeted::Within(found) => panic!(
+            "[{RULE}] alice's records take {size} bytes, twice the budget {}: the read must be OverBudget, got {} records",
+            size / 2,
+            found.len()
+        ),
+    }
+    match read(mine_scope, now, 2 * size).await {
+        Budgeted::OverBudget => {}
+        Budgeted::Within(found) => panic!(
+            "[{RULE}] before it expires, alice's 1 MiB record counts: the read must be OverBudget, got {} records",
+            found.len()
+        ),
+    }
+    match read(Scope::Owner(None), now, 0).await {
+        Budgeted::Within(found) => assert!(
+            found.is_empty(),
+            "[{RULE}] an unauthenticated caller finds none of these records"
+        ),
+        Budgeted::OverBudget => panic!(
+            "[{RULE}] records the caller cannot see must not count against its budget, even a budget of 0"
+        ),
+    }
+    match read(Scope::Any, later, BIG_BYTES / 2).await {
+        Budgeted::OverBudget => {}
+        Budgeted::Within(found) => panic!(
+            "[{RULE}] with Scope::Any bob's 1 MiB record counts against a budget of 512 KiB: the read must be OverBudget, got {} records",
+            found.len()
+        ),
+    }
+    match store
+        .get_many_within(&[], Scope::Any, Timestamp::now(), 0)
+        .await
+    {
+        Ok(Budgeted::Within(found)) => assert!(found.is_empty()),
+        other => panic!("[{RULE}] get_many_within of no ids: {other:?}"),
+    }
+}
+
+/// Creates a task of `owner`'s with a TTL, completes it with `result`, and returns
+/// it as stored.
+async fn finished<S: TaskStore>(
+    rule: &str,
+    store: &S,
+    owner: Option<&Principal>,
+    now: Timestamp,
+    ttl_ms: u64,
+    result: serde_json::Value,
+) -> TaskRecord {
+    let r = record(owner.cloned(), now, Some(ttl_ms));
+    let id = r.id;
+    create(rule, store, r, CreateLimits::default()).await;
+    let done = Transition::Complete {
+        result,
+        message: None,
+    };
+    match update(rule, store, &id, Scope::Any, &done, now).await {
+        Some(updated) if updated.changed() => updated.record,
+        other => panic!("[{rule}] completing a working task must be applied: {other:?}"),
     }
 }
 

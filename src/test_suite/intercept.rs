@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::store::{BoxFuture, ChangeFeed, CreateLimits, TaskStore, Updated};
+use crate::store::{BoxFuture, Budgeted, ChangeFeed, CreateLimits, TaskStore, Updated};
 use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// One call on an [`Intercept`] store, as [`StoreHooks::before`] sees it: the
@@ -70,6 +70,17 @@ pub enum StoreCall<'a> {
         /// The time of the read.
         now: Timestamp,
     },
+    /// [`TaskStore::get_many_within`].
+    GetManyWithin {
+        /// The tasks asked for.
+        ids: &'a [TaskId],
+        /// Who is asking.
+        scope: Scope<'a>,
+        /// The time of the read.
+        now: Timestamp,
+        /// The most bytes the records found may take together.
+        budget: usize,
+    },
     /// [`TaskStore::update`].
     Update {
         /// The task to change.
@@ -116,8 +127,8 @@ pub enum StoreCall<'a> {
 /// }
 /// ```
 pub trait StoreHooks: Debug + Send + Sync + 'static {
-    /// Runs before every `create`, `get`, `get_many`, `visible`, `update` and
-    /// `cleanup`. An error is the
+    /// Runs before every `create`, `get`, `get_many`, `get_many_within`, `visible`,
+    /// `update` and `cleanup`. An error is the
     /// call's answer, and the wrapped store is not called at all.
     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
         let _ = call;
@@ -141,6 +152,11 @@ pub trait StoreHooks: Debug + Send + Sync + 'static {
 
     /// Runs once `get_many` of `ids` returned `result`.
     fn after_get_many(&self, ids: &[TaskId], result: &Result<Vec<TaskRecord>, StoreError>) {
+        let _ = (ids, result);
+    }
+
+    /// Runs once `get_many_within` of `ids` returned `result`.
+    fn after_get_many_within(&self, ids: &[TaskId], result: &Result<Budgeted, StoreError>) {
         let _ = (ids, result);
     }
 
@@ -186,6 +202,10 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 
     fn after_get_many(&self, ids: &[TaskId], result: &Result<Vec<TaskRecord>, StoreError>) {
         (**self).after_get_many(ids, result);
+    }
+
+    fn after_get_many_within(&self, ids: &[TaskId], result: &Result<Budgeted, StoreError>) {
+        (**self).after_get_many_within(ids, result);
     }
 
     fn after_update(&self, id: &TaskId, result: &Result<Option<Updated>, StoreError>) {
@@ -339,6 +359,26 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
             self.hooks.before(StoreCall::GetMany { ids, scope, now })?;
             let result = self.store.get_many(ids, scope, now).await;
             self.hooks.after_get_many(ids, &result);
+            result
+        })
+    }
+
+    fn get_many_within<'a>(
+        &'a self,
+        ids: &'a [TaskId],
+        scope: Scope<'a>,
+        now: Timestamp,
+        budget: usize,
+    ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
+        Box::pin(async move {
+            self.hooks.before(StoreCall::GetManyWithin {
+                ids,
+                scope,
+                now,
+                budget,
+            })?;
+            let result = self.store.get_many_within(ids, scope, now, budget).await;
+            self.hooks.after_get_many_within(ids, &result);
             result
         })
     }

@@ -156,7 +156,8 @@ pub use clock::node_clocks_minutes_apart_agree_on_expiry;
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
     create_rejects_duplicate_id, create_then_get, expired_records_never_fill_the_caps,
-    get_many_reads_only_visible_records, max_rows_enforced_atomically, per_owner_cap_enforced,
+    get_many_reads_only_visible_records, get_many_within_stops_at_the_budget,
+    max_rows_enforced_atomically, per_owner_cap_enforced,
     retired_records_past_retention_never_fill_the_caps, visible_lists_only_visible_ids,
 };
 pub use expiry::{
@@ -233,6 +234,7 @@ macro_rules! task_store_tests {
             retired_records_past_retention_never_fill_the_caps,
             visible_lists_only_visible_ids,
             get_many_reads_only_visible_records,
+            get_many_within_stops_at_the_budget,
             revision_increments_on_every_change,
             values_round_trip_unchanged,
             concurrent_terminal_writes_one_wins,

@@ -238,6 +238,31 @@ impl Proc {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM, as a deploy does (through `kill`, since the crate has no unsafe
+    /// code to call it directly).
+    pub(crate) fn terminate(&self) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("kill could not be started");
+        assert!(sent.success(), "kill -TERM {} failed", self.pid());
+    }
+
+    /// Waits up to `timeout` for the process to exit on its own; its status, or
+    /// `None` when it is still running.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("the process's status") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Every line it printed so far (stdout and stderr).
     pub(crate) fn output(&self) -> Vec<String> {
         self.output

@@ -1,0 +1,409 @@
+//! The era bridge: an upstream that speaks only an older revision (2025-11-25,
+//! 2025-06-18 or 2025-03-26, with `initialize` and `Mcp-Session-Id` sessions)
+//! serves 2026-07-28 clients, so that `TasksLayer` can make tasks of its tools.
+//!
+//! The upstream's era is learnt at the first 2026-07-28 request: `server/discover`
+//! answered means 2026-07-28, and every request then passes to the proxy as it is.
+//! Otherwise the bridge sends `initialize`; a result on a bridged revision means
+//! the older era, and from then on each 2026-07-28 request is translated:
+//!
+//! - `server/discover` is answered from the `initialize` result (capabilities
+//!   without list changes and subscriptions, instructions, server info);
+//!   `subscriptions/listen` gets -32601 (the layer then serves task notifications
+//!   alone);
+//! - any other request goes on its principal's session ([`session`]) without the
+//!   per-request envelope of `_meta`, under an id of the bridge's own; its result
+//!   comes back under the client's id with `resultType` and `serverInfo`, from a
+//!   JSON answer or from the upstream's stream (progress under the client's token,
+//!   log messages at the level it asked for, nothing else);
+//! - the upstream's `elicitation/create` during `tools/call`, `prompts/get` or
+//!   `resources/read` becomes an MRTR `input_required` result, and the answer in
+//!   the client's retry goes upstream on the same session while the request is
+//!   still open ([`relay`]). `ping` is answered; sampling, roots and any other
+//!   server-to-client request get a JSON-RPC error;
+//! - a client that leaves (or a task cancelled) sends `notifications/cancelled`
+//!   upstream for the request.
+//!
+//! Requests of the older era itself (a session id, an older `MCP-Protocol-Version`,
+//! or no `_meta` and no version header), and every `GET` or `DELETE`, pass to the
+//! proxy untouched whatever the upstream speaks.
+
+mod relay;
+mod session;
+mod upstream;
+pub(crate) mod wire;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::HeaderMap;
+use http::{Method, Request, Response};
+use http_body::Body;
+use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
+use mcp_tasks::error::BoxError;
+use mcp_tasks::wire::RpcError;
+use mcp_tasks::wire::{
+    LEGACY_VERSIONS, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, META_PROTOCOL_VERSION,
+};
+use mcp_tasks::{Principal, TaskContext, TaskRefused};
+use serde_json::Value;
+use tokio::sync::watch;
+use tower::Service;
+
+use crate::proxy::{Proxy, ProxyBody};
+use relay::{Client, Parked};
+use session::{Owner, Sessions};
+use upstream::Upstream;
+
+/// The largest 2026-07-28 request body the bridge reads to translate it.
+const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// The bridge's settings.
+#[derive(Clone, Debug)]
+pub(crate) struct BridgeConfig {
+    /// The most upstream sessions open at once (one per principal).
+    pub(crate) max_sessions: usize,
+    /// How long an unused session stays open.
+    pub(crate) session_idle: Duration,
+    /// How long a question put to a client as a bare MRTR round (not a task's)
+    /// waits for the client's retry.
+    pub(crate) input_timeout: Duration,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        BridgeConfig {
+            max_sessions: 1000,
+            session_idle: Duration::from_secs(600),
+            input_timeout: relay::default_input_timeout(),
+        }
+    }
+}
+
+impl BridgeConfig {
+    /// The settings from `MCP_UPSTREAM_MAX_SESSIONS` (default 1000),
+    /// `MCP_UPSTREAM_SESSION_IDLE_MS` (default 600000) and
+    /// `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000).
+    pub(crate) fn from_env() -> Result<BridgeConfig, String> {
+        let mut config = BridgeConfig::default();
+        let number = |var: &str| -> Result<Option<u64>, String> {
+            match std::env::var(var) {
+                Err(_) => Ok(None),
+                Ok(value) => match value.trim().parse() {
+                    Ok(n) if n > 0 => Ok(Some(n)),
+                    _ => Err(format!("{var} must be a positive number, not {value:?}")),
+                },
+            }
+        };
+        if let Some(max) = number("MCP_UPSTREAM_MAX_SESSIONS")? {
+            config.max_sessions = usize::try_from(max).unwrap_or(usize::MAX);
+        }
+        if let Some(ms) = number("MCP_UPSTREAM_SESSION_IDLE_MS")? {
+            config.session_idle = Duration::from_millis(ms);
+        }
+        if let Some(ms) = number("MCP_UPSTREAM_INPUT_TIMEOUT_MS")? {
+            config.input_timeout = Duration::from_millis(ms);
+        }
+        Ok(config)
+    }
+}
+
+/// Lives as long as a client's request and every copy of its extensions: the
+/// layer's runner of an `Auto` task keeps one for the whole call, so a question
+/// relayed to that runner is held exactly as long as the task runs.
+#[derive(Clone, Debug)]
+pub(crate) struct CallLife(Arc<watch::Sender<()>>);
+
+impl CallLife {
+    /// Fails its `changed` once the last copy is dropped.
+    fn watch(&self) -> watch::Receiver<()> {
+        self.0.subscribe()
+    }
+}
+
+/// Marks each client request with its [`CallLife`]: put it in front of the layer.
+pub(crate) fn mark_call<B>(mut request: Request<B>) -> Request<B> {
+    let (life, _) = watch::channel(());
+    request.extensions_mut().insert(CallLife(Arc::new(life)));
+    request
+}
+
+/// On the head of a bridged answer: set when the head reaches the client,
+/// dropped unset when the layer's runner took the answer for a task. So a
+/// relayed question is known to wait either for the client's retry or for the
+/// runner's.
+#[derive(Clone, Debug)]
+pub(crate) struct Delivery(Arc<watch::Sender<bool>>);
+
+impl Delivery {
+    fn new() -> (Delivery, watch::Receiver<bool>) {
+        let (delivered, receiver) = watch::channel(false);
+        (Delivery(Arc::new(delivered)), receiver)
+    }
+}
+
+/// Notes that an answer reached the client: put it in front of the layer (after
+/// [`mark_call`]).
+pub(crate) fn note_delivery<B>(mut response: Response<B>) -> Response<B> {
+    if let Some(delivery) = response.extensions_mut().remove::<Delivery>() {
+        delivery.0.send_replace(true);
+    }
+    response
+}
+
+/// The upstream's era, learnt once.
+#[derive(Debug)]
+enum Era {
+    /// 2026-07-28: requests pass through.
+    Modern,
+    /// An older revision: 2026-07-28 requests are bridged.
+    Legacy(Legacy),
+}
+
+/// What the bridge knows of an older upstream from its `initialize` result.
+#[derive(Debug)]
+pub(crate) struct Legacy {
+    /// The `server/discover` result derived from it.
+    discover: Value,
+    server_info: Value,
+}
+
+/// The state every request shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    proxy: Proxy,
+    upstream: Arc<Upstream>,
+    sessions: Sessions,
+    era: OnceLock<Era>,
+    /// Held while the era is being learnt: one attempt at a time.
+    detecting: tokio::sync::Mutex<()>,
+    /// Requests held open for an answer, by `requestState`.
+    parked: Mutex<HashMap<String, Parked>>,
+    input_timeout: Duration,
+}
+
+impl Shared {
+    fn parked(&self) -> std::sync::MutexGuard<'_, HashMap<String, Parked>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn park(&self, token: String, parked: Parked) {
+        self.parked().insert(token, parked);
+    }
+
+    fn take_parked(&self, token: &str) -> Option<Parked> {
+        self.parked().remove(token)
+    }
+
+    /// The request held under `token`, if it belongs to `client`'s owner and
+    /// method; one that does not stays where it is.
+    fn unpark(&self, token: &str, client: &Client) -> Option<Parked> {
+        let mut parked = self.parked();
+        let held = parked.get(token)?;
+        if !held.belongs_to(&client.owner, &client.method) {
+            return None;
+        }
+        parked.remove(token)
+    }
+
+    /// The upstream's era, learnt now if it is not known yet. `Err` is an answer
+    /// for the client (the upstream unreachable, or refusing the credentials):
+    /// nothing is learnt then, and the next request tries again.
+    async fn era(&self, owner: &Owner, base: &HeaderMap) -> Result<&Era, Response<ProxyBody>> {
+        if let Some(era) = self.era.get() {
+            return Ok(era);
+        }
+        let _one = self.detecting.lock().await;
+        if let Some(era) = self.era.get() {
+            return Ok(era);
+        }
+        let discover = wire::discover_request(self.upstream.next_id());
+        let mut headers = base.clone();
+        headers.insert(
+            MCP_PROTOCOL_VERSION,
+            http::HeaderValue::from_static(mcp_tasks::wire::PROTOCOL_VERSION),
+        );
+        headers.insert(
+            mcp_tasks::wire::MCP_METHOD,
+            http::HeaderValue::from_static("server/discover"),
+        );
+        let era = match self.upstream.exchange(headers, &discover).await {
+            upstream::Exchanged::Refused(response) => return Err(response),
+            upstream::Exchanged::Answered {
+                message: Some(message),
+                ..
+            } if wire::is_modern_discover(&message) => {
+                tracing::info!("the upstream speaks 2026-07-28: passing requests through");
+                Era::Modern
+            }
+            upstream::Exchanged::Answered { .. } => match session::open(&self.upstream, base).await
+            {
+                Ok(opened) => {
+                    tracing::info!(
+                        version = %opened.initialize["protocolVersion"],
+                        "the upstream speaks an older revision: bridging it for 2026-07-28 clients"
+                    );
+                    let legacy = Legacy {
+                        discover: wire::discover_result(&opened.initialize),
+                        server_info: wire::server_info(&opened.initialize),
+                    };
+                    self.sessions.adopt(owner, opened.session);
+                    Era::Legacy(legacy)
+                }
+                Err(session::SessionError::Refused(response)) => return Err(*response),
+                Err(e) => {
+                    tracing::warn!(
+                        error = ?e,
+                        "the upstream answered neither server/discover nor initialize; passing requests through"
+                    );
+                    Era::Modern
+                }
+            },
+        };
+        Ok(self.era.get_or_init(|| era))
+    }
+
+    async fn pass<B>(&self, request: Request<B>) -> Response<ProxyBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        match self.proxy.clone().call(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        }
+    }
+
+    async fn handle<B>(self: Arc<Self>, mut request: Request<B>) -> Response<ProxyBody>
+    where
+        B: Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let life = request.extensions_mut().remove::<CallLife>();
+        if request.method() != Method::POST || is_legacy(&request) {
+            return self.pass(request).await;
+        }
+        let owner = request.extensions().get::<Principal>().cloned();
+        let base = upstream::base_headers(request.headers());
+        let legacy = match self.era(&owner, &base).await {
+            Ok(Era::Legacy(legacy)) => legacy,
+            Ok(Era::Modern) => return self.pass(request).await,
+            Err(response) => return response,
+        };
+        let (parts, body) = request.into_parts();
+        let bytes = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => {
+                let error = if e.downcast_ref::<LengthLimitError>().is_some() {
+                    RpcError::new(
+                        RpcError::INVALID_REQUEST,
+                        "Request body too large",
+                        http::StatusCode::PAYLOAD_TOO_LARGE,
+                    )
+                } else {
+                    RpcError::invalid_request("Could not read the request body")
+                };
+                return relay::error_reply(&error, &Value::Null);
+            }
+        };
+        let message = match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(message)) if is_modern(&message, &parts.headers) => message,
+            // Not a 2026-07-28 request: the upstream judges it.
+            _ => {
+                return self
+                    .pass(Request::from_parts(parts, Full::new(bytes)))
+                    .await;
+            }
+        };
+        relay::bridge(&self, base, message, legacy, owner, life).await
+    }
+}
+
+/// Whether a request belongs to the older era by its head: the layer said so, or
+/// it carries a session or an older `MCP-Protocol-Version`.
+fn is_legacy<B>(request: &Request<B>) -> bool {
+    let marked = TaskContext::from_extensions(request.extensions())
+        .is_some_and(|context| context.check() == Err(TaskRefused::LegacyEra));
+    let headers = request.headers();
+    marked
+        || headers.contains_key(MCP_SESSION_ID)
+        || headers
+            .get(MCP_PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| LEGACY_VERSIONS.contains(&v.trim()))
+}
+
+/// Whether a request is of 2026-07-28: `_meta` names the version, or the header
+/// does (an older one was ruled out before).
+fn is_modern(message: &serde_json::Map<String, Value>, headers: &HeaderMap) -> bool {
+    let meta_version = upstream::params(message)
+        .and_then(|p| p.get("_meta"))
+        .is_some_and(|meta| meta.get(META_PROTOCOL_VERSION).is_some());
+    meta_version || headers.contains_key(MCP_PROTOCOL_VERSION)
+}
+
+/// The gateway's inner service: the proxy, with 2026-07-28 requests bridged to an
+/// upstream on an older revision.
+#[derive(Clone, Debug)]
+pub(crate) struct Bridge {
+    shared: Arc<Shared>,
+}
+
+impl Bridge {
+    /// A bridge in front of `proxy`. Starts the task that closes idle sessions, so
+    /// it needs a tokio runtime.
+    pub(crate) fn new(proxy: Proxy, config: BridgeConfig) -> Bridge {
+        let upstream = Arc::new(Upstream::new(proxy.clone()));
+        let shared = Arc::new(Shared {
+            proxy,
+            sessions: Sessions::new(upstream.clone(), config.max_sessions, config.session_idle),
+            upstream,
+            era: OnceLock::new(),
+            detecting: tokio::sync::Mutex::new(()),
+            parked: Mutex::default(),
+            input_timeout: config.input_timeout,
+        });
+        let weak = Arc::downgrade(&shared);
+        let period =
+            (config.session_idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(shared) = weak.upgrade() else { return };
+                shared.sessions.sweep();
+                tracing::trace!(
+                    sessions = shared.sessions.len(),
+                    "swept idle upstream sessions"
+                );
+            }
+        });
+        Bridge { shared }
+    }
+}
+
+impl<B> Service<Request<B>> for Bridge
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response<ProxyBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let shared = self.shared.clone();
+        Box::pin(async move { Ok(shared.handle(request).await) })
+    }
+}
