@@ -228,12 +228,15 @@ impl TasksLayer {
     pub async fn drain(&self, grace: Duration) -> usize {
         const SHUT_DOWN: &str = "Server shut down before the task finished";
         let engine = &self.engine;
-        engine.start_draining();
+        engine.node.start_draining();
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "mcp-tasks: draining: no call becomes a task from now on; running work has the grace period to finish"
         );
-        let left = engine.wait_idle(tokio::time::Instant::now() + grace).await;
+        let left = engine
+            .node
+            .wait_idle(tokio::time::Instant::now() + grace)
+            .await;
         let mut failed = 0;
         for id in &left {
             let fail = Transition::Fail {
@@ -247,7 +250,7 @@ impl TasksLayer {
                     tracing::error!(error = %crate::error::Chain(&e), "drain: could not fail a running task")
                 }
             }
-            engine.abort_runner(id);
+            engine.node.abort_runner(id);
         }
         if failed > 0 {
             tracing::warn!(
@@ -298,7 +301,7 @@ impl TasksLayer {
     /// # }
     /// ```
     pub fn is_draining(&self) -> bool {
-        self.engine.is_draining()
+        self.engine.node.is_draining()
     }
 
     /// Whether the extension is switched on (the default; see

@@ -342,7 +342,7 @@ where
             let tool = tool.as_deref().unwrap_or("");
             let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
             let mode = engine.config.mode_for_call(tool, arguments);
-            let draining = engine.is_draining();
+            let draining = engine.node.is_draining();
             if draining && declared && mode.requires_extension() {
                 return Ok(routes::shutting_down(id));
             }

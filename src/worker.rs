@@ -478,14 +478,14 @@ impl Tasks {
     /// # }
     /// ```
     pub fn hold(&self, id: TaskId) {
-        self.engine.hold(id);
+        self.engine.node.hold(id);
     }
 
     /// Gives up the lease [`hold`](Self::hold) took, without ending the task: for
     /// work handed on to something that outlives this node (the task's TTL then
     /// bounds it).
     pub fn release(&self, id: &TaskId) {
-        self.engine.release(id);
+        self.engine.node.release(id);
     }
 }
 
@@ -707,7 +707,7 @@ impl fmt::Debug for TaskHandle {
 impl Drop for HandleInner {
     fn drop(&mut self) {
         let engine = self.tasks.engine.clone();
-        engine.forget_work(&self.id);
+        engine.node.forget_work(&self.id);
         if *self.settled.get_mut() {
             return;
         }
@@ -815,7 +815,7 @@ pub(crate) async fn start(engine: &Arc<Engine>, id: TaskId, start: Option<Start>
         None => return,
         Some(Start::Id(start)) => catch_unwind(AssertUnwindSafe(move || start(id))),
         Some(Start::Work(work)) => {
-            engine.register_work(id);
+            engine.node.register_work(id);
             let handle = TaskHandle::new(Tasks::new(engine.clone()), id);
             catch_unwind(AssertUnwindSafe(move || work(handle)))
         }
@@ -892,7 +892,7 @@ mod tests {
             .unwrap();
         let tasks = layer.handle();
         let id = stored_task(&layer).await;
-        layer.engine.register_work(id);
+        layer.engine.node.register_work(id);
         let handle = TaskHandle::new(tasks.clone(), id);
         assert_eq!(waiting_works(&layer), 1);
         handle
@@ -909,7 +909,7 @@ mod tests {
     }
 
     fn waiting_works(layer: &TasksLayer) -> usize {
-        layer.engine.work_count()
+        layer.engine.node.work_count()
     }
 
     /// A memory store whose updates wait while `stalled` is set, counting them.

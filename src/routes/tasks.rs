@@ -75,7 +75,7 @@ pub(crate) async fn answer(
                 .await
                 .map_err(store_failed)?
                 .ok_or_else(not_found)?;
-            engine.stop_runner(&task);
+            engine.node.stop_runner(&task);
             Ok(Answer::Task(task))
         }
         method => {
