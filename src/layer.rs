@@ -1291,49 +1291,43 @@ impl TasksLayerBuilder {
             .relaying_all(self.custom_notifier)
             .shared();
         let layer = TasksLayer { engine };
-        if enabled && let Some(feed) = layer.engine.store.subscribe() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(relay_remote_changes(Arc::downgrade(&layer.engine), feed));
-                }
-                Err(_) => tracing::warn!(
-                    "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
-                ),
-            }
+        if enabled
+            && let Some(feed) = layer.engine.store.subscribe()
+            && !crate::spawn::spawn_if_runtime(relay_remote_changes(
+                Arc::downgrade(&layer.engine),
+                feed,
+            ))
+        {
+            tracing::warn!(
+                "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
+            );
         }
         if let (Some(_), true) = (janitor, enabled) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                    let janitor = layer.janitor();
-                    runtime.spawn(janitor.run(async {
-                        let _ = stopped.await;
-                    }));
+            let janitor = layer.janitor();
+            match crate::spawn::spawn_loop(|stopped| janitor.run(stopped)) {
+                Some(stop) => {
                     *layer
                         .engine
                         ._janitor_stop
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(stop);
                 }
-                Err(_) => tracing::warn!(
+                None => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; the janitor is not running (spawn TasksLayer::janitor yourself)"
                 ),
             }
         }
         if let (Some(leasing), true) = (leasing, enabled) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                    runtime.spawn(leasing.run(Arc::downgrade(&layer.engine), async {
-                        let _ = stopped.await;
-                    }));
+            let engine = Arc::downgrade(&layer.engine);
+            match crate::spawn::spawn_loop(|stopped| leasing.run(engine, stopped)) {
+                Some(stop) => {
                     *layer
                         .engine
                         ._lease_stop
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(stop);
                 }
-                Err(_) => tracing::warn!(
+                None => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; no worker lease is kept, so tasks of a node that dies end only at their TTL"
                 ),
             }

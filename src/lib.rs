@@ -31,6 +31,7 @@ pub mod notify;
 mod observe;
 mod routes;
 mod service;
+mod spawn;
 pub mod store;
 mod task;
 #[cfg(feature = "test-util")]

@@ -711,21 +711,20 @@ impl Drop for HandleInner {
         if *self.settled.get_mut() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "a task handle was dropped outside a runtime; its task is left to its TTL"
-            );
-            return;
-        };
         let id = self.id;
-        runtime.spawn(async move {
+        let failed = async move {
             fail_abandoned(
                 &engine,
                 &id,
                 "Task worker stopped before finishing the task",
             )
             .await
-        });
+        };
+        if !crate::spawn::spawn_if_runtime(failed) {
+            tracing::warn!(
+                "a task handle was dropped outside a runtime; its task is left to its TTL"
+            );
+        }
     }
 }
 

@@ -48,7 +48,7 @@ pub(crate) struct Engine {
     pub(crate) listen: ListenNotifier,
     /// What this node runs: handle work, `Auto` runners, holds, the drain.
     pub(crate) node: NodeWork,
-    pub(crate) _janitor_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    pub(crate) _janitor_stop: Mutex<Option<crate::spawn::Stop>>,
     /// The engine itself, for the re-reads it starts in the background.
     me: std::sync::OnceLock<std::sync::Weak<Engine>>,
     /// The tasks being re-read in the background after a failed write (one re-read
@@ -58,7 +58,7 @@ pub(crate) struct Engine {
     /// all), not only those of tasks this node knows.
     relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
-    pub(crate) _lease_stop: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    pub(crate) _lease_stop: Mutex<Option<crate::spawn::Stop>>,
     /// Set once this layer has warned about a task without a principal.
     anonymous_warned: std::sync::atomic::AtomicBool,
 }
@@ -245,11 +245,11 @@ impl Engine {
         let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !crate::spawn::has_runtime() {
             return;
-        };
+        }
         self.node.hold(id);
-        runtime.spawn(async move {
+        crate::spawn::spawn_if_runtime(async move {
             let fail = Transition::Fail {
                 error: ErrorObject::new(RpcError::INTERNAL_ERROR, CREATE_UNCONFIRMED),
                 message: Some(CREATE_UNCONFIRMED.to_owned()),
@@ -286,14 +286,14 @@ impl Engine {
         let Some(engine) = self.me.get().and_then(std::sync::Weak::upgrade) else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if !crate::spawn::has_runtime() {
             return;
-        };
+        }
         let reconciling = || self.reconciling.lock().unwrap_or_else(|p| p.into_inner());
         if !reconciling().insert(id) {
             return;
         }
-        runtime.spawn(async move {
+        crate::spawn::spawn_if_runtime(async move {
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
             let mut backoff = RETRY;
             let found = loop {
