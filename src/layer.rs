@@ -16,8 +16,7 @@ use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
 use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
-use crate::task::{ErrorObject, Principal, Scope, Transition};
-use crate::wire::RpcError;
+use crate::task::Principal;
 use crate::worker::Tasks;
 
 /// The tower layer that adds the Tasks extension (`io.modelcontextprotocol/tasks`)
@@ -239,13 +238,9 @@ impl TasksLayer {
             .await;
         let mut failed = 0;
         for id in &left {
-            let fail = Transition::Fail {
-                error: ErrorObject::new(RpcError::INTERNAL_ERROR, SHUT_DOWN),
-                message: Some(SHUT_DOWN.to_owned()),
-            };
-            match engine.update(id, Scope::Any, &fail).await {
-                Ok(Some(updated)) if updated.changed() => failed += 1,
-                Ok(_) => {}
+            match engine.fail_internal(id, SHUT_DOWN).await {
+                Ok(true) => failed += 1,
+                Ok(false) => {}
                 Err(e) => {
                     tracing::error!(error = %crate::error::Chain(&e), "drain: could not fail a running task")
                 }

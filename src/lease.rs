@@ -19,8 +19,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::engine::Engine;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
-use crate::task::{ErrorObject, Scope, TaskId, Transition};
-use crate::wire::RpcError;
+use crate::task::TaskId;
 
 /// The message of a task failed because the node running it stopped renewing.
 pub(crate) const WORKER_LOST: &str =
@@ -476,12 +475,8 @@ async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
 /// is gone), `Err` when the store failed, so the claimed lease is kept for the next
 /// sweep.
 async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
-    let fail = Transition::Fail {
-        error: ErrorObject::new(RpcError::INTERNAL_ERROR, WORKER_LOST),
-        message: Some(WORKER_LOST.to_owned()),
-    };
-    match engine.update(id, Scope::Any, &fail).await {
-        Ok(updated) => Ok(updated.is_some_and(|u| u.changed())),
+    match engine.fail_internal(id, WORKER_LOST).await {
+        Ok(changed) => Ok(changed),
         Err(e) => {
             tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
             Err(())

@@ -19,7 +19,6 @@ use crate::error::{TaskError, TransitionError};
 use crate::input::{InputRequests, InputResponses};
 pub use crate::task::TaskEnd;
 use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
-use crate::wire::RpcError;
 
 /// The worker's handle on tasks: cheap to clone, obtained from
 /// [`TasksLayer::handle`](crate::TasksLayer::handle).
@@ -782,15 +781,9 @@ async fn write_progress(
 
 /// Fails a task its worker can no longer finish (refused, harmlessly, once it ended).
 async fn fail_abandoned(engine: &Engine, id: &TaskId, message: &str) {
-    let fail = Transition::Fail {
-        error: ErrorObject::new(RpcError::INTERNAL_ERROR, message),
-        message: Some(message.to_owned()),
-    };
-    match engine.update(id, Scope::Any, &fail).await {
-        Ok(Some(updated)) if updated.changed() => {
-            tracing::warn!("{message}; the task is marked failed");
-        }
-        Ok(_) => {}
+    match engine.fail_internal(id, message).await {
+        Ok(true) => tracing::warn!("{message}; the task is marked failed"),
+        Ok(false) => {}
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "could not mark a task failed: {message}")
         }
@@ -873,7 +866,7 @@ mod tests {
         let_spawned_tasks_run().await;
         let failed = tasks.status(&dropped).await.unwrap();
         assert_eq!(failed.status, TaskStatus::Failed);
-        assert_eq!(failed.error.unwrap().code, RpcError::INTERNAL_ERROR);
+        assert_eq!(failed.error.unwrap().code, crate::RpcError::INTERNAL_ERROR);
 
         assert_eq!(TaskHandle::new(tasks.clone(), detached).detach(), detached);
         let_spawned_tasks_run().await;

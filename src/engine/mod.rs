@@ -185,6 +185,19 @@ impl Engine {
         CreateLimits::new(self.config.max_rows, self.config.max_per_owner).with_retention(retention)
     }
 
+    /// Fails `id` with -32603 and `message` as both its error and its status
+    /// message, whoever holds it: `Ok(true)` when this changed it, `Ok(false)` when
+    /// it had already ended or is gone.
+    pub(crate) async fn fail_internal(
+        &self,
+        id: &TaskId,
+        message: &str,
+    ) -> Result<bool, StoreError> {
+        let fail = internal_failure(message);
+        let updated = self.update(id, Scope::Any, &fail).await?;
+        Ok(updated.is_some_and(|u| u.changed()))
+    }
+
     /// Runs after every store write that changed a task, in this process.
     pub(crate) fn changed(&self, record: &TaskRecord) {
         if let Some(notifier) = &self.notifier
@@ -250,10 +263,7 @@ impl Engine {
         }
         self.node.hold(id);
         crate::spawn::spawn_if_runtime(async move {
-            let fail = Transition::Fail {
-                error: ErrorObject::new(RpcError::INTERNAL_ERROR, CREATE_UNCONFIRMED),
-                message: Some(CREATE_UNCONFIRMED.to_owned()),
-            };
+            let fail = internal_failure(CREATE_UNCONFIRMED);
             let deadline = tokio::time::Instant::now() + RECONCILE_FOR;
             let mut backoff = RETRY;
             let mut absent = 0;
@@ -432,6 +442,14 @@ impl Engine {
         observe::task_created();
         self.changed(&record);
         Ok(record)
+    }
+}
+
+/// The failure of a task with -32603, `message` its error and its status message.
+fn internal_failure(message: &str) -> Transition {
+    Transition::Fail {
+        error: ErrorObject::new(RpcError::INTERNAL_ERROR, message),
+        message: Some(message.to_owned()),
     }
 }
 
