@@ -879,7 +879,10 @@ mod tests {
         let_spawned_tasks_run().await;
         let failed = tasks.status(&dropped).await.unwrap();
         assert_eq!(failed.status, TaskStatus::Failed);
-        assert_eq!(failed.error.unwrap().code, crate::RpcError::INTERNAL_ERROR);
+        assert_eq!(
+            failed.error.unwrap().code,
+            crate::wire::RpcError::INTERNAL_ERROR
+        );
 
         assert_eq!(TaskHandle::new(tasks.clone(), detached).detach(), detached);
         let_spawned_tasks_run().await;

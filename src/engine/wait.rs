@@ -330,12 +330,12 @@ mod tests {
 
     const BEHIND_MS: u64 = 600_000;
 
-    impl crate::TaskStore for Behind {
+    impl crate::store::TaskStore for Behind {
         fn create<'a>(
             &'a self,
             record: TaskRecord,
             limits: CreateLimits,
-        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::error::StoreError>> {
             self.inner.create(record, limits)
         }
 
@@ -344,7 +344,8 @@ mod tests {
             id: &'a TaskId,
             scope: Scope<'a>,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::error::StoreError>>
+        {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.inner.get(id, scope, now.minus_ms(BEHIND_MS))
@@ -356,8 +357,10 @@ mod tests {
             scope: Scope<'a>,
             transition: &'a Transition,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
-        {
+        ) -> crate::store::BoxFuture<
+            'a,
+            Result<Option<crate::store::Updated>, crate::error::StoreError>,
+        > {
             self.inner
                 .update(id, scope, transition, now.minus_ms(BEHIND_MS))
         }
@@ -366,7 +369,7 @@ mod tests {
             &'a self,
             now: Timestamp,
             retention: Duration,
-        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::error::StoreError>> {
             self.inner.cleanup(now.minus_ms(BEHIND_MS), retention)
         }
     }
