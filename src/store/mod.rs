@@ -64,14 +64,8 @@ mod lease;
 mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_announce;
-#[cfg(feature = "postgres")]
-mod postgres_leases;
 #[cfg(feature = "redis")]
 mod redis;
-#[cfg(feature = "redis")]
-mod redis_leases;
 pub(crate) mod rules;
 
 pub(crate) use calls::StoreCalls;
