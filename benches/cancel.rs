@@ -24,7 +24,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_tasks::{MemoryStore, TaskSpec, TaskStore, TasksLayer};
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::{MemoryStore, TaskSpec, TasksLayer};
 use serde_json::json;
 use support::fixtures::{Inner, Server, Tool, spec};
 use support::http::bearer;

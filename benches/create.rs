@@ -40,7 +40,9 @@ use std::time::{Duration, Instant};
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
 use mcp_tasks::sqlx::{self, AssertSqlSafe};
 use mcp_tasks::store::{CreateLimits, Timestamp};
-use mcp_tasks::{PostgresStore, Principal, RedisStore, TaskId, TaskRecord, TaskStore, defaults};
+use mcp_tasks::{
+    PostgresStore, Principal, RedisStore, TaskId, TaskRecord, defaults, store::TaskStore,
+};
 
 const OWNERS: usize = 256;
 const POOL: u32 = 8;

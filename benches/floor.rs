@@ -59,7 +59,7 @@ use mcp_tasks::wire::{
     EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use mcp_tasks::{
-    MemoryStore, Principal, TaskContext, TaskId, TaskRecord, TaskSpec, TaskStore, TasksLayer,
+    MemoryStore, Principal, TaskContext, TaskId, TaskRecord, TaskSpec, TasksLayer, store::TaskStore,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;

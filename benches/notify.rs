@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_tasks::{MemoryStore, TaskId, TaskStore};
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
 use support::sse::EventReader;

@@ -42,8 +42,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
 

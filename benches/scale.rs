@@ -46,10 +46,11 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use mcp_tasks::body::RequestBody;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::wire::{
     EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
-use mcp_tasks::{MemoryStore, TaskContext, TaskId, TaskSpec, TaskStore, TasksLayer};
+use mcp_tasks::{MemoryStore, TaskContext, TaskId, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
 
 use support::http::{bearer, connect, serve_layered};

@@ -60,7 +60,8 @@ use hyper_util::rt::TokioIo;
 use mcp_tasks::body::RequestBody;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::{
-    MemoryStore, RpcError, TaskContext, TaskId, TaskSpec, TaskStore, Tasks, TasksLayer,
+    MemoryStore, TaskContext, TaskId, TaskSpec, TasksLayer, store::TaskStore, wire::RpcError,
+    worker::Tasks,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -334,7 +335,7 @@ impl Backend {
         }
     }
 
-    fn worker_ended(&self, what: &str, error: Option<mcp_tasks::TaskError>) {
+    fn worker_ended(&self, what: &str, error: Option<mcp_tasks::error::TaskError>) {
         let key = match error {
             None => format!("{what}: ok"),
             Some(e) if e.is_terminal() => format!("{what}: task ended meanwhile"),

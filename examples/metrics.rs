@@ -8,7 +8,7 @@
 //! The layer writes to the `metrics` facade; this example installs the Prometheus
 //! recorder of `metrics-exporter-prometheus` and serves its rendering at `/metrics`
 //! beside `/mcp`, with axum. Store call latencies are histograms with buckets from
-//! 100 µs to 5 s. The README's metrics table lists every name and label.
+//! 100 µs to 5 s. The docs of `mcp_tasks::observe` list every name and label.
 //!
 //! Try it with the curl session of `examples/README.md` (retrofit part, with
 //! `URL=http://127.0.0.1:3005/mcp`), then read `/metrics`:

@@ -3,7 +3,8 @@
 #
 # 1. `cargo package --list --allow-dirty` must not list the conformance harness
 #    (package.json, package-lock.json, scripts/, node_modules/, conformance-results/),
-#    CI files (.ci/), tests/, benches/ or target/, and must list LICENSE-MIT and
+#    CI files (.ci/), tests/, benches/, target/, or the repository's own notes
+#    (public-api.txt, ARCHITECTURE.md, CONFORMANCE.md), and must list LICENSE-MIT and
 #    LICENSE-APACHE (the manifest says `MIT OR Apache-2.0`).
 # 2. The manifest's `rust-version` must be the running compiler's major.minor: this
 #    machine has one toolchain, so CI builds at the MSRV and the declared MSRV is true
@@ -30,7 +31,7 @@ count="$(printf '%s\n' "$listing" | grep -c . || true)"
 echo "cargo package --list: $count files"
 printf '%s\n' "$listing" | sed 's/^/  /'
 
-forbidden='^(package-lock\.json|package\.json|scripts/|\.ci/|tests/|benches/|target/|conformance-results/|node_modules/)'
+forbidden='^(package-lock\.json|package\.json|scripts/|\.ci/|tests/|benches/|target/|conformance-results/|node_modules/|public-api\.txt|ARCHITECTURE\.md|CONFORMANCE\.md)'
 if offending="$(printf '%s\n' "$listing" | grep -E "$forbidden")"; then
   echo "check-package: the package ships files it must not:" >&2
   printf '%s\n' "$offending" | sed 's/^/  /' >&2

@@ -82,6 +82,102 @@ impl Config {
 ///     .build();
 /// assert!(layer.is_ok());
 /// ```
+///
+/// # Retrofit an existing server
+///
+/// An MCP server that knows nothing about tasks gets them from layer configuration
+/// alone: mark its slow tools `Auto { after }`.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+///
+/// fn layer() -> Result<TasksLayer, mcp_tasks::error::ConfigError> {
+///     let auto = TaskMode::Auto { after: Duration::from_millis(250) };
+///     TasksLayer::builder(MemoryStore::new())
+///         .with_tool_mode("export", auto)             // these tools become tasks when slow
+///         .with_tool_mode("reindex", auto)
+///         .with_task_policy(move |tool, arguments| {  // or decide per call; wins when Some
+///             (tool == "search" && arguments["deep"] == true).then_some(auto)
+///         })
+///         .build()
+/// }
+/// # layer().unwrap();
+/// ```
+///
+/// For a client that declared the extension, the layer runs the call in the
+/// background, detached from the client's connection:
+///
+/// - an answer within `after` reaches the client unchanged (JSON or SSE);
+/// - otherwise the client gets a `CreateTaskResult`, and the inner response finishes
+///   the task: a `result` completes it, a JSON-RPC `error` fails it with that error;
+/// - `tasks/cancel` drops the inner call's future: the work really stops. With rmcp,
+///   dropping the request cancels the handler's `RequestContext::ct`; a handler that
+///   waits on it stops at once;
+/// - an MRTR `input_required` answer becomes the task's `inputRequests` (keys renamed
+///   `r1.confirm`, `r2.…` so that they stay unique over the task's life). Once the
+///   client has answered them all through `tasks/update`, the layer re-sends the
+///   original call with the answers under the server's own keys and its
+///   `requestState`, which never leaves the layer;
+/// - a running task is stopped shortly before its TTL (in the last quarter of it, at
+///   most [`AUTO_EXPIRY_MARGIN`](crate::defaults::AUTO_EXPIRY_MARGIN), 5 s, before it)
+///   and marked `failed` with -32603, so pollers see why before it expires;
+/// - the inner server's `notifications/progress` become the task's `statusMessage`
+///   (the report's `message`, otherwise "n of total"): coalesced, the newest wins,
+///   written at most every 250 ms. The layer sends the call with a `progressToken` of
+///   its own when the client gave none (and then keeps the reports from that client);
+///   the raw notifications never reach a listen stream.
+///
+/// The inner handler sees a request without the tasks extension in its `_meta`, and a
+/// [`TaskContext`](crate::TaskContext) that refuses to make a task, so it cannot nest
+/// one. A client that did not declare the extension simply waits for the plain
+/// answer, unless the tool is `AutoRequired { after }`: automatic for clients with the
+/// extension, -32021 with `requiredCapabilities` for the others, for a tool too long
+/// to call synchronously at all.
+///
+/// In the repository, `cargo run --example retrofit` (127.0.0.1:3002) runs an
+/// unmodified rmcp server configured this way, and the `gateway` example puts the
+/// layer in front of a reverse proxy, so that an MCP server written in any language
+/// gets tasks without a line changed (examples/README.md describes both).
+///
+/// # Clients without the tasks extension
+///
+/// Most MCP clients do not declare the tasks extension yet, and a long tool call then
+/// holds their request open until it ends, or until a timeout of the client or a proxy
+/// kills it. [`with_task_tools`](crate::TasksLayerBuilder::with_task_tools) gives them
+/// tasks too, in a form a language model can use:
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
+///
+/// fn layer() -> Result<TasksLayer, mcp_tasks::error::ConfigError> {
+///     TasksLayer::builder(MemoryStore::new())
+///         .with_default_mode(TaskMode::Auto { after: Duration::from_secs(2) })
+///         .with_task_tools()
+///         .build()
+/// }
+/// # layer().unwrap();
+/// ```
+///
+/// For a client that did not declare the extension, on 2026-07-28 or on an earlier
+/// revision (2025-03-26 … 2025-11-25, with or without a session):
+///
+/// - a call that becomes a task (an `Auto` or `AutoRequired` tool past its budget, an
+///   `Optional` or `Required` tool whose handler makes one) answers with an ordinary
+///   tool result: "This call takes longer than a direct answer allows, so it goes on
+///   in the background as task `<id>`. Follow it with the tool task_status …";
+/// - its `tools/list` gains `task_status {taskId}` (the status, the latest status
+///   message, the questions the task waits on with their keys, and once completed the
+///   tool's own result: its content, `structuredContent` and `isError`), `task_answer
+///   {taskId, answers}` (answers by key, as `tasks/update` takes them) and
+///   `task_cancel {taskId}`. The layer answers them from the store with the caller's
+///   owner scope, like `tasks/*`: a foreign or unknown id reads "There is no task …"
+///   (`isError: true`).
+///
+/// A tool that answers within its budget answers as before, `Never` tools are
+/// untouched, and a client that declared the extension sees no change at all. The
+/// `retrofit`, `gateway` and `quickstart` examples turn it on with `MCP_TASK_TOOLS=1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum TaskMode {
@@ -94,41 +190,19 @@ pub enum TaskMode {
     /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
     /// before the inner service is called.
     Required,
-    /// Retrofit: the layer makes the task, so the inner server needs no change.
-    ///
-    /// For a client that declared the extension, the layer runs the inner call in
-    /// the background, detached from the client's connection. An answer within
-    /// `after` reaches the client unchanged; otherwise the client gets a
-    /// `CreateTaskResult` and the inner call's eventual JSON-RPC response finishes
-    /// the task (`result` → `completed`, `error` → `failed`). `tasks/cancel` drops
-    /// the inner call's future. An MRTR `input_required` answer is relayed as the
-    /// task's input requests and the call re-sent once they are answered. A client
-    /// that did not declare the extension gets the plain synchronous call.
-    ///
-    /// A task with a TTL stops its inner call shortly before the TTL runs out (in
-    /// the last quarter of it, at most [`AUTO_EXPIRY_MARGIN`](crate::defaults::AUTO_EXPIRY_MARGIN), 5 s, before) and becomes
-    /// `failed` with -32603, so that a poller learns why before the task expires.
-    ///
-    /// The inner handler sees a request without the tasks extension in its
-    /// `_meta` client capabilities, and a [`TaskContext`](crate::TaskContext) that refuses to make a
-    /// task: it cannot nest one.
-    ///
-    /// The call carries a `progressToken` (the layer's own when the client sent
-    /// none), and the inner server's `notifications/progress` become the task's
-    /// `statusMessage`: the report's `message`, otherwise "n of total"; the newest
-    /// wins, written at most every 250 ms. Reports are never forwarded on listen
-    /// streams, and never reach a client that sent no token.
+    /// Retrofit: the layer makes the task when the inner call runs longer than
+    /// `after`, so the inner server needs no change ([above](TaskMode#retrofit-an-existing-server)).
+    /// A client that did not declare the extension gets the plain synchronous call.
     Auto {
         /// How long the client waits for the inner answer before it gets a task.
         after: Duration,
     },
     /// [`Auto`](TaskMode::Auto) for a client that declared the extension, and
     /// -32021 (HTTP 400, with `requiredCapabilities`) for one that did not, as
-    /// [`Required`](TaskMode::Required) does: for a retrofitted tool that runs too
-    /// long to be called synchronously at all. With
+    /// [`Required`](TaskMode::Required) does. With
     /// [`with_task_tools`](crate::TasksLayerBuilder::with_task_tools), such a client
-    /// gets a task it follows through the task tools instead. While the layer drains, a client with
-    /// the extension gets -32603 "Server is shutting down".
+    /// gets a task it follows through the task tools instead. While the layer drains,
+    /// a client with the extension gets -32603 "Server is shutting down".
     AutoRequired {
         /// How long the client waits for the inner answer before it gets a task.
         after: Duration,

@@ -169,7 +169,7 @@ impl TaskSpec {
     }
 
     /// The initial status message, `statusMessage` (default: none); workers change
-    /// it with [`Tasks::progress`](crate::Tasks::progress).
+    /// it with [`Tasks::progress`](crate::worker::Tasks::progress).
     ///
     /// ```
     /// use mcp_tasks::TaskSpec;
@@ -187,7 +187,8 @@ impl TaskSpec {
     /// most once, on the request's path: spawn and return.
     ///
     /// ```
-    /// use mcp_tasks::{TaskSpec, Tasks};
+    /// use mcp_tasks::TaskSpec;
+    /// use mcp_tasks::worker::Tasks;
     /// use serde_json::json;
     ///
     /// fn spec(tasks: Tasks) -> TaskSpec {

@@ -1,32 +1,38 @@
-//! Every default and every hard limit of the layer, with its value.
+//! Every limit and default of the layer: its value, the setter that changes it, and
+//! its constant. Limits are on by default; the setters are on
+//! [`TasksLayerBuilder`](crate::TasksLayerBuilder) unless named otherwise.
 //!
-//! | constant | value | what it bounds |
-//! |---|---|---|
-//! | [`MAX_ROWS`] | 10 000 | tasks one store holds (`with_max_rows`) |
-//! | [`MAX_TASKS_PER_OWNER`] | 1 000 | tasks one principal (or all anonymous callers) holds (`with_max_tasks_per_owner`) |
-//! | [`TTL`] | 1 hour | lifetime of a task whose tool sets none |
-//! | [`MAX_TTL`] | 10 years | the longest lifetime accepted |
-//! | [`MAX_REQUEST_BYTES`] | 4 MiB | request bodies the layer reads |
-//! | [`MAX_RESPONSE_BYTES`] | 16 MiB | inner responses buffered to decide on a task |
-//! | [`MAX_INPUT_RESPONSE_BYTES`] | 256 KiB | one answer in a `tasks/update` (`with_max_input_response_bytes`) |
-//! | [`MAX_TASK_INPUT_BYTES`] | 1 MiB | answers kept per task (`with_max_task_input_bytes`) |
-//! | [`MAX_RESULT_BYTES`] | 8 MiB | a task's serialized result (`with_max_result_bytes`) |
-//! | [`MAX_LISTEN_TASK_IDS`] | 1 000 | task ids one `subscriptions/listen` may name |
-//! | [`MAX_LISTEN_STREAMS_PER_OWNER`] | 16 | open listen streams with task ids per principal (`with_max_listen_streams_per_owner`) |
-//! | [`MAX_LISTEN_STREAMS`] | 1 000 | open listen streams with task ids in all (`with_max_listen_streams`) |
-//! | [`MAX_LISTEN_BYTES_PER_OWNER`] | 32 MiB | task notifications one principal's listen streams hold unwritten (`with_max_listen_bytes_per_owner`) |
-//! | [`MAX_LISTEN_BYTES`] | 256 MiB | task notifications all listen streams hold unwritten (`with_max_listen_bytes`) |
-//! | [`LISTEN_ACK_TIMEOUT`] | 5 s | wait for the inner listen stream's acknowledgment (`with_listen_ack_timeout`) |
-//! | [`KEEP_ALIVE`] | 15 s | keep-alive comments on idle listen streams |
-//! | [`MAX_KEEP_ALIVE`] | 1 hour | the longest keep-alive interval accepted |
-//! | [`JANITOR_INTERVAL`] | 60 s | time between janitor sweeps |
-//! | [`RETENTION`] | 1 hour | how long a terminal task without a TTL is kept |
-//! | [`AUTO_EXPIRY_MARGIN`] | 5 s | how long before its TTL an `Auto` task is stopped |
-//! | [`STORE_TIMEOUT`] | 5 s | one store call the layer makes (`with_store_timeout`) |
-//! | [`CONNECT_TIMEOUT`] | 5 s | the first connect of `PostgresStore::connect` and `RedisStore::connect` (`connect_with_timeout`) |
-//! | [`STATEMENT_TIMEOUT`] | 6 s | PostgreSQL's `statement_timeout` on the connections of `PostgresStore::connect`: an abandoned statement is cancelled in the database too |
-//! | [`WORKER_LEASE`] | 20 s | how long a node's lease on its tasks lasts without renewal (`with_worker_lease`) |
-//! | [`MIN_WORKER_LEASE`] | 100 ms | the shortest lease accepted |
+//! | what | default | set with | constant |
+//! |---|---|---|---|
+//! | tasks one store holds | 10 000 | `with_max_rows`, `without_max_rows` | [`MAX_ROWS`] |
+//! | tasks per principal (anonymous callers together count as one) | 1 000 | `with_max_tasks_per_owner`, `without_max_tasks_per_owner` | [`MAX_TASKS_PER_OWNER`] |
+//! | task lifetime | 1 hour (at most 10 years) | `with_default_ttl`, `TaskSpec::with_ttl` / `without_ttl` | [`TTL`], [`MAX_TTL`] |
+//! | suggested polling interval | none sent | `with_default_poll_interval`, `TaskSpec::with_poll_interval` | – |
+//! | request body the layer reads | 4 MiB (then 413) | `with_max_request_bytes` | [`MAX_REQUEST_BYTES`] |
+//! | inner response buffered to decide on a task (an unfinished SSE event, for SSE) | 16 MiB | `with_max_response_bytes` | [`MAX_RESPONSE_BYTES`] |
+//! | one answer in a `tasks/update` (then -32602) | 256 KiB | `with_max_input_response_bytes` | [`MAX_INPUT_RESPONSE_BYTES`] |
+//! | answers kept per task (then -32602) | 1 MiB | `with_max_task_input_bytes` | [`MAX_TASK_INPUT_BYTES`] |
+//! | a task's result (then `failed`, -32603 "Result too large") | 8 MiB | `with_max_result_bytes` | [`MAX_RESULT_BYTES`] |
+//! | task ids in one listen | 1 000 | – | [`MAX_LISTEN_TASK_IDS`] |
+//! | open listen streams with task ids per principal | 16 | `with_max_listen_streams_per_owner` | [`MAX_LISTEN_STREAMS_PER_OWNER`] |
+//! | open listen streams with task ids in all | 1 000 | `with_max_listen_streams` | [`MAX_LISTEN_STREAMS`] |
+//! | task notifications unread listen streams hold, per principal (a change counted once, however many streams name it), and the snapshots being read for new ones | 32 MiB (a new listen past it: -32603 "Too many listen bytes", its snapshot not fetched; an open stream: ended with the listen result) | `with_max_listen_bytes_per_owner` | [`MAX_LISTEN_BYTES_PER_OWNER`] |
+//! | task notifications unread listen streams hold, and the snapshots being read for new ones, in all | 256 MiB (as above) | `with_max_listen_bytes` | [`MAX_LISTEN_BYTES`] |
+//! | wait for the inner listen acknowledgment | 5 s (then the layer's own, tasks only) | `with_listen_ack_timeout` | [`LISTEN_ACK_TIMEOUT`] |
+//! | keep-alive on idle listen streams | 15 s (at most 1 hour) | `with_keep_alive` | [`KEEP_ALIVE`], [`MAX_KEEP_ALIVE`] |
+//! | janitor sweeps | every 60 s | `with_janitor`, `without_janitor` | [`JANITOR_INTERVAL`] |
+//! | terminal tasks without a TTL kept | 1 hour | `with_janitor` | [`RETENTION`] |
+//! | `Auto` task stopped before its TTL | at most 5 s | – | [`AUTO_EXPIRY_MARGIN`] |
+//! | one store call made by the layer (then -32603) | 5 s | `with_store_timeout` | [`STORE_TIMEOUT`] |
+//! | reaching the server in `PostgresStore::connect` / `RedisStore::connect` | 5 s | `connect_with_timeout` | [`CONNECT_TIMEOUT`] |
+//! | PostgreSQL `statement_timeout` on the connections of `PostgresStore::connect` | 6 s | a pool of your own (`PostgresStore::new`) | [`STATEMENT_TIMEOUT`] |
+//! | worker lease (a stopped node's tasks failed within 1.25 ×) | 20 s (at least 100 ms) | `with_worker_lease`, `without_worker_leases` | [`WORKER_LEASE`], [`MIN_WORKER_LEASE`] |
+//!
+//! A setting out of range (a zero cap or duration, a TTL over 10 years, an empty server
+//! name) is a [`ConfigError`](crate::error::ConfigError) from `build()`, never a
+//! failure at request time; one below or above a bound names it ("worker lease must
+//! be at least 100 ms"). The client of the `client` feature has caps of its own,
+//! listed on its module page.
 //!
 //! ```
 //! use std::time::Duration;

@@ -1023,13 +1023,33 @@ const EXPIRY_RECHECK_MS: u64 = 200;
 /// to 5 s, with jitter.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
 
-/// The future of [`Tasks::cancelled`](crate::Tasks::cancelled) and
+/// The future of [`Tasks::cancelled`](crate::worker::Tasks::cancelled) and
 /// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
 /// why the task no longer needs its worker.
 ///
 /// It holds no record and no timer while it waits, only its registration with the
 /// layer, so a parked worker costs little more than its own task. Dropping it ends
 /// the registration.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
+/// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let store = Arc::new(MemoryStore::new());
+/// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
+/// # let id = TaskId::random();
+/// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
+/// use mcp_tasks::worker::{Cancelled, TaskEnd};
+///
+/// let end: Cancelled<'_> = tasks.cancelled(&id);
+/// tasks.complete(&id, serde_json::json!({"content": []})).await?;
+/// // Any end resolves it, not only a cancel; `TaskEnd` says which.
+/// assert_eq!(end.await, TaskEnd::Completed);
+/// # Ok(())
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct Cancelled<'a> {
     wait: WaitUntil<'a, EndOf>,
@@ -1196,12 +1216,12 @@ mod tests {
 
     const BEHIND_MS: u64 = 600_000;
 
-    impl crate::TaskStore for Behind {
+    impl crate::store::TaskStore for Behind {
         fn create<'a>(
             &'a self,
             record: TaskRecord,
             limits: CreateLimits,
-        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::error::StoreError>> {
             self.inner.create(record, limits)
         }
 
@@ -1210,7 +1230,8 @@ mod tests {
             id: &'a TaskId,
             scope: Scope<'a>,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::error::StoreError>>
+        {
             self.reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             self.inner.get(id, scope, now.minus_ms(BEHIND_MS))
@@ -1222,8 +1243,10 @@ mod tests {
             scope: Scope<'a>,
             transition: &'a Transition,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
-        {
+        ) -> crate::store::BoxFuture<
+            'a,
+            Result<Option<crate::store::Updated>, crate::error::StoreError>,
+        > {
             self.inner
                 .update(id, scope, transition, now.minus_ms(BEHIND_MS))
         }
@@ -1232,7 +1255,7 @@ mod tests {
             &'a self,
             now: Timestamp,
             retention: Duration,
-        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::error::StoreError>> {
             self.inner.cleanup(now.minus_ms(BEHIND_MS), retention)
         }
     }

@@ -1,14 +1,14 @@
 //! The crate's errors in code: configuration errors at build time, store errors,
 //! the state machine's refusals, and what worker calls fail with. JSON-RPC errors
-//! on the wire are [`RpcError`](crate::RpcError), in [`wire`](crate::wire).
+//! on the wire are [`RpcError`](crate::wire::RpcError), in [`wire`](crate::wire).
 //!
 //! Each error's `Display` says what went wrong at its own level; the cause, when
 //! there is one, comes from [`source`](std::error::Error::source), so a reporter
 //! that walks the chain prints every level once.
 //!
 //! ```
-//! use mcp_tasks::{StoreError, TaskError};
-//! use mcp_tasks::store::TransitionError;
+//! use mcp_tasks::error::{StoreError, TaskError};
+//! use mcp_tasks::error::TransitionError;
 //!
 //! let refused = TaskError::from(TransitionError::Terminal);
 //! assert!(refused.is_terminal());
@@ -40,7 +40,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// request time.
 ///
 /// ```
-/// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+/// use mcp_tasks::{MemoryStore, TasksLayer};
+/// use mcp_tasks::error::ConfigError;
 ///
 /// let refused = TasksLayer::builder(MemoryStore::new()).with_max_rows(0).build();
 /// assert_eq!(refused.unwrap_err(), ConfigError::ZeroLimit("max_rows"));
@@ -65,7 +66,8 @@ pub enum ConfigError {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let refused = TasksLayer::builder(MemoryStore::new())
     ///     .with_worker_lease(Duration::from_millis(10))
@@ -135,8 +137,8 @@ impl fmt::Display for Spoken {
 /// sent to the client as `error.data.limit` of the -32603 "Task limit reached".
 ///
 /// ```
-/// use mcp_tasks::StoreError;
-/// use mcp_tasks::store::Limit;
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::error::Limit;
 ///
 /// let refused = StoreError::LimitReached(Limit::PerOwner);
 /// assert_eq!(refused.to_string(), "task limit reached");
@@ -156,7 +158,7 @@ impl Limit {
     /// The name sent in `error.data.limit`: `"rows"` or `"per_owner"`.
     ///
     /// ```
-    /// assert_eq!(mcp_tasks::store::Limit::Rows.as_str(), "rows");
+    /// assert_eq!(mcp_tasks::error::Limit::Rows.as_str(), "rows");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -175,7 +177,7 @@ impl fmt::Display for Limit {
 /// A store operation failed.
 ///
 /// ```
-/// use mcp_tasks::StoreError;
+/// use mcp_tasks::error::StoreError;
 ///
 /// let e = StoreError::Backend("pool timed out".into());
 /// assert_eq!(e.to_string(), "the task store backend failed");
@@ -201,7 +203,7 @@ impl StoreError {
     /// client a generic -32603.
     ///
     /// ```
-    /// use mcp_tasks::StoreError;
+    /// use mcp_tasks::error::StoreError;
     ///
     /// let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "pool timed out");
     /// let e = StoreError::backend(io);
@@ -255,7 +257,8 @@ impl std::error::Error for InvalidTaskId {}
 /// Why the state machine refused a transition.
 ///
 /// ```
-/// use mcp_tasks::store::{Timestamp, Transition, TransitionError};
+/// use mcp_tasks::store::{Timestamp, Transition};
+/// use mcp_tasks::error::TransitionError;
 /// use mcp_tasks::{TaskId, TaskRecord};
 ///
 /// let mut task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
@@ -292,11 +295,11 @@ impl fmt::Display for TransitionError {
 
 impl std::error::Error for TransitionError {}
 
-/// What a worker call on [`Tasks`](crate::Tasks) can fail with.
+/// What a worker call on [`Tasks`](crate::worker::Tasks) can fail with.
 ///
 /// ```
-/// use mcp_tasks::TaskError;
-/// use mcp_tasks::store::TransitionError;
+/// use mcp_tasks::error::TaskError;
+/// use mcp_tasks::error::TransitionError;
 ///
 /// fn describe(e: &TaskError) -> &'static str {
 ///     match e {
@@ -326,8 +329,8 @@ impl TaskError {
     /// `TaskError::Refused(TransitionError::Terminal)`.
     ///
     /// ```
-    /// use mcp_tasks::TaskError;
-    /// use mcp_tasks::store::TransitionError;
+    /// use mcp_tasks::error::TaskError;
+    /// use mcp_tasks::error::TransitionError;
     ///
     /// assert!(TaskError::Refused(TransitionError::Terminal).is_terminal());
     /// assert!(!TaskError::NotFound.is_terminal());

@@ -1,6 +1,6 @@
 //! Typed builders for the input requests a worker puts to the client mid-flight.
 //!
-//! A worker asks with [`Tasks::require_input`](crate::Tasks::require_input); the task
+//! A worker asks with [`Tasks::require_input`](crate::worker::Tasks::require_input); the task
 //! is `input_required`, and `tasks/get` shows every outstanding request under
 //! `inputRequests`, by key, until the client answers it with `tasks/update`:
 //!
@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 /// roots listing. Built only through its constructors, so it is always well formed.
 ///
 /// Put questions on a task with [`InputRequests`] and
-/// [`Tasks::require_input`](crate::Tasks::require_input). The client sees each one
+/// [`Tasks::require_input`](crate::worker::Tasks::require_input). The client sees each one
 /// under its key in the task's `inputRequests` and answers with `tasks/update`: an
 /// elicitation with `{"action": "accept" | "decline" | "cancel", "content": {…}}`, a
 /// sampling request with a `CreateMessageResult`, a roots request with
@@ -147,7 +147,7 @@ impl InputRequest {
 }
 
 /// A set of input requests by key, as put on a task with
-/// [`Tasks::require_input`](crate::Tasks::require_input).
+/// [`Tasks::require_input`](crate::worker::Tasks::require_input).
 ///
 /// Keys are single-use over a task's whole life.
 ///
@@ -179,7 +179,7 @@ impl InputRequests {
 
     /// Adds a request under `key` (a later one under the same key replaces it). The
     /// key is how the client's answer comes back, in the [`InputResponses`]
-    /// [`wait_for_input`](crate::Tasks::wait_for_input) returns.
+    /// [`wait_for_input`](crate::worker::Tasks::wait_for_input) returns.
     ///
     /// ```
     /// use mcp_tasks::input::{InputRequest, InputRequests};
@@ -237,7 +237,7 @@ impl InputRequests {
 }
 
 /// The client's answers to a task's questions, by key, as
-/// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) returns them.
+/// [`Tasks::wait_for_input`](crate::worker::Tasks::wait_for_input) returns them.
 ///
 /// Elicitations come typed ([`InputResponse::Accept`] with its content,
 /// [`Decline`](InputResponse::Decline), [`Cancel`](InputResponse::Cancel)); a

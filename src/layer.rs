@@ -31,7 +31,7 @@ use crate::worker::Tasks;
 /// ```
 /// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
 ///
-/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
 /// let layer = TasksLayer::builder(MemoryStore::new())
 ///     .with_server_info("my-server", "1.0.0")
 ///     .with_tool_mode("build", TaskMode::Required)
@@ -121,7 +121,7 @@ impl TasksLayer {
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_max_rows(50_000)
     ///     .build()?;
@@ -137,7 +137,8 @@ impl TasksLayer {
     /// clone) to the code that runs the tasks.
     ///
     /// ```
-    /// use mcp_tasks::{MemoryStore, TaskError, TaskId, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TaskId, TasksLayer};
+    /// use mcp_tasks::error::TaskError;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -307,7 +308,7 @@ impl TasksLayer {
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// assert!(TasksLayer::new(MemoryStore::new()).is_enabled());
     /// let off = TasksLayer::builder(MemoryStore::new()).with_enabled(false).build()?;
     /// assert!(!off.is_enabled());
@@ -337,7 +338,7 @@ impl<S> Layer<S> for TasksLayer {
 /// use std::time::Duration;
 /// use mcp_tasks::{MemoryStore, Principal, TaskMode, TasksLayer};
 ///
-/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
 /// let layer = TasksLayer::builder(MemoryStore::new())
 ///     // Identity and advertising.
 ///     .with_server_info("billing", "2.1.0")
@@ -432,7 +433,7 @@ impl TasksLayerBuilder {
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// let enabled = std::env::var("MCP_TASKS").map_or(true, |v| v != "off");
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_enabled(enabled).build()?;
     /// assert_eq!(layer.is_enabled(), enabled);
@@ -449,7 +450,8 @@ impl TasksLayerBuilder {
     /// Expired tasks never count. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_rows(50_000).build();
     /// assert!(layer.is_ok());
@@ -486,7 +488,8 @@ impl TasksLayerBuilder {
     /// says `"rows"`). Expired tasks never count. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_tasks_per_owner(100).build();
     /// assert!(layer.is_ok());
@@ -526,7 +529,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let day = Duration::from_secs(24 * 3600);
     /// assert!(TasksLayer::builder(MemoryStore::new()).with_default_ttl(day).build().is_ok());
@@ -545,7 +549,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let two_s = TasksLayer::builder(MemoryStore::new())
     ///     .with_default_poll_interval(Duration::from_secs(2))
@@ -567,7 +572,8 @@ impl TasksLayerBuilder {
     /// own streams to the inner service unread, whatever its size. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let mib = TasksLayer::builder(MemoryStore::new()).with_max_request_bytes(1 << 20).build();
     /// assert!(mib.is_ok());
@@ -585,7 +591,8 @@ impl TasksLayerBuilder {
     /// unchanged. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let big = TasksLayer::builder(MemoryStore::new()).with_max_response_bytes(64 << 20).build();
     /// assert!(big.is_ok());
@@ -603,7 +610,8 @@ impl TasksLayerBuilder {
     /// answerable. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let small = TasksLayer::builder(MemoryStore::new()).with_max_input_response_bytes(4096);
     /// assert!(small.build().is_ok());
@@ -621,7 +629,8 @@ impl TasksLayerBuilder {
     /// Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let big = TasksLayer::builder(MemoryStore::new()).with_max_task_input_bytes(8 << 20);
     /// assert!(big.build().is_ok());
@@ -635,12 +644,13 @@ impl TasksLayerBuilder {
 
     /// The largest serialized result a task stores (default
     /// [`defaults::MAX_RESULT_BYTES`], 8 MiB, below rmcp's 16 MiB client limit). A
-    /// completion with a larger result, from [`Tasks::complete`](crate::Tasks::complete)
+    /// completion with a larger result, from [`Tasks::complete`](crate::worker::Tasks::complete)
     /// or a [`TaskMode::Auto`] call, fails the task with -32603 "Result too large"
     /// instead. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let big = TasksLayer::builder(MemoryStore::new()).with_max_result_bytes(12 << 20);
     /// assert!(big.build().is_ok());
@@ -657,7 +667,8 @@ impl TasksLayerBuilder {
     /// refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let named = TasksLayer::builder(MemoryStore::new())
     ///     .with_server_info("my-server", env!("CARGO_PKG_VERSION"))
@@ -721,7 +732,7 @@ impl TasksLayerBuilder {
     /// use std::time::Duration;
     /// use mcp_tasks::{MemoryStore, TaskMode, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// // Large exports run in the background; small ones keep the tool's own mode.
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_task_policy(|tool, arguments| {
@@ -743,21 +754,14 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// Tasks for clients that do not speak the extension (default: off). For a
-    /// client that did not declare it — on 2026-07-28 or an earlier revision,
-    /// sessions included — a call that becomes a task (an `Auto` or `AutoRequired`
-    /// tool past its budget, an `Optional` or `Required` tool whose handler makes
-    /// one) answers
-    /// with an ordinary tool result saying that the work goes on as a task, with its
-    /// id and how to follow it; and that client's `tools/list` gains three tools
-    /// answered by the layer from the store, with the same owner scoping as
-    /// `tasks/*`: `task_status {taskId}` (status, status message, questions, and
-    /// once done the tool's own result), `task_answer {taskId, answers}` and
-    /// `task_cancel {taskId}`. Clients that declared the extension see no change.
-    ///
-    /// With it on, the layer reads the body of every earlier-revision `POST` and of
-    /// `tools/list` (up to [`with_max_request_bytes`](Self::with_max_request_bytes)),
-    /// to find the calls it answers.
+    /// Tasks for clients that do not speak the extension (default: off): a call of
+    /// theirs that becomes a task answers with a tool result that says so, and their
+    /// `tools/list` gains `task_status`, `task_answer` and `task_cancel`;
+    /// [`TaskMode`](crate::TaskMode#clients-without-the-tasks-extension) describes
+    /// what such a client sees. With it on, the layer reads the body of every
+    /// earlier-revision `POST` and of `tools/list` (up to
+    /// [`with_max_request_bytes`](Self::with_max_request_bytes)), to find the calls
+    /// it answers.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
@@ -881,7 +885,7 @@ impl TasksLayerBuilder {
     /// use mcp_tasks::notify::TaskNotifier;
     /// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// let builder = TasksLayer::builder(MemoryStore::new());
     /// let listen = builder.listen_notifier();
     /// let layer = builder
@@ -906,7 +910,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let (five_minutes, a_day) = (Duration::from_secs(300), Duration::from_secs(24 * 3600));
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_janitor(five_minutes, a_day).build();
@@ -927,7 +932,7 @@ impl TasksLayerBuilder {
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// let layer = TasksLayer::builder(MemoryStore::new()).without_janitor().build()?;
     /// // Under your own supervision instead:
     /// let janitor = layer.janitor().spawn();
@@ -946,7 +951,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let proxy_friendly = TasksLayer::builder(MemoryStore::new())
     ///     .with_keep_alive(Duration::from_secs(5))
@@ -970,7 +976,8 @@ impl TasksLayerBuilder {
     /// (HTTP 200) until one of them closes. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_max_listen_streams_per_owner(4)
@@ -992,7 +999,8 @@ impl TasksLayerBuilder {
     /// `{"limit": "listen_total"}` (HTTP 200) until one closes. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_listen_streams(10_000).build();
     /// assert!(layer.is_ok());
@@ -1017,7 +1025,8 @@ impl TasksLayerBuilder {
     /// notification never fits. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_max_listen_bytes_per_owner(64 * 1024 * 1024)
@@ -1038,7 +1047,8 @@ impl TasksLayerBuilder {
     /// with `{"limit": "listen_bytes_total"}`. Zero is refused.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_max_listen_bytes(1024 * 1024 * 1024)
@@ -1059,7 +1069,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_listen_ack_timeout(Duration::from_secs(1))
@@ -1083,7 +1094,8 @@ impl TasksLayerBuilder {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_store_timeout(Duration::from_secs(2))
@@ -1105,19 +1117,19 @@ impl TasksLayerBuilder {
     ///
     /// On a store shared between nodes ([`TaskStore::leases`]), each node holds the
     /// tasks it runs (work under a [`TaskHandle`](crate::worker::TaskHandle), `Auto`
-    /// runners, and tasks taken with [`Tasks::hold`](crate::Tasks::hold)) and renews
+    /// runners, and tasks taken with [`Tasks::hold`](crate::worker::Tasks::hold)) and renews
     /// its lease every third of `bound`. When a node stops (killed, out of memory,
     /// cut off alone from the store for longer than `bound`), a surviving node fails
     /// its unfinished tasks with -32603 at most 1.25 × `bound` after the stop, instead
     /// of leaving them to their TTL. A store outage every node shares fails nothing,
     /// however long: a node claims another's lease only while its own renewals run
-    /// without a break (README, "Worker leases").
+    /// without a break ([`store`](crate::store#worker-leases) has the whole story).
     ///
     /// ```
     /// use std::time::Duration;
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
-    /// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+    /// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
     /// let layer = TasksLayer::builder(MemoryStore::new())
     ///     .with_worker_lease(Duration::from_secs(8)) // lost work failed within 10 s
     ///     .build()?;
@@ -1164,7 +1176,8 @@ impl TasksLayerBuilder {
     /// over [`defaults::MAX_KEEP_ALIVE`] (1 hour), an empty server name.
     ///
     /// ```
-    /// use mcp_tasks::{ConfigError, MemoryStore, TasksLayer};
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
     ///
     /// # fn main() -> Result<(), ConfigError> {
     /// let layer = TasksLayer::builder(MemoryStore::new()).with_max_rows(1_000).build()?;

@@ -496,9 +496,9 @@ mod tests {
     use std::time::Duration;
 
     use super::{GATHER, WORKER_LOST};
-    use crate::TaskStore;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
+    use crate::store::TaskStore;
     use crate::store::{
         BoxFuture, CreateLimits, LeaseId, LeaseState, LeaseStore, MemoryLeases, MemoryStore,
         NodeId, Renewal, Renewed,
@@ -953,7 +953,7 @@ mod tests {
         let refused = refused.unwrap_err();
         assert_eq!(
             refused,
-            crate::ConfigError::TooSmall {
+            crate::error::ConfigError::TooSmall {
                 setting: "worker lease",
                 min: crate::defaults::MIN_WORKER_LEASE,
             }

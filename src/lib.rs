@@ -1,15 +1,23 @@
-// The crate docs are the README, so that the two never drift apart. Its examples name
-// `PostgresStore` and the contract suite, so they run as doctests with those features on
-// (CI's `cargo test --all-features`); without them the README is left out of the
-// doctests, never out of the docs.
-#![cfg_attr(
-    any(not(doctest), all(feature = "postgres", feature = "test-util")),
-    doc = include_str!("../README.md")
-)]
-#![cfg_attr(
-    all(doctest, not(all(feature = "postgres", feature = "test-util"))),
-    doc = "The README's examples are doctests with `--features postgres,test-util`."
-)]
+// The crate docs are the README, so that the two never drift apart.
+//
+// The README links to module pages by reference (`[`store`]`), with definitions at its
+// end that point to docs.rs, for crates.io and GitHub. In these docs the definitions
+// below come first, and the first definition of a label wins: the same links resolve
+// within this build of the docs, and a broken one fails `cargo doc -D warnings`.
+#![doc = "[`body`]: crate::body"]
+#![doc = "[`defaults`]: crate::defaults"]
+#![doc = "[`error`]: crate::error"]
+#![doc = "[`future`]: crate::future"]
+#![doc = "[`input`]: crate::input"]
+#![doc = "[`notify`]: crate::notify"]
+#![doc = "[`observe`]: crate::observe"]
+#![doc = "[`store`]: crate::store"]
+#![doc = "[`TaskMode`]: crate::TaskMode"]
+#![doc = "[`wire`]: crate::wire"]
+#![doc = "[`worker`]: crate::worker"]
+#![cfg_attr(feature = "client", doc = "[`client`]: crate::client")]
+#![cfg_attr(feature = "test-util", doc = "[`test_suite`]: crate::test_suite")]
+#![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
@@ -28,7 +36,7 @@ pub mod input;
 mod layer;
 mod lease;
 pub mod notify;
-mod observe;
+pub mod observe;
 mod routes;
 mod service;
 pub mod store;
@@ -40,22 +48,22 @@ mod waits;
 pub mod wire;
 pub mod worker;
 
+// Each public item has one path: the layer and the vocabulary of a task here, the
+// rest in the module of its topic (errors in `error`, the store trait in `store`,
+// the worker handles in `worker`, JSON-RPC errors in `wire`).
 pub use config::TaskMode;
 pub use context::{TaskContext, TaskRefused, TaskSpec};
-pub use error::{ConfigError, StoreError, TaskError};
 pub use layer::{TasksLayer, TasksLayerBuilder};
 pub use service::TasksService;
-pub use store::{MemoryStore, TaskStore};
+pub use store::memory::MemoryStore;
 pub use task::{Principal, TaskId, TaskRecord, TaskStatus};
-pub use wire::RpcError;
-pub use worker::Tasks;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use store::PostgresStore;
+pub use store::postgres::PostgresStore;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use store::RedisStore;
+pub use store::redis::RedisStore;
 
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

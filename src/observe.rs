@@ -1,8 +1,57 @@
-//! What the layer tells operators: metrics on the `metrics` facade (feature
-//! `metrics`; every call below is empty without it), and the outcome and store time
-//! of each route, recorded on its `tracing` span.
+//! What the layer tells operators: a `tracing` span for each request it answers,
+//! and metrics on the `metrics` facade (feature `metrics`). No field and no label
+//! ever carries a task id or a principal: labels are fixed words.
 //!
-//! No label ever carries a task id or a principal: labels are fixed words.
+//! # Tracing
+//!
+//! Every request the layer answers itself (the `tasks/*` methods, `tools/call`,
+//! `server/discover`, `subscriptions/listen`) runs in a DEBUG span named `mcp_tasks`
+//! with these fields:
+//!
+//! | field | what it holds |
+//! |---|---|
+//! | `method` | the JSON-RPC method |
+//! | `outcome` | `result` (the layer answered), `task` (the call became a task), `error` (the layer answered a JSON-RPC error), `stream` (a listen stream opened), `forwarded` (the inner service answered) |
+//! | `error_code` | with `outcome=error`: the JSON-RPC code (`-32602`, `-32021`, …) |
+//! | `store_us` | microseconds spent in store calls for this request |
+//! | `elapsed_us` | microseconds for the whole request, up to the response head |
+//!
+//! Stacked under `tower_http::trace::TraceLayer` (as the quickstart does), each
+//! `mcp_tasks` span nests inside the HTTP request's span. With no subscriber
+//! interested, nothing is collected: the span is disabled and the route runs as it is.
+//!
+//! # Metrics
+//!
+//! With the feature `metrics`, the layer writes to the
+//! [`metrics`](https://docs.rs/metrics) facade, so any recorder sees them (Prometheus,
+//! StatsD, OpenTelemetry…). Install the recorder before building the layer.
+//!
+//! | name | type | labels | moves when |
+//! |---|---|---|---|
+//! | `mcp_tasks_created_total` | counter | | a task is stored |
+//! | `mcp_tasks_refused_total` | counter | `reason`: `rows`, `per_owner`, `shutting_down`, `extension_required`, `principal_required` | a call that would have been a task is refused (a cap, a drain, a `Required` tool called without the extension, an anonymous request under `with_require_principal`) |
+//! | `mcp_tasks_finished_total` | counter | `status`: `completed`, `failed`, `cancelled` | a write of this node moves a task to a terminal status |
+//! | `mcp_tasks_notifications_sent_total` | counter | | a `notifications/tasks` event is written to a listen stream |
+//! | `mcp_tasks_notifications_coalesced_total` | counter | | a pending notification is replaced by a newer state of its task before its stream wrote it |
+//! | `mcp_tasks_janitor_sweeps_total` | counter | | the janitor sweeps |
+//! | `mcp_tasks_janitor_removed_total` | counter | | the janitor removes expired or retired records |
+//! | `mcp_tasks_listen_streams` | gauge | | a listen stream opens or closes |
+//! | `mcp_tasks_runners` | gauge | | a `TaskMode::Auto` runner starts or ends |
+//! | `mcp_tasks_workers` | gauge | | work under a `TaskHandle` starts or its last handle is dropped |
+//! | `mcp_tasks_store_call_seconds` | histogram (in Prometheus: a summary, unless buckets are set) | `op`: `create`, `get`, `get_many`, `get_many_within`, `update` | a store call of a route or a worker returns |
+//! | `mcp_tasks_store_errors_total` | counter | `op`, as above | a store call fails |
+//! | `mcp_tasks_lease_recovered_total` | counter | | this node fails a task held by a lease it claimed (a dead node's work) |
+//! | `mcp_tasks_leases_lost_total` | counter | | this node learns that other nodes claimed its lease (it was cut off longer than its lease) |
+//! | `mcp_tasks_held_tasks` | gauge | | this node's count of leased tasks changes, at each renewal |
+//!
+//! The one histogram is recorded through the facade's `histogram!`;
+//! `metrics-exporter-prometheus` exports it as a summary (quantiles, `_sum`, `_count`)
+//! unless `set_buckets_for_metric` gives it buckets, which `examples/metrics.rs` does.
+//!
+//! In the repository, `cargo run --example metrics --features metrics` serves the
+//! `retrofit` example with a Prometheus `/metrics` endpoint beside `/mcp`
+//! (127.0.0.1:3005), and `tests/metrics.rs` reads each metric after the event that
+//! moves it.
 
 use std::cell::Cell;
 use std::future::Future;

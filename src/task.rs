@@ -263,7 +263,7 @@ impl Scope<'_> {
 }
 
 /// Why a task no longer needs its worker, as
-/// [`Tasks::cancelled`](crate::Tasks::cancelled) reports it.
+/// [`Tasks::cancelled`](crate::worker::Tasks::cancelled) reports it.
 ///
 /// ```
 /// use mcp_tasks::worker::TaskEnd;
@@ -479,7 +479,7 @@ impl fmt::Display for TaskStatus {
 /// A JSON-RPC error object as carried by a `failed` task (its `error` field).
 ///
 /// ```
-/// use mcp_tasks::RpcError;
+/// use mcp_tasks::wire::RpcError;
 /// use mcp_tasks::store::ErrorObject;
 ///
 /// let error = ErrorObject::from(RpcError::internal("backend crashed"));
@@ -708,7 +708,8 @@ impl TaskRecord {
     /// it was. On a change, `updated_at` becomes `now` and `revision` goes up by one.
     ///
     /// ```
-    /// use mcp_tasks::store::{Applied, Timestamp, Transition, TransitionError};
+    /// use mcp_tasks::store::{Applied, Timestamp, Transition};
+    /// use mcp_tasks::error::TransitionError;
     /// use mcp_tasks::{TaskId, TaskRecord, TaskStatus};
     /// use serde_json::json;
     ///
@@ -1109,8 +1110,8 @@ impl Serialize for TaskJson<'_> {
 /// A change to a task, applied atomically by the store through [`TaskRecord::apply`].
 ///
 /// The layer makes `Answer` (from `tasks/update`) and `Cancel` (from `tasks/cancel`);
-/// the worker API ([`Tasks`](crate::Tasks)) makes the others, and
-/// [`Tasks::apply`](crate::Tasks::apply) takes any of them.
+/// the worker API ([`Tasks`](crate::worker::Tasks)) makes the others, and
+/// [`Tasks::apply`](crate::worker::Tasks::apply) takes any of them.
 ///
 /// ```
 /// use mcp_tasks::store::{Timestamp, Transition};

@@ -31,10 +31,11 @@ use crate::wire::RpcError;
 ///
 /// ```
 /// use mcp_tasks::input::{InputRequest, InputRequests};
-/// use mcp_tasks::{TaskId, Tasks};
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::worker::Tasks;
 /// use serde_json::json;
 ///
-/// async fn work(tasks: Tasks, id: TaskId) -> Result<(), mcp_tasks::TaskError> {
+/// async fn work(tasks: Tasks, id: TaskId) -> Result<(), mcp_tasks::error::TaskError> {
 ///     tasks.progress(&id, "Checking").await?;
 ///     tasks
 ///         .require_input(&id, InputRequests::new().with("go", InputRequest::confirm("Go on?", "ok")))
@@ -53,7 +54,8 @@ use crate::wire::RpcError;
 /// ```
 /// use std::sync::Arc;
 /// use mcp_tasks::store::{CreateLimits, Timestamp};
-/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TaskStore, TasksLayer};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TasksLayer};
+/// use mcp_tasks::store::TaskStore;
 /// use serde_json::json;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -87,7 +89,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -117,7 +120,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -148,7 +152,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -175,7 +180,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -209,7 +215,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -246,7 +253,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -293,14 +301,16 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
     /// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
     /// # let id = TaskId::random();
     /// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
-    /// use mcp_tasks::{RpcError, TaskStatus};
+    /// use mcp_tasks::TaskStatus;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// tasks.fail(&id, RpcError::internal("The build server is unreachable")).await?;
     /// let task = tasks.status(&id).await?;
@@ -329,7 +339,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -378,7 +389,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -417,7 +429,8 @@ impl Tasks {
     /// ```
     /// # use std::sync::Arc;
     /// # use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
+    /// # use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    /// # use mcp_tasks::store::TaskStore;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let store = Arc::new(MemoryStore::new());
@@ -470,7 +483,7 @@ impl Tasks {
     /// under a [`TaskHandle`] and `Auto` runners hold their tasks without this call.
     ///
     /// ```
-    /// # async fn run(tasks: mcp_tasks::Tasks, id: mcp_tasks::TaskId) -> Result<(), mcp_tasks::TaskError> {
+    /// # async fn run(tasks: mcp_tasks::worker::Tasks, id: mcp_tasks::TaskId) -> Result<(), mcp_tasks::error::TaskError> {
     /// tasks.hold(id);
     /// tasks.progress(&id, "Picked up from the queue").await?;
     /// tasks.complete(&id, serde_json::json!({"content": []})).await?; // the lease ends here
@@ -508,7 +521,7 @@ impl fmt::Debug for Tasks {
 /// use mcp_tasks::worker::TaskHandle;
 /// use serde_json::json;
 ///
-/// async fn deploy(task: TaskHandle) -> Result<(), mcp_tasks::TaskError> {
+/// async fn deploy(task: TaskHandle) -> Result<(), mcp_tasks::error::TaskError> {
 ///     task.progress("Planning").await?;
 ///     let question = InputRequests::new().with("go", InputRequest::confirm("Deploy?", "ok"));
 ///     if !task.ask(question).await?.confirmed("go", "ok") {
@@ -920,12 +933,12 @@ mod tests {
         updates: std::sync::atomic::AtomicUsize,
     }
 
-    impl crate::TaskStore for Stalling {
+    impl crate::store::TaskStore for Stalling {
         fn create<'a>(
             &'a self,
             record: TaskRecord,
             limits: CreateLimits,
-        ) -> crate::store::BoxFuture<'a, Result<(), crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::error::StoreError>> {
             self.store.create(record, limits)
         }
 
@@ -934,7 +947,8 @@ mod tests {
             id: &'a TaskId,
             scope: Scope<'a>,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<Option<TaskRecord>, crate::error::StoreError>>
+        {
             self.store.get(id, scope, now)
         }
 
@@ -944,8 +958,10 @@ mod tests {
             scope: Scope<'a>,
             transition: &'a Transition,
             now: Timestamp,
-        ) -> crate::store::BoxFuture<'a, Result<Option<crate::store::Updated>, crate::StoreError>>
-        {
+        ) -> crate::store::BoxFuture<
+            'a,
+            Result<Option<crate::store::Updated>, crate::error::StoreError>,
+        > {
             Box::pin(async move {
                 self.updates.fetch_add(1, Ordering::SeqCst);
                 let _ = self.stalled.subscribe().wait_for(|stalled| !stalled).await;
@@ -957,7 +973,7 @@ mod tests {
             &'a self,
             now: Timestamp,
             retention: Duration,
-        ) -> crate::store::BoxFuture<'a, Result<usize, crate::StoreError>> {
+        ) -> crate::store::BoxFuture<'a, Result<usize, crate::error::StoreError>> {
             self.store.cleanup(now, retention)
         }
     }

@@ -21,8 +21,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::body::RequestBody;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{CreateLimits, Timestamp};
-use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore, TasksLayer};
+use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TasksLayer};
 use serde_json::{Value, json};
 use tower::{Layer as _, ServiceExt as _};
 

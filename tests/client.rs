@@ -21,7 +21,8 @@ use mcp_tasks::input::{InputRequest as AskRequest, InputRequests as AskRequests}
 use mcp_tasks::store::BoxFuture;
 use mcp_tasks::worker::TaskEnd;
 use mcp_tasks::{
-    MemoryStore, RpcError, TaskContext, TaskId, TaskSpec, TaskStatus, Tasks, TasksLayer,
+    MemoryStore, TaskContext, TaskId, TaskSpec, TaskStatus, TasksLayer, wire::RpcError,
+    worker::Tasks,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams,

@@ -13,8 +13,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::TaskStore;
 use mcp_tasks::sqlx;
+use mcp_tasks::store::TaskStore;
 use serde_json::{Value, json};
 use support::faults::{ALICE, Event, Node};
 use support::proxy::{Mode, Proxy, target, via};

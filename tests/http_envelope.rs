@@ -16,7 +16,9 @@ use http::{Request, Response, StatusCode};
 use mcp_tasks::body::RequestBody;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskContext, TaskMode, TaskSpec, TasksLayer};
+use mcp_tasks::{
+    MemoryStore, TaskContext, TaskMode, TaskSpec, TasksLayer, error::StoreError, wire::RpcError,
+};
 use serde_json::{Value, json};
 use support::fixtures::{Server, layer_builder, text_result};
 use support::http::{Client, Frames, serve_layered};
@@ -407,7 +409,7 @@ async fn an_oversized_worker_result_fails_the_task() {
     let big = text_result(&"x".repeat(5000));
     let refused = server.tasks.complete(&task_id, big).await.unwrap_err();
     assert!(
-        matches!(refused, mcp_tasks::TaskError::Refused(_)),
+        matches!(refused, mcp_tasks::error::TaskError::Refused(_)),
         "{refused:?}"
     );
     let task = client.get(&id, None).await;

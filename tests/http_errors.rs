@@ -4,8 +4,10 @@
 
 mod support;
 
+use mcp_tasks::error::StoreError;
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId};
+use mcp_tasks::wire::RpcError;
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::{Value, json};
 use support::fixtures::Server;
 use support::http::Reply;

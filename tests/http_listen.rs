@@ -7,10 +7,12 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_tasks::error::StoreError;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::notify::TaskNotifier;
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskRecord};
+use mcp_tasks::wire::RpcError;
+use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
 use serde_json::{Value, json};
 use support::fixtures::{ListenSupport, Server, listen_builder};
 use support::requests::modern_meta;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use mcp_tasks::defaults::{MAX_LISTEN_BYTES_PER_OWNER, MAX_LISTEN_STREAMS_PER_OWNER};
-use mcp_tasks::store::Budgeted;
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::{Budgeted, TaskStore};
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
+use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, listen_builder};
 use support::wait::within;

@@ -154,7 +154,7 @@ async fn a_stalled_inner_acknowledgment_is_replaced_after_the_timeout() {
 async fn twenty_listens_of_a_thousand_unknown_ids_over_postgres_are_acknowledged_within_2s() {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use mcp_tasks::StoreError;
+    use mcp_tasks::error::StoreError;
     use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
 
     /// Counts the store's reads by kind.

@@ -7,8 +7,9 @@ mod support;
 
 use std::sync::Arc;
 
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::worker::TaskEnd;
-use mcp_tasks::{TaskSpec, TaskStore, TasksLayer};
+use mcp_tasks::{TaskSpec, TasksLayer};
 use serde_json::json;
 use support::fixtures::{Inner, Server, Tool, spec};
 use support::http::bearer;

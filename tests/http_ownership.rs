@@ -4,7 +4,8 @@
 
 mod support;
 
-use mcp_tasks::{RpcError, TaskId};
+use mcp_tasks::TaskId;
+use mcp_tasks::wire::RpcError;
 use serde_json::{Value, json};
 use support::fixtures::{Server, Tool, layer_builder, spec, standard_inner};
 use support::http::{Client, Reply};

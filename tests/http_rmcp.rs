@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, Tasks, TasksLayer};
+use mcp_tasks::worker::Tasks;
+use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, TasksLayer};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
     ProtocolVersion, ServerConfig, Tool,

@@ -8,8 +8,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use http::{Request, StatusCode};
+use mcp_tasks::TaskId;
+use mcp_tasks::wire::RpcError;
 use mcp_tasks::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
-use mcp_tasks::{RpcError, TaskId};
 use serde_json::{Value, json};
 use support::fixtures::{
     Inner, Server, Tool, inner_discover_result, layer_builder, standard_inner, sync_fallback,

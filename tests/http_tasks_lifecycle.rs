@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
+use mcp_tasks::error::TaskError;
+use mcp_tasks::error::TransitionError;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::store::TransitionError;
 use mcp_tasks::wire::META_SERVER_INFO;
-use mcp_tasks::{RpcError, TaskError, TaskId, TaskRecord, TaskSpec, TaskStatus};
+use mcp_tasks::wire::RpcError;
+use mcp_tasks::{TaskId, TaskRecord, TaskSpec, TaskStatus};
 use serde_json::{Value, json};
 use support::fixtures::{
     SERVER_NAME, SERVER_VERSION, Server, Tool, layer_builder, spec, standard_inner, sync_fallback,

@@ -6,9 +6,10 @@ mod support;
 
 use std::time::Duration;
 
+use mcp_tasks::TaskSpec;
+use mcp_tasks::error::TaskError;
 use mcp_tasks::input::{InputRequest, InputRequests, InputResponse};
 use mcp_tasks::worker::{TaskEnd, TaskHandle};
-use mcp_tasks::{TaskError, TaskSpec};
 use serde_json::{Value, json};
 use support::fixtures::{Server, Tool, layer_builder, spec, standard_inner, text_result};
 use support::wait::{SendOnDrop, recv};

@@ -490,23 +490,23 @@ async fn redis_a_node_restarted_under_its_id_has_its_old_work_failed() {
 /// connection drops between the commit and the reply; it notes the id.
 #[derive(Debug)]
 struct LoseCreateReply {
-    store: std::sync::Arc<dyn mcp_tasks::TaskStore>,
+    store: std::sync::Arc<dyn mcp_tasks::store::TaskStore>,
     armed: std::sync::atomic::AtomicBool,
     created: std::sync::Mutex<Option<mcp_tasks::TaskId>>,
 }
 
-impl mcp_tasks::TaskStore for LoseCreateReply {
+impl mcp_tasks::store::TaskStore for LoseCreateReply {
     fn create<'a>(
         &'a self,
         record: mcp_tasks::TaskRecord,
         limits: mcp_tasks::store::CreateLimits,
-    ) -> mcp_tasks::store::BoxFuture<'a, Result<(), mcp_tasks::StoreError>> {
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<(), mcp_tasks::error::StoreError>> {
         Box::pin(async move {
             let id = record.id;
             self.store.create(record, limits).await?;
             if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 *self.created.lock().unwrap() = Some(id);
-                return Err(mcp_tasks::StoreError::backend(
+                return Err(mcp_tasks::error::StoreError::backend(
                     "the connection dropped before the reply",
                 ));
             }
@@ -519,8 +519,10 @@ impl mcp_tasks::TaskStore for LoseCreateReply {
         id: &'a mcp_tasks::TaskId,
         scope: mcp_tasks::store::Scope<'a>,
         now: mcp_tasks::store::Timestamp,
-    ) -> mcp_tasks::store::BoxFuture<'a, Result<Option<mcp_tasks::TaskRecord>, mcp_tasks::StoreError>>
-    {
+    ) -> mcp_tasks::store::BoxFuture<
+        'a,
+        Result<Option<mcp_tasks::TaskRecord>, mcp_tasks::error::StoreError>,
+    > {
         self.store.get(id, scope, now)
     }
 
@@ -532,7 +534,7 @@ impl mcp_tasks::TaskStore for LoseCreateReply {
         now: mcp_tasks::store::Timestamp,
     ) -> mcp_tasks::store::BoxFuture<
         'a,
-        Result<Option<mcp_tasks::store::Updated>, mcp_tasks::StoreError>,
+        Result<Option<mcp_tasks::store::Updated>, mcp_tasks::error::StoreError>,
     > {
         self.store.update(id, scope, transition, now)
     }
@@ -541,7 +543,7 @@ impl mcp_tasks::TaskStore for LoseCreateReply {
         &'a self,
         now: mcp_tasks::store::Timestamp,
         retention: Duration,
-    ) -> mcp_tasks::store::BoxFuture<'a, Result<usize, mcp_tasks::StoreError>> {
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<usize, mcp_tasks::error::StoreError>> {
         self.store.cleanup(now, retention)
     }
 
@@ -557,10 +559,10 @@ impl mcp_tasks::TaskStore for LoseCreateReply {
 /// A create committed whose reply was lost: the caller hears -32603, and the stored
 /// task does not stay `working` with no worker: a compensating write fails it.
 async fn a_create_whose_reply_is_lost_ends(
-    store: std::sync::Arc<dyn mcp_tasks::TaskStore>,
+    store: std::sync::Arc<dyn mcp_tasks::store::TaskStore>,
     name: &str,
 ) {
-    use mcp_tasks::TaskStore as _;
+    use mcp_tasks::store::TaskStore as _;
     use mcp_tasks::store::{Scope, Timestamp};
     let store = std::sync::Arc::new(LoseCreateReply {
         store,

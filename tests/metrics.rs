@@ -1,4 +1,4 @@
-//! Every metric of the README's table, read from a Prometheus recorder right after
+//! Every metric of the table in `mcp_tasks::observe`, read from a Prometheus recorder right after
 //! the event that moves it, over real HTTP. One test, because the recorder is
 //! process-wide; each step compares with the value before it.
 
@@ -19,7 +19,9 @@ use mcp_tasks::store::{
     BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, Renewal, Renewed,
 };
 use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-use mcp_tasks::{MemoryStore, RpcError, StoreError, TaskId, TaskMode, TaskSpec, TasksLayer};
+use mcp_tasks::{
+    MemoryStore, TaskId, TaskMode, TaskSpec, TasksLayer, error::StoreError, wire::RpcError,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::json;
 use support::fixtures::{ListenSupport, Server, Tool, layer_builder, spec, standard_inner};
@@ -118,7 +120,7 @@ async fn each_metric_moves_with_the_event_it_counts() {
     });
     assert!(metrics.value("mcp_tasks_store_call_seconds_count{op=\"create\"}") >= 1.0);
     // Without buckets the exporter writes the histogram as a summary, as the
-    // README's table says.
+    // table of `mcp_tasks::observe` says.
     assert!(
         metrics
             .0
@@ -382,7 +384,7 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
         down: Arc::default(),
     });
     let id = TaskId::random();
-    mcp_tasks::TaskStore::create(
+    mcp_tasks::store::TaskStore::create(
         &*store,
         mcp_tasks::TaskRecord::new(id, None, mcp_tasks::store::Timestamp::now()),
         mcp_tasks::store::CreateLimits::default(),

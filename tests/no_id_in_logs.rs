@@ -11,8 +11,9 @@ mod support;
 use std::io;
 use std::sync::{Arc, Mutex};
 
+use mcp_tasks::TaskSpec;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{RpcError, TaskSpec};
+use mcp_tasks::wire::RpcError;
 use serde_json::json;
 use support::fixtures::{Server, Tool, layer_builder, spec, standard_inner, text_result};
 use tracing_subscriber::fmt::format::FmtSpan;

@@ -10,8 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_tasks::sqlx;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{CreateLimits, Janitor, Timestamp};
-use mcp_tasks::{PostgresStore, Principal, TaskId, TaskRecord, TaskStore};
+use mcp_tasks::{PostgresStore, Principal, TaskId, TaskRecord};
 use support::stores::postgres::scratch;
 
 /// The counter scope of a principal's cap, as the store writes it.

@@ -1,5 +1,5 @@
 //! Property tests of the state machine, [`TaskRecord::apply`], against a small model
-//! written from the rules (README, "Tasks"), not from the implementation:
+//! written from the specification's rules, not from the implementation:
 //!
 //! - statuses `working`, `input_required`, `completed`, `failed`, `cancelled`; the
 //!   last three are final: any later change is refused with `Terminal`, except a
@@ -18,7 +18,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use mcp_tasks::store::{Applied, ErrorObject, Timestamp, Transition, TransitionError};
+use mcp_tasks::error::TransitionError;
+use mcp_tasks::store::{Applied, ErrorObject, Timestamp, Transition};
 use mcp_tasks::{Principal, TaskId, TaskRecord, TaskStatus};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};

@@ -30,10 +30,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_tasks::store::{
-    Applied, CreateLimits, ErrorObject, Scope, Timestamp, Transition, TransitionError, Updated,
-};
-use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStatus, TaskStore};
+use mcp_tasks::error::TransitionError;
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::store::{Applied, CreateLimits, ErrorObject, Scope, Timestamp, Transition, Updated};
+use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStatus};
 use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use serde_json::{Map, Value, json};
@@ -319,7 +319,7 @@ fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), TestCaseError
     }
 }
 
-fn store_ok<T>(what: &str, r: Result<T, mcp_tasks::StoreError>) -> Result<T, TestCaseError> {
+fn store_ok<T>(what: &str, r: Result<T, mcp_tasks::error::StoreError>) -> Result<T, TestCaseError> {
     r.map_err(|e| {
         let cause = std::error::Error::source(&e).map(|c| c.to_string());
         TestCaseError::fail(format!("{what}: the store failed: {e} ({cause:?})"))

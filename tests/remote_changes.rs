@@ -7,11 +7,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{
     ChangeFeed, ChangeSender, LeaseStore, MemoryLeases, Scope, Timestamp, Transition, Updated,
 };
 use mcp_tasks::test_suite::{Intercept, StoreHooks};
-use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskStore};
+use mcp_tasks::{MemoryStore, TaskId};
 
 /// What makes one node of a memory store that every node shares, as processes
 /// share a database: each write that changed something is announced to the other

@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use mcp_tasks::{RpcError, TaskMode};
+use mcp_tasks::TaskMode;
+use mcp_tasks::wire::RpcError;
 use serde_json::{Value, json};
 use support::fixtures::{ListenSupport, Server, layer_builder, listen_builder};
 use support::http::Reply;

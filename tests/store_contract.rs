@@ -16,7 +16,8 @@ mod memory_store_on_its_clock {
 mod shared_dyn_store {
     use std::sync::Arc;
 
-    use mcp_tasks::{MemoryStore, TaskStore};
+    use mcp_tasks::MemoryStore;
+    use mcp_tasks::store::TaskStore;
 
     async fn shared() -> Arc<dyn TaskStore> {
         Arc::new(MemoryStore::new())
@@ -32,10 +33,12 @@ mod default_visible {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
+    use mcp_tasks::error::StoreError;
     use mcp_tasks::store::{
-        BoxFuture, Budgeted, CreateLimits, Scope, Timestamp, Transition, Updated, encoded_len,
+        BoxFuture, Budgeted, CreateLimits, Scope, TaskStore, Timestamp, Transition, Updated,
+        encoded_len,
     };
-    use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+    use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
     use serde_json::json;
 
     /// Counts the bytes of the records its `get` hands out.

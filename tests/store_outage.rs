@@ -14,10 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{
     BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated,
 };
-use mcp_tasks::{StoreError, TaskId, TaskRecord, TaskStore};
+use mcp_tasks::{TaskId, TaskRecord};
 use serde_json::json;
 use support::faults::{ALICE, Event, Node};
 use support::http::Client;

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use mcp_tasks::sqlx;
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
 use mcp_tasks::store::{ChangeFeed, CreateLimits, FeedEvent, Timestamp};
-use mcp_tasks::{ConfigError, MemoryStore, PostgresStore, TaskId, TaskRecord, TaskStore};
+use mcp_tasks::{
+    MemoryStore, PostgresStore, TaskId, TaskRecord, error::ConfigError, store::TaskStore,
+};
 use support::stores::postgres::{scratch, scratch_on_store_clock, two_nodes};
 use support::wait::{self, within};
 
@@ -253,8 +255,8 @@ async fn a_table_of_the_previous_layout_is_upgraded_in_place() {
     assert!(
         matches!(
             store.create(new(Some(&alice)), per_owner).await,
-            Err(mcp_tasks::StoreError::LimitReached(
-                mcp_tasks::store::Limit::PerOwner
+            Err(mcp_tasks::error::StoreError::LimitReached(
+                mcp_tasks::error::Limit::PerOwner
             ))
         ),
         "alice's two upgraded tasks count against her cap"
@@ -264,8 +266,8 @@ async fn a_table_of_the_previous_layout_is_upgraded_in_place() {
             store
                 .create(new(None), CreateLimits::new(Some(3), None))
                 .await,
-            Err(mcp_tasks::StoreError::LimitReached(
-                mcp_tasks::store::Limit::Rows
+            Err(mcp_tasks::error::StoreError::LimitReached(
+                mcp_tasks::error::Limit::Rows
             ))
         ),
         "the three upgraded rows count against the row cap"
@@ -383,7 +385,7 @@ async fn connect_sets_a_statement_timeout_above_the_store_timeout() {
 
 /// An error, each cause under it, and its `Debug` form: everything a log or a
 /// `main` returning the error could print.
-fn described(e: &mcp_tasks::StoreError) -> String {
+fn described(e: &mcp_tasks::error::StoreError) -> String {
     let mut text = format!("{e:?}");
     let mut level: Option<&dyn std::error::Error> = Some(e);
     while let Some(error) = level {

@@ -12,8 +12,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::store::{CreateLimits, Limit, Scope, Timestamp};
-use mcp_tasks::{MemoryStore, RedisStore, StoreError, TaskId, TaskRecord, TaskStore};
+use mcp_tasks::error::Limit;
+use mcp_tasks::error::StoreError;
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
+use mcp_tasks::{MemoryStore, RedisStore, TaskId, TaskRecord};
 use support::stores::redis::{
     nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
 };

@@ -5,9 +5,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use mcp_tasks::TaskSpec;
 use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::wire::RpcError;
 use mcp_tasks::worker::TaskHandle;
-use mcp_tasks::{RpcError, TaskSpec};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolRequestParams, CallToolResponse};
 use rmcp::service::{RequestContext, RoleServer};

@@ -262,7 +262,7 @@ pub(crate) fn layer_builder() -> TasksLayerBuilder {
 }
 
 /// [`layer_builder`] over `store`.
-pub(crate) fn layer_builder_on(store: Arc<dyn mcp_tasks::TaskStore>) -> TasksLayerBuilder {
+pub(crate) fn layer_builder_on(store: Arc<dyn mcp_tasks::store::TaskStore>) -> TasksLayerBuilder {
     TOOLS.iter().fold(
         TasksLayer::builder(store).with_server_info(NAME, env!("CARGO_PKG_VERSION")),
         |builder, tool| builder.with_tool_mode(*tool, TaskMode::Auto { after: AFTER }),

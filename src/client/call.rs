@@ -25,6 +25,18 @@ use super::transport::Rpc;
 /// The default HTTP service: hyper-util's pooled HTTP/1.1 client, plain `http://`
 /// only ([`Client::new`] refuses an `https://` URL). For TLS, build a hyper-util
 /// client over a TLS connector and pass it to [`Client::with_service`].
+///
+/// ```
+/// use hyper_util::client::legacy::Client as Hyper;
+/// use hyper_util::rt::TokioExecutor;
+/// use mcp_tasks::client::{Client, HttpClient};
+///
+/// // What `Client::new` builds, spelled out.
+/// let http: HttpClient = Hyper::builder(TokioExecutor::new()).build_http();
+/// let client = Client::with_service(http, "http://127.0.0.1:3000/mcp")?;
+/// # drop(client);
+/// # Ok::<(), mcp_tasks::client::ClientError>(())
+/// ```
 pub type HttpClient = hyper_util::client::legacy::Client<HttpConnector, String>;
 
 /// A client of one MCP endpoint (2026-07-28, Streamable HTTP) that calls tools with
@@ -73,6 +85,22 @@ impl<S> fmt::Debug for Client<S> {
 
 /// What a `tools/call` gave: the result at once, or a task to follow (the wire
 /// has no third outcome; `input_required` rounds are answered before this).
+///
+/// ```no_run
+/// use mcp_tasks::client::{Client, ToolCall};
+/// use serde_json::json;
+///
+/// # async fn run(client: Client) -> Result<(), mcp_tasks::client::ClientError> {
+/// let result = match client.call_tool("export", json!({"table": "orders"})).await? {
+///     // Answered within the server's budget: the tool's own result.
+///     ToolCall::Complete(result) => result,
+///     // A task: followed (listen, or polling) to its end.
+///     ToolCall::Task(task) => task.wait().await?,
+/// };
+/// println!("{result}");
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub enum ToolCall<S = HttpClient> {
     /// The tool's result (a `CallToolResult`).

@@ -13,6 +13,27 @@ use crate::wire::RpcError;
 /// JSON-RPC error; a server that refused a request is [`ClientError::Rpc`]; anything
 /// below JSON-RPC (connection, HTTP status without a JSON-RPC body, timeout) has its
 /// own variant.
+///
+/// ```no_run
+/// use mcp_tasks::client::{Client, ClientError};
+/// use mcp_tasks::wire::RpcError;
+/// use serde_json::json;
+///
+/// # async fn run(client: Client) -> Result<(), ClientError> {
+/// match client.call_tool_to_end("deploy", json!({"target": "prod"})).await {
+///     Ok(result) => println!("{result}"),
+///     // The tool ran and failed: its own error.
+///     Err(ClientError::TaskFailed { error, .. }) => eprintln!("deploy failed: {}", error.message()),
+///     Err(ClientError::TaskCancelled) => eprintln!("deploy cancelled"),
+///     // The server refused the call itself.
+///     Err(e) if e.rpc_error().map(RpcError::code) == Some(RpcError::INVALID_PARAMS) => {
+///         eprintln!("bad arguments: {e}")
+///     }
+///     Err(other) => return Err(other),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ClientError {
@@ -55,6 +76,16 @@ pub enum ClientError {
 
 /// Which cap of the client a server went past; each is set on
 /// [`Client`](super::Client) and has a documented default.
+///
+/// ```
+/// use mcp_tasks::client::{ClientError, ClientLimit};
+///
+/// let error = ClientError::LimitExceeded(ClientLimit::ResponseBytes);
+/// if let ClientError::LimitExceeded(limit) = error {
+///     // Named as its setter is: `Client::with_max_response_bytes`.
+///     assert_eq!(limit.as_str(), "max_response_bytes");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientLimit {

@@ -49,6 +49,25 @@ type StatusCallback = Box<dyn FnMut(&TaskSnapshot) + Send>;
 /// (`tasks/cancel`, sent from a spawned tokio task). [`detach`](TaskFollower::detach)
 /// gives the task up without cancelling it, and hands back a [`TaskRef`] to
 /// [`resume`](super::Client::resume) with later.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use mcp_tasks::client::{Client, ToolCall};
+/// use serde_json::json;
+///
+/// # async fn run(client: Client) -> Result<(), Box<dyn std::error::Error>> {
+/// if let ToolCall::Task(task) = client.call_tool("report", json!({})).await? {
+///     let task = task.on_status(|state| eprintln!("report: {}", state.status));
+///     // Waiting is bounded here: at the timeout the `wait` future is dropped, and
+///     // with it the task is cancelled.
+///     match tokio::time::timeout(Duration::from_secs(60), task.wait()).await {
+///         Ok(result) => println!("{}", result?),
+///         Err(_) => eprintln!("no report within a minute; the task was cancelled"),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct TaskFollower<S> {
     rpc: Rpc<S>,
     task: TaskRef,
@@ -88,6 +107,25 @@ impl Drop for CancelGuard {
 
 /// Cancels one task (`tasks/cancel`); cheap to clone, usable while a
 /// [`TaskFollower`] waits on the same task.
+///
+/// ```no_run
+/// use mcp_tasks::client::{Client, ClientError, ToolCall};
+/// use serde_json::json;
+///
+/// # async fn run(client: Client) -> Result<(), ClientError> {
+/// if let ToolCall::Task(task) = client.call_tool("build", json!({})).await? {
+///     let canceller = task.canceller();
+///     // Another part of the program stops the build (a user's "stop" button, say)
+///     // while this one waits for it.
+///     tokio::spawn(async move { canceller.cancel().await });
+///     match task.wait().await {
+///         Err(ClientError::TaskCancelled) => eprintln!("build stopped"),
+///         other => println!("{}", other?),
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct Canceller<S> {
     rpc: Rpc<S>,

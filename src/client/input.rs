@@ -7,6 +7,17 @@ use crate::store::BoxFuture;
 
 /// One question of a task, read from its `inputRequests`: the input request kinds of
 /// the 2026-07-28 wire.
+///
+/// ```
+/// use mcp_tasks::client::Question;
+/// use serde_json::json;
+///
+/// let question = Question::from_json(&json!({"method": "elicitation/create", "params": {
+///     "mode": "url", "message": "Sign in to continue", "url": "https://example.com/login",
+/// }}));
+/// let Question::Url { message, url } = &question else { panic!("a URL question") };
+/// assert_eq!((message.as_str(), url.as_str()), ("Sign in to continue", "https://example.com/login"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Question {
@@ -112,6 +123,17 @@ impl Question {
 }
 
 /// An answer to a [`Question`], as it goes into `tasks/update`'s `inputResponses`.
+///
+/// ```
+/// use mcp_tasks::client::Answer;
+/// use serde_json::{Map, json};
+///
+/// let mut content = Map::new();
+/// content.insert("environment".into(), json!("staging"));
+/// assert_eq!(Answer::Accept(content).to_json(),
+///     json!({"action": "accept", "content": {"environment": "staging"}}));
+/// assert_eq!(Answer::Decline.to_json(), json!({"action": "decline"}));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Answer {
@@ -198,6 +220,21 @@ pub trait InputHandler: Send + Sync + 'static {
 
 /// The handler of a client given none: it declares no input capability, declines
 /// elicitations and refuses anything else.
+///
+/// ```
+/// use mcp_tasks::client::{Answer, InputHandler, NoInput, Question};
+/// use serde_json::json;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let form = Question::from_json(&json!({"method": "elicitation/create", "params": {
+///     "message": "Which region?", "requestedSchema": {"type": "object", "properties": {}},
+/// }}));
+/// assert_eq!(NoInput.answer("region", &form).await.unwrap(), Answer::Decline);
+/// assert!(NoInput.answer("roots", &Question::Roots).await.is_err()); // cancels the task
+/// assert_eq!(NoInput.capabilities(), json!({}));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoInput;
 

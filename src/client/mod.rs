@@ -36,9 +36,10 @@
 //!
 //! A [`TaskRef`] (serde) resumes following after a restart ([`Client::resume`]).
 //!
-//! [`Client::new`] speaks plain HTTP (an `https://` URL is refused when the client
-//! is made); TLS goes through [`Client::with_service`] with a TLS-capable HTTP
-//! service of the application's choosing.
+//! [`Client::new`] speaks plain HTTP over hyper-util's HTTP/1.1 client (an `https://`
+//! URL is refused when the client is made); [`Client::with_service`] takes any tower
+//! HTTP service instead, so TLS goes through it with a TLS-capable service of the
+//! application's choosing.
 //!
 //! ```no_run
 //! use mcp_tasks::client::{Client, TaskRef, ToolCall};
@@ -58,7 +59,16 @@
 //! # }
 //! ```
 //!
-//! `examples/client.rs` is a command-line client built on it.
+//! It follows rmcp's own task support (`rmcp::task_manager`) as well: rmcp has no
+//! listen for tasks, so the client polls.
+//!
+//! In the repository, `examples/client.rs` is a command-line client built on it:
+//! status lines, questions on the terminal, the result as the last line, Ctrl-C
+//! cancels. With the quickstart running:
+//!
+//! ```sh
+//! MCP_TOKEN=alice cargo run --example client --features client -- deploy '{"target": "prod"}'
+//! ```
 
 mod call;
 mod error;

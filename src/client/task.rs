@@ -26,6 +26,17 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// resuming client needs the same token.
 ///
 /// Its `Debug` hides the id, which is the task's only secret.
+///
+/// ```
+/// use mcp_tasks::client::{DEFAULT_POLL_INTERVAL, TaskRef};
+///
+/// let saved = serde_json::to_string(&TaskRef::new("dGFzaw"))?;
+/// assert_eq!(saved, r#"{"taskId":"dGFzaw"}"#);
+/// let task: TaskRef = serde_json::from_str(&saved)?;
+/// assert_eq!((task.task_id(), task.poll_interval()), ("dGFzaw", DEFAULT_POLL_INTERVAL));
+/// assert!(!format!("{task:?}").contains("dGFzaw"));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskRef {
@@ -79,6 +90,22 @@ fn poll_interval(ms: Option<u64>) -> Duration {
 
 /// One state of a task, from `tasks/get`, `notifications/tasks` or the
 /// `CreateTaskResult`.
+///
+/// ```no_run
+/// use mcp_tasks::TaskStatus;
+/// use mcp_tasks::client::{Client, ClientError, TaskRef};
+///
+/// # async fn run(client: Client, saved: TaskRef) -> Result<(), ClientError> {
+/// let state = client.get_task(saved.task_id()).await?;
+/// match state.status {
+///     TaskStatus::Completed => println!("done: {}", state.result.unwrap_or_default()),
+///     TaskStatus::Failed => println!("failed: {}", state.error.map(|e| e.to_string()).unwrap_or_default()),
+///     TaskStatus::InputRequired => println!("{} questions open", state.input_requests.len()),
+///     _ => println!("{}", state.status_message.as_deref().unwrap_or("working")),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TaskSnapshot {

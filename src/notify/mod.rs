@@ -1,30 +1,5 @@
-//! Change notifications: a hook that runs right after each store write, and the
-//! default one, which feeds `subscriptions/listen` streams.
-//!
-//! Every layer starts with [`ListenNotifier`]. Replace it with
-//! [`with_notifier`](crate::TasksLayerBuilder::with_notifier) (calling the layer's own
-//! from yours keeps listen delivery), or turn notifications off with
-//! [`without_notifier`](crate::TasksLayerBuilder::without_notifier):
-//!
-//! ```
-//! use mcp_tasks::notify::TaskNotifier;
-//! use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
-//!
-//! # fn main() -> Result<(), mcp_tasks::ConfigError> {
-//! let builder = TasksLayer::builder(MemoryStore::new());
-//! let listen = builder.listen_notifier();
-//! let layer = builder
-//!     .with_notifier(move |task: &TaskRecord| {
-//!         listen.task_changed(task);
-//!         if task.status.is_terminal() {
-//!             tracing::info!(status = %task.status, "task finished");
-//!         }
-//!     })
-//!     .build()?;
-//! # drop(layer);
-//! # Ok(())
-//! # }
-//! ```
+// The module's page, listen streams and notifiers, lives in its own file.
+#![doc = include_str!("docs.md")]
 
 use std::fmt;
 use std::sync::Arc;
@@ -131,7 +106,7 @@ impl<T: TaskNotifier + ?Sized> TaskNotifier for Arc<T> {
 /// use mcp_tasks::notify::TaskNotifier;
 /// use mcp_tasks::{MemoryStore, TaskRecord, TasksLayer};
 ///
-/// # fn main() -> Result<(), mcp_tasks::ConfigError> {
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
 /// let builder = TasksLayer::builder(MemoryStore::new()).without_janitor();
 /// let listen = builder.listen_notifier();
 /// let notifier = move |task: &TaskRecord| {
@@ -166,9 +141,11 @@ impl ListenNotifier {
         self.registry.stream_count()
     }
 
-    /// For each open stream, how many task states wait to be written to it. Never
-    /// more than the number of tasks the stream named.
-    #[doc(hidden)]
+    /// For each open stream, how many task states wait to be written to it: never
+    /// more than the number of tasks the stream named. For tests that check a slow
+    /// reader holds one state per task (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn pending_counts(&self) -> Vec<usize> {
         self.registry.pending_counts()
     }
@@ -177,8 +154,9 @@ impl ListenNotifier {
     /// now, with the bytes reserved for the snapshots being read, and the most that
     /// has been at once: what
     /// [`with_max_listen_bytes`](crate::TasksLayerBuilder::with_max_listen_bytes)
-    /// bounds.
-    #[doc(hidden)]
+    /// bounds. For tests and benchmarks of that bound (feature `test-util`).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn held_bytes(&self) -> (usize, usize) {
         self.registry.held_bytes()
     }

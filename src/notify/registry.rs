@@ -355,6 +355,7 @@ impl Registry {
 
     /// The bytes the streams hold now plus those reserved for snapshot reads in
     /// progress, and the most that has been at once.
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn held_bytes(&self) -> (usize, usize) {
         let held = self.budget.lock();
         (held.total.saturating_add(held.reserved), held.peak)
@@ -500,6 +501,7 @@ impl Registry {
         self.lock().by_task.keys().copied().collect()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn pending_counts(&self) -> Vec<usize> {
         let slots: Vec<Arc<Slot>> = self.lock().streams.values().cloned().collect();
         slots.iter().map(|s| s.lock().order.len()).collect()

@@ -140,11 +140,11 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::create_task;
-    use crate::TaskStore;
     use crate::context::TaskSpec;
     use crate::engine::CREATE_UNCONFIRMED;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
+    use crate::store::TaskStore;
     use crate::store::{BoxFuture, CreateLimits, MemoryStore, Transition, Updated};
     use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp};
 

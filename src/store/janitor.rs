@@ -27,10 +27,11 @@ use crate::task::Timestamp;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 /// use mcp_tasks::store::{CreateLimits, Janitor, Timestamp};
-/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let store = Arc::new(MemoryStore::new());
 /// let mut short_lived = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(0));
 /// short_lived.ttl_ms = Some(1); // expired long ago
@@ -79,7 +80,7 @@ impl Janitor {
     /// use mcp_tasks::{MemoryStore, defaults};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let janitor = Janitor::new(Arc::new(MemoryStore::new()), defaults::JANITOR_INTERVAL, defaults::RETENTION);
     /// assert_eq!(janitor.sweep().await?, 0);
     /// # Ok(())

@@ -21,6 +21,21 @@ use crate::task::TaskId;
 
 /// The identity of one layer instance (one node) in a cluster: random unless
 /// [`with_node_id`](crate::TasksLayerBuilder::with_node_id) names it.
+///
+/// ```
+/// use mcp_tasks::store::NodeId;
+/// use mcp_tasks::{MemoryStore, TasksLayer};
+///
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
+/// // A pod or host name keeps log lines and lease keys readable.
+/// let node = NodeId::new("web-1").expect("1 to 128 bytes");
+/// let layer = TasksLayer::builder(MemoryStore::new()).with_node_id(node).build()?;
+/// # drop(layer);
+/// assert!(NodeId::new("").is_none());
+/// assert_eq!(NodeId::random().as_str().len(), 32);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(Arc<str>);
 
@@ -67,6 +82,17 @@ impl fmt::Display for NodeId {
 /// One lease: a node, and the incarnation of the process running as that node.
 /// A process that restarts under the same [`NodeId`] is a new incarnation, so
 /// the holds of the one before are failed, never silently taken over.
+///
+/// ```
+/// use mcp_tasks::store::{LeaseId, NodeId};
+///
+/// let node = NodeId::new("web-1").unwrap();
+/// let before = LeaseId::new(node.clone());
+/// let after_restart = LeaseId::new(node);
+/// assert_eq!(before.node, after_restart.node);
+/// assert_ne!(before, after_restart); // another incarnation, another lease
+/// assert!(before.to_string().starts_with("web-1#"));
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct LeaseId {
     /// The node.
@@ -95,6 +121,27 @@ impl fmt::Display for LeaseId {
 
 /// One renewal of a lease: count one more renewal, store the lease length the
 /// node runs with, and apply the changes to the set of tasks it holds.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::store::{LeaseId, LeaseStore, MemoryLeases, NodeId, Renewal};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+/// let (leases, lease) = (MemoryLeases::new(), LeaseId::new(NodeId::random()));
+/// let (a, b) = (TaskId::random(), TaskId::random());
+/// let bound = Duration::from_secs(20);
+/// // The first renewal creates the lease with the whole set.
+/// let first = Renewal { lease: &lease, bound, first: true, hold: &[a, b], release: &[], replace: true };
+/// leases.renew(first).await?;
+/// // Later ones carry only the changes: `b` has finished.
+/// let next = Renewal { lease: &lease, bound, first: false, hold: &[], release: &[b], replace: false };
+/// leases.renew(next).await?;
+/// assert_eq!(leases.claim(&lease, 2).await?, Some(vec![a]));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Renewal<'a> {
     /// The lease renewed.
@@ -115,6 +162,29 @@ pub struct Renewal<'a> {
 }
 
 /// What a renewal found.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::store::{LeaseId, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+/// let (leases, lease, task) = (MemoryLeases::new(), LeaseId::new(NodeId::random()), TaskId::random());
+/// let hold = [task];
+/// let renewal = |first| Renewal {
+///     lease: &lease, bound: Duration::from_secs(20), first, hold: &hold, release: &[], replace: false,
+/// };
+/// assert_eq!(leases.renew(renewal(true)).await?, Renewed::New);
+/// assert_eq!(leases.renew(renewal(false)).await?, Renewed::Renewed);
+/// // Cut off for too long: another node claimed the lease and is failing its task.
+/// leases.claim(&lease, 2).await?;
+/// assert_eq!(leases.renew(renewal(false)).await?, Renewed::Lost { tasks: Some(vec![task]) });
+/// leases.forget(&lease).await?;
+/// assert_eq!(leases.renew(renewal(false)).await?, Renewed::Lost { tasks: None });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Renewed {
     /// The lease was created (a first renewal).
@@ -131,6 +201,22 @@ pub enum Renewed {
 }
 
 /// One lease as the store has it, for the nodes that watch it.
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_tasks::store::{LeaseId, LeaseStore, MemoryLeases, NodeId, Renewal};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+/// let (leases, lease) = (MemoryLeases::new(), LeaseId::new(NodeId::random()));
+/// let bound = Duration::from_secs(20);
+/// leases.renew(Renewal { lease: &lease, bound, first: true, hold: &[], release: &[], replace: false }).await?;
+/// // What a watching node reads: it compares `renewals` with what it saw `bound` ago.
+/// let seen = &leases.leases().await?[0];
+/// assert_eq!((&seen.lease, seen.renewals, seen.bound, seen.claimed), (&lease, 1, bound, false));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseState {
     /// The lease.
@@ -153,7 +239,24 @@ pub struct LeaseState {
 /// length, on the watcher's monotonic clock, then [`claim`](Self::claim)s it. A
 /// clock step on the store or on any node therefore fails nothing.
 ///
-/// [`TaskStore::leases`]: crate::TaskStore::leases
+/// Two layers in one process over one memory store share one lease store, so that
+/// each sees the other's leases:
+///
+/// ```
+/// use std::sync::Arc;
+/// use mcp_tasks::store::MemoryLeases;
+/// use mcp_tasks::{MemoryStore, TasksLayer};
+///
+/// # fn main() -> Result<(), mcp_tasks::error::ConfigError> {
+/// let (store, leases) = (Arc::new(MemoryStore::new()), MemoryLeases::new());
+/// let one = TasksLayer::builder(store.clone()).with_lease_store(leases.clone()).build()?;
+/// let two = TasksLayer::builder(store).with_lease_store(leases).build()?;
+/// # drop((one, two));
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`TaskStore::leases`]: crate::store::TaskStore::leases
 pub trait LeaseStore: fmt::Debug + Send + Sync + 'static {
     /// Renews `renewal.lease` and applies its hold changes, in one round trip, unless
     /// the lease was claimed ([`Renewed::Lost`]). Only a `first` renewal creates a
@@ -207,7 +310,7 @@ impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
 /// use mcp_tasks::TaskId;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let leases = MemoryLeases::new();
 /// let lease = LeaseId::new(NodeId::random());
 /// let task = TaskId::random();

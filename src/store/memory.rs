@@ -28,10 +28,11 @@ const PRUNE_BATCH: usize = 256;
 ///
 /// ```
 /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-/// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore, TasksLayer};
+/// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TasksLayer};
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let store = MemoryStore::new();
 /// let alice = Principal::from("alice");
 /// let id = TaskId::random();
@@ -90,10 +91,11 @@ impl MemoryStore {
     ///
     /// ```
     /// use mcp_tasks::store::{Clock, CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new().with_clock(Clock::Store);
     /// // A record stamped by a clock a day behind still lives its full TTL.
     /// let mut record = TaskRecord::new(TaskId::random(), None, Timestamp::now().minus_ms(86_400_000));
@@ -145,10 +147,11 @@ impl MemoryStore {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Timestamp};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
     /// store.create(record, CreateLimits::default()).await?;

@@ -1,46 +1,6 @@
-//! Task stores, and everything needed to write one.
-//!
-//! A server author picks a store ([`MemoryStore`], the default; `PostgresStore` and
-//! `RedisStore` behind the `postgres` and `redis` features) and hands it to the
-//! layer. A store author implements [`TaskStore`] with the types of this module:
-//! the [`Transition`]s the layer asks for, applied through the one pure state
-//! machine [`TaskRecord::apply`](crate::TaskRecord::apply), the [`Scope`] a read is
-//! made in, the [`CreateLimits`] a create must enforce, and, for a store shared
-//! between nodes, a [`ChangeFeed`].
-//!
-//! [`TaskStore`] is object safe (`Arc<dyn TaskStore>` works). Every store keeps the
-//! same contract, checked by the public suite in `mcp_tasks::test_suite` (feature
-//! `test-util`):
-//!
-//! - a foreign owner is indistinguishable from a missing id (`Ok(None)` for both,
-//!   at the same cost: the built-in stores check the owner before they fetch or
-//!   decode a record);
-//! - `update` is an atomic read-modify-write through [`TaskRecord::apply`], so
-//!   terminal states never change and concurrent writers never lose an update;
-//! - an expired record reads as absent everywhere; `cleanup` only frees the space;
-//! - `create` returns only once `get` would find the record.
-//!
-//! Any store goes into the layer the same way, also chosen at run time:
-//!
-//! ```
-//! use std::sync::Arc;
-//! use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore, TasksLayer};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // `PostgresStore`, `RedisStore` or your own, behind one type.
-//! let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
-//! let layer = TasksLayer::builder(store.clone()).without_janitor().build()?;
-//!
-//! // The layer and the store see the same tasks.
-//! let id = TaskId::random();
-//! store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
-//! assert!(layer.handle().status(&id).await.is_ok());
-//! assert!(store.get(&id, Scope::Any, Timestamp::now()).await?.is_some());
-//! # Ok(())
-//! # }
-//! ```
+// The module's page (choosing a store, several nodes, worker leases, failures,
+// writing a store) is long enough to live in its own file.
+#![doc = include_str!("docs.md")]
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -49,8 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::StoreError;
-pub use crate::error::{Limit, TransitionError};
+use crate::error::{StoreError, TransitionError};
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
 use crate::task::{TaskId, TaskRecord};
 
@@ -61,25 +20,21 @@ mod connect;
 mod feed;
 mod janitor;
 mod lease;
-mod memory;
+pub(crate) mod memory;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "redis")]
-mod redis;
+pub(crate) mod redis;
 pub(crate) mod rules;
 
 pub(crate) use calls::StoreCalls;
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
-pub use memory::MemoryStore;
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub use postgres::PostgresStore;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub use redis::RedisStore;
 pub use rules::retention_cutoff;
+// The in-file tests name the memory store from here; everyone else from the root.
+#[cfg(test)]
+pub(crate) use memory::MemoryStore;
 
 /// Which clock a store decides expiry and retention by.
 ///
@@ -108,7 +63,7 @@ pub enum Clock {
     Store,
     /// The `now` passed to each call, and a new record's `created_at`: exact for
     /// one process, and what tests that drive time with explicit timestamps need.
-    /// The default of [`MemoryStore`].
+    /// The default of [`MemoryStore`](crate::MemoryStore).
     Caller,
 }
 
@@ -118,7 +73,7 @@ pub enum Clock {
 /// An implementation wraps its `async` block in `Box::pin`:
 ///
 /// ```
-/// use mcp_tasks::StoreError;
+/// use mcp_tasks::error::StoreError;
 /// use mcp_tasks::store::BoxFuture;
 ///
 /// fn count<'a>(rows: &'a [u32]) -> BoxFuture<'a, Result<usize, StoreError>> {
@@ -145,8 +100,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// `cleanup` removes them).
 ///
 /// ```
-/// use mcp_tasks::store::{CreateLimits, Limit, Timestamp};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+/// use mcp_tasks::store::{CreateLimits, Timestamp};
+/// use mcp_tasks::error::Limit;
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -194,8 +152,11 @@ impl CreateLimits {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use mcp_tasks::store::{CreateLimits, Limit, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::store::{CreateLimits, Timestamp, Transition};
+    /// use mcp_tasks::error::Limit;
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::error::StoreError;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), StoreError> {
@@ -222,11 +183,13 @@ impl CreateLimits {
 /// The result of a successful [`TaskStore::update`] on an existing task.
 ///
 /// ```
-/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition, TransitionError};
-/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus, TaskStore};
+/// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
+/// use mcp_tasks::error::TransitionError;
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStatus};
+/// use mcp_tasks::store::TaskStore;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+/// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
 /// let store = MemoryStore::new();
 /// let id = TaskId::random();
 /// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
@@ -294,7 +257,9 @@ impl Updated {
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use std::time::Duration;
 /// use mcp_tasks::store::{BoxFuture, ChangeFeed, CreateLimits, Scope, Timestamp, Transition, Updated};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore, TasksLayer};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// #[derive(Debug, Default)]
 /// struct CountingStore {
@@ -373,23 +338,24 @@ impl Updated {
 /// ```
 pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// Inserts a new record, enforcing `limits` atomically with the insert
-    /// ([`StoreError::LimitReached`] with the [`Limit`] hit when full; records
+    /// ([`StoreError::LimitReached`] with the [`Limit`](crate::error::Limit) hit when full; records
     /// expired at `record.created_at`, and records retired past
     /// [`CreateLimits::retention`], do not count). Returns once `get` would find it.
     /// An id already stored is [`StoreError::Duplicate`].
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// let limits = CreateLimits::new(Some(10_000), None);
     /// store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await?;
     /// let again = store.create(TaskRecord::new(id, None, Timestamp::now()), limits).await;
-    /// assert!(matches!(again, Err(mcp_tasks::StoreError::Duplicate)));
+    /// assert!(matches!(again, Err(mcp_tasks::error::StoreError::Duplicate)));
     /// # Ok(())
     /// # }
     /// ```
@@ -404,10 +370,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// let mut record = TaskRecord::new(id, None, Timestamp::from_millis(1_000));
@@ -432,10 +399,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
@@ -464,10 +432,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let alice = Principal::from("alice");
     /// let now = Timestamp::now();
@@ -511,10 +480,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let alice = Principal::from("alice");
     /// let now = Timestamp::now();
@@ -568,10 +538,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{Budgeted, CreateLimits, Scope, Timestamp, encoded_len};
-    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let alice = Principal::from("alice");
     /// let now = Timestamp::now();
@@ -625,10 +596,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// use mcp_tasks::Principal;
@@ -657,10 +629,11 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition};
-    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TaskStore};
+    /// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store = MemoryStore::new();
     /// let id = TaskId::random();
     /// use std::time::Duration;
@@ -696,7 +669,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// ```
     /// use mcp_tasks::store::{ChangeFeed, ChangeSender};
-    /// use mcp_tasks::{MemoryStore, TaskStore};
+    /// use mcp_tasks::MemoryStore;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// struct Shared {
     ///     changes: ChangeSender, // fed by the backend's listener with other nodes' ids
@@ -726,7 +700,8 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
     /// their tasks.
     ///
     /// ```
-    /// use mcp_tasks::{MemoryStore, TaskStore};
+    /// use mcp_tasks::MemoryStore;
+    /// use mcp_tasks::store::TaskStore;
     ///
     /// assert!(MemoryStore::new().leases().is_none()); // one process: no other node
     /// ```
@@ -818,6 +793,24 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
 }
 
 /// What [`TaskStore::get_many_within`] read.
+///
+/// ```
+/// use mcp_tasks::store::Budgeted;
+///
+/// /// How many bytes of the budget a read leaves, or `None` when it was over.
+/// fn room_left(read: &Budgeted, budget: usize) -> Option<usize> {
+///     match read {
+///         Budgeted::Within(records) => {
+///             let used: usize = records.iter().map(mcp_tasks::store::encoded_len).sum();
+///             Some(budget - used)
+///         }
+///         // `OverBudget`, or an outcome a later version adds.
+///         _ => None,
+///     }
+/// }
+/// assert_eq!(room_left(&Budgeted::Within(Vec::new()), 1024), Some(1024));
+/// assert_eq!(room_left(&Budgeted::OverBudget, 1024), None);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Budgeted {

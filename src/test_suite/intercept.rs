@@ -11,6 +11,28 @@ use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// One call on an [`Intercept`] store, as [`StoreHooks::before`] sees it: the
 /// method and its arguments.
+///
+/// ```
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::Transition;
+/// use mcp_tasks::test_suite::{StoreCall, StoreHooks};
+///
+/// /// A store that refuses every cancel: what a test of a cancel lost in the
+/// /// store would wrap its store in.
+/// #[derive(Debug)]
+/// struct NoCancel;
+///
+/// impl StoreHooks for NoCancel {
+///     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
+///         match call {
+///             StoreCall::Update { transition: Transition::Cancel, .. } => {
+///                 Err(StoreError::backend("cancels are down"))
+///             }
+///             _ => Ok(()),
+///         }
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum StoreCall<'a> {
@@ -84,6 +106,26 @@ pub enum StoreCall<'a> {
 ///
 /// `()` is the empty set of hooks, and an `Arc` of hooks is hooks too, so a test
 /// can keep a handle on the state its hooks record.
+///
+/// ```
+/// use std::sync::Mutex;
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::Updated;
+/// use mcp_tasks::test_suite::StoreHooks;
+///
+/// /// Records the errors of writes, to assert on after the test.
+/// #[derive(Debug, Default)]
+/// struct FailedWrites(Mutex<Vec<String>>);
+///
+/// impl StoreHooks for FailedWrites {
+///     fn after_update(&self, _id: &TaskId, result: &Result<Option<Updated>, StoreError>) {
+///         if let Err(e) = result {
+///             self.0.lock().unwrap().push(e.to_string());
+///         }
+///     }
+/// }
+/// ```
 pub trait StoreHooks: Debug + Send + Sync + 'static {
     /// Runs before every `create`, `get`, `get_many`, `get_many_within`, `visible`,
     /// `update` and `cleanup`. An error is the
@@ -193,7 +235,9 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 ///
 /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
 /// use mcp_tasks::test_suite::{Intercept, StoreCall, StoreHooks};
-/// use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+/// use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+/// use mcp_tasks::error::StoreError;
+/// use mcp_tasks::store::TaskStore;
 ///
 /// /// Counts reads, and fails every cleanup.
 /// #[derive(Debug, Default)]

@@ -296,7 +296,7 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         .unwrap_or_else(|| panic!("[{RULE}] a lost task must carry an error"));
     assert_eq!(
         error.code,
-        crate::RpcError::INTERNAL_ERROR,
+        crate::wire::RpcError::INTERNAL_ERROR,
         "[{RULE}] a lost task fails -32603"
     );
     assert!(

@@ -17,7 +17,9 @@
 //!
 //! ```no_run
 //! use mcp_tasks::store::{BoxFuture, CreateLimits, Scope, Timestamp, Transition, Updated};
-//! use mcp_tasks::{MemoryStore, StoreError, TaskId, TaskRecord, TaskStore};
+//! use mcp_tasks::{MemoryStore, TaskId, TaskRecord};
+//! use mcp_tasks::error::StoreError;
+//! use mcp_tasks::store::TaskStore;
 //! use std::time::Duration;
 //!
 //! /// A store that adds an audit trail around the memory store.
@@ -132,10 +134,10 @@
 //! alive as long as the store. Every hook defaults to doing nothing, so a test
 //! writes only the one it needs instead of a whole forwarding [`TaskStore`].
 //!
-//! [`TaskStore`]: crate::TaskStore
-//! [`TaskStore::subscribe`]: crate::TaskStore::subscribe
-//! [`TaskStore::leases`]: crate::TaskStore::leases
-//! [`StoreError::Contention`]: crate::StoreError::Contention
+//! [`TaskStore`]: crate::store::TaskStore
+//! [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
+//! [`TaskStore::leases`]: crate::store::TaskStore::leases
+//! [`StoreError::Contention`]: crate::error::StoreError::Contention
 
 mod clock;
 mod contention;
@@ -198,7 +200,7 @@ pub use values::values_round_trip_unchanged;
 /// mod shared_store_contract {
 ///     use std::sync::Arc;
 ///
-///     async fn shared() -> Arc<dyn mcp_tasks::TaskStore> {
+///     async fn shared() -> Arc<dyn mcp_tasks::store::TaskStore> {
 ///         Arc::new(mcp_tasks::MemoryStore::new())
 ///     }
 ///
@@ -278,7 +280,7 @@ macro_rules! task_store_clock_tests {
 
 /// Runs every multi-node rule of the suite (the `nodes_*` functions) as a
 /// `#[tokio::test]` on a multi-thread runtime: the contract any store that
-/// implements [`TaskStore::subscribe`](crate::TaskStore::subscribe) must keep.
+/// implements [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) must keep.
 ///
 /// The argument is an expression evaluating to a future of
 /// `Option<(S, S)>`: two instances of the store over the same fresh shared state
@@ -291,7 +293,7 @@ macro_rules! task_store_clock_tests {
 /// mod shared_store_nodes {
 ///     use std::sync::Arc;
 ///
-///     use mcp_tasks::TaskStore;
+///     use mcp_tasks::store::TaskStore;
 ///
 ///     /// Two handles on one shared database, or `None` where none is configured.
 ///     async fn two_nodes() -> Option<(Arc<dyn TaskStore>, Arc<dyn TaskStore>)> {

@@ -80,9 +80,9 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
 
 /// Multi-node: a [`TasksLayer`] built over node `a` sees what is
 /// written through node `b`. An answer given through `b` wakes
-/// [`Tasks::wait_for_input`](crate::Tasks::wait_for_input) on `a`, and a cancel
-/// through `b` reaches `a`'s notifier, [`Tasks::is_cancelled`](crate::Tasks::is_cancelled)
-/// and a worker awaiting [`Tasks::cancelled`](crate::Tasks::cancelled).
+/// [`Tasks::wait_for_input`](crate::worker::Tasks::wait_for_input) on `a`, and a cancel
+/// through `b` reaches `a`'s notifier, [`Tasks::is_cancelled`](crate::worker::Tasks::is_cancelled)
+/// and a worker awaiting [`Tasks::cancelled`](crate::worker::Tasks::cancelled).
 /// `a`'s notifier sees the task exactly as `input_required` (its own write),
 /// `working` and `cancelled` (`b`'s two writes): a store that also announced a
 /// node's own writes would notify twice.

@@ -27,7 +27,7 @@ use super::reply::{Member, json_response, message_body, message_body_raw};
 /// | -32022 | [`UNSUPPORTED_PROTOCOL_VERSION`](Self::UNSUPPORTED_PROTOCOL_VERSION) | [`unsupported_protocol_version`](Self::unsupported_protocol_version) | 400 |
 ///
 /// ```
-/// use mcp_tasks::RpcError;
+/// use mcp_tasks::wire::RpcError;
 /// use serde_json::{Value, json};
 ///
 /// let error = RpcError::invalid_params("Failed to retrieve task: Task not found");
@@ -68,7 +68,7 @@ impl RpcError {
     /// range.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use http::StatusCode;
     ///
@@ -87,7 +87,7 @@ impl RpcError {
     /// -32700 "Parse error" with HTTP 400: the body was not JSON.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::parse_error();
     /// assert_eq!((e.code(), e.message(), e.http_status().as_u16()), (-32700, "Parse error", 400));
@@ -99,7 +99,7 @@ impl RpcError {
     /// -32600 with HTTP 400: the body was JSON but not a JSON-RPC request.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::invalid_request("Could not read the request body");
     /// assert_eq!((e.code(), e.http_status().as_u16()), (RpcError::INVALID_REQUEST, 400));
@@ -112,7 +112,7 @@ impl RpcError {
     /// `tasks/result`, which the specification removed.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::method_not_found();
     /// assert_eq!((e.code(), e.http_status().as_u16()), (-32601, 404));
@@ -128,7 +128,7 @@ impl RpcError {
     /// -32602 with HTTP 200: bad params, or an unknown, expired or foreign task.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::invalid_params("Missing taskId");
     /// assert_eq!((e.code(), e.message(), e.http_status().as_u16()), (-32602, "Missing taskId", 200));
@@ -140,7 +140,7 @@ impl RpcError {
     /// -32602 with HTTP 400: a required `_meta` field is missing.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::missing_meta("Missing params._meta");
     /// assert_eq!((e.code(), e.http_status().as_u16()), (-32602, 400));
@@ -153,7 +153,7 @@ impl RpcError {
     /// failed (details go to `tracing`, never to the client).
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::internal_error();
     /// assert_eq!((e.code(), e.message(), e.http_status().as_u16()), (-32603, "Internal error", 200));
@@ -165,7 +165,7 @@ impl RpcError {
     /// -32603 with HTTP 200. Keep details out of `message`: clients see it.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::internal("Task limit reached");
     /// assert_eq!((e.code(), e.message()), (RpcError::INTERNAL_ERROR, "Task limit reached"));
@@ -178,7 +178,7 @@ impl RpcError {
     /// `Mcp-Name`) is missing, malformed or disagrees with the body.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// let e = RpcError::header_mismatch("Mcp-Name header does not match the body");
     /// assert_eq!((e.code(), e.http_status().as_u16()), (-32020, 400));
@@ -191,7 +191,7 @@ impl RpcError {
     /// (`data.requiredCapabilities.extensions["io.modelcontextprotocol/tasks"]`).
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use mcp_tasks::wire::EXTENSION_ID;
     ///
@@ -211,7 +211,7 @@ impl RpcError {
     /// -32022 with HTTP 400, listing what is supported and echoing what was asked.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use mcp_tasks::wire::SUPPORTED_VERSIONS;
     ///
@@ -232,7 +232,7 @@ impl RpcError {
     /// Adds structured detail (`error.data`), replacing any there was.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use serde_json::json;
     ///
@@ -247,7 +247,7 @@ impl RpcError {
     /// The JSON-RPC code.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// assert_eq!(RpcError::method_not_found().code(), RpcError::METHOD_NOT_FOUND);
     /// ```
@@ -258,7 +258,7 @@ impl RpcError {
     /// The message clients see.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// assert_eq!(RpcError::method_not_found().message(), "Method not found");
     /// ```
@@ -269,7 +269,7 @@ impl RpcError {
     /// The structured detail, if any.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// assert_eq!(RpcError::parse_error().data(), None);
     /// ```
@@ -280,7 +280,7 @@ impl RpcError {
     /// The HTTP status this error travels with.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// assert_eq!(RpcError::header_mismatch("x").http_status(), http::StatusCode::BAD_REQUEST);
     /// ```
@@ -291,7 +291,7 @@ impl RpcError {
     /// The JSON-RPC error response body for the request `id` (`null` when unknown).
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use serde_json::{Value, json};
     ///
@@ -330,7 +330,7 @@ impl RpcError {
     /// spec's status.
     ///
     /// ```
-    /// use mcp_tasks::RpcError;
+    /// use mcp_tasks::wire::RpcError;
     ///
     /// use serde_json::json;
     ///

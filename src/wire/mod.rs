@@ -1,34 +1,5 @@
-//! The 2026-07-28 wire: protocol constants, header names, the request envelope,
-//! JSON-RPC errors and replies, and Server-Sent Events.
-//!
-//! Client authors find here every name a request to a tasks-capable server carries:
-//!
-//! ```
-//! use mcp_tasks::wire::{EXTENSION_ID, MCP_METHOD, MCP_NAME, META_CLIENT_CAPABILITIES,
-//!     META_PROTOCOL_VERSION, MCP_PROTOCOL_VERSION, PROTOCOL_VERSION};
-//! use serde_json::json;
-//!
-//! let task_id = mcp_tasks::TaskId::random().to_string(); // from the CreateTaskResult
-//! let request = http::Request::post("/mcp")
-//!     .header("content-type", "application/json")
-//!     .header("accept", "application/json, text/event-stream")
-//!     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
-//!     .header(MCP_METHOD, "tasks/get")
-//!     .header(MCP_NAME, &task_id) // the task id on tasks/*, the tool name on tools/call
-//!     .body(json!({
-//!         "jsonrpc": "2.0", "id": 1, "method": "tasks/get",
-//!         "params": {"taskId": task_id, "_meta": {
-//!             META_PROTOCOL_VERSION: PROTOCOL_VERSION,
-//!             META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}}},
-//!         }},
-//!     }).to_string())
-//!     .unwrap();
-//! assert_eq!(request.headers()[MCP_METHOD], "tasks/get");
-//! ```
-//!
-//! [The wire in one page](crate#the-wire-in-one-page), in the crate docs, has every
-//! request and reply of the extension and the error codes with their HTTP statuses;
-//! [`RpcError`] builds those errors.
+// The module's page, the whole wire of the extension, lives in its own file.
+#![doc = include_str!("docs.md")]
 
 use http::HeaderName;
 

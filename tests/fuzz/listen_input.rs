@@ -17,7 +17,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Request};
 use http_body_util::Full;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{MemoryStore, TaskId, TaskSpec, Tasks, TasksLayer};
+use mcp_tasks::worker::Tasks;
+use mcp_tasks::{MemoryStore, TaskId, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
 use tower::Layer as _;
 

@@ -19,7 +19,8 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::body::RequestBody;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::{TaskContext, TaskMode, TaskSpec, TaskStore, TasksLayer};
+use mcp_tasks::store::TaskStore;
+use mcp_tasks::{TaskContext, TaskMode, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 

@@ -19,8 +19,8 @@ use mcp_tasks::body::RequestBody;
 use mcp_tasks::notify::ListenNotifier;
 use mcp_tasks::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES};
 use mcp_tasks::{
-    MemoryStore, Principal, RpcError, TaskContext, TaskMode, TaskRefused, TaskSpec, TaskStore,
-    Tasks, TasksLayer, TasksLayerBuilder,
+    MemoryStore, Principal, TaskContext, TaskMode, TaskRefused, TaskSpec, TasksLayer,
+    TasksLayerBuilder, store::TaskStore, wire::RpcError, worker::Tasks,
 };
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};

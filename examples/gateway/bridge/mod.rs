@@ -47,10 +47,11 @@ use http::{Method, Request, Response};
 use http_body::Body;
 use http_body_util::{BodyExt as _, Full, LengthLimitError, Limited};
 use mcp_tasks::error::BoxError;
+use mcp_tasks::wire::RpcError;
 use mcp_tasks::wire::{
     LEGACY_VERSIONS, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, META_PROTOCOL_VERSION,
 };
-use mcp_tasks::{Principal, RpcError, TaskContext, TaskRefused};
+use mcp_tasks::{Principal, TaskContext, TaskRefused};
 use serde_json::Value;
 use tokio::sync::watch;
 use tower::Service;

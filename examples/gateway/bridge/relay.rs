@@ -14,8 +14,8 @@ use http::header::{self, HeaderMap, HeaderValue};
 use http::{Response, StatusCode};
 use http_body::Frame;
 use http_body_util::{BodyExt as _, Full};
-use mcp_tasks::RpcError;
 use mcp_tasks::error::BoxError;
+use mcp_tasks::wire::RpcError;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 

@@ -372,7 +372,7 @@ impl PostgresStore {
     /// use std::time::Duration;
     /// use mcp_tasks::PostgresStore;
     ///
-    /// # async fn run() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn run() -> Result<(), mcp_tasks::error::StoreError> {
     /// let url = "postgres://app@db.internal/app";
     /// let store = PostgresStore::connect_with_timeout(url, Duration::from_secs(2)).await?;
     /// # drop(store);

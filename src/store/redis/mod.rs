@@ -547,7 +547,7 @@ impl RedisStore {
     /// use std::time::Duration;
     /// use mcp_tasks::RedisStore;
     ///
-    /// # async fn run() -> Result<(), mcp_tasks::StoreError> {
+    /// # async fn run() -> Result<(), mcp_tasks::error::StoreError> {
     /// let store =
     ///     RedisStore::connect_with_timeout("redis://127.0.0.1:6379", Duration::from_secs(2)).await?;
     /// # drop(store);
@@ -700,7 +700,8 @@ impl RedisStore {
     /// [`TaskStore::subscribe`], which the layer calls when it is built.
     ///
     /// ```no_run
-    /// use mcp_tasks::{RedisStore, TaskStore};
+    /// use mcp_tasks::RedisStore;
+    /// use mcp_tasks::store::TaskStore;
     /// use mcp_tasks::redis::Client;
     /// use mcp_tasks::redis::aio::ConnectionManager;
     ///
