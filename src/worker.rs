@@ -295,7 +295,7 @@ impl Tasks {
     /// Finishes the task with a JSON-RPC error (`failed`). A tool whose work merely
     /// went wrong completes with `isError: true` instead; `failed` is for errors of
     /// the call itself. Takes an [`ErrorObject`] or an
-    /// [`RpcError`].
+    /// [`RpcError`](crate::wire::RpcError).
     ///
     /// ```
     /// # use std::sync::Arc;
