@@ -16,8 +16,7 @@ use crate::lease::Leasing;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::service::TasksService;
 use crate::store::{Janitor, LeaseId, LeaseStore, NodeId, TaskStore};
-use crate::task::{ErrorObject, Principal, Scope, Transition};
-use crate::wire::RpcError;
+use crate::task::Principal;
 use crate::worker::Tasks;
 
 /// The tower layer that adds the Tasks extension (`io.modelcontextprotocol/tasks`)
@@ -229,26 +228,25 @@ impl TasksLayer {
     pub async fn drain(&self, grace: Duration) -> usize {
         const SHUT_DOWN: &str = "Server shut down before the task finished";
         let engine = &self.engine;
-        engine.start_draining();
+        engine.node.start_draining();
         tracing::info!(
             grace_ms = grace.as_millis() as u64,
             "mcp-tasks: draining: no call becomes a task from now on; running work has the grace period to finish"
         );
-        let left = engine.wait_idle(tokio::time::Instant::now() + grace).await;
+        let left = engine
+            .node
+            .wait_idle(tokio::time::Instant::now() + grace)
+            .await;
         let mut failed = 0;
         for id in &left {
-            let fail = Transition::Fail {
-                error: ErrorObject::new(RpcError::INTERNAL_ERROR, SHUT_DOWN),
-                message: Some(SHUT_DOWN.to_owned()),
-            };
-            match engine.update(id, Scope::Any, &fail).await {
-                Ok(Some(updated)) if updated.changed() => failed += 1,
-                Ok(_) => {}
+            match engine.fail_internal(id, SHUT_DOWN).await {
+                Ok(true) => failed += 1,
+                Ok(false) => {}
                 Err(e) => {
                     tracing::error!(error = %crate::error::Chain(&e), "drain: could not fail a running task")
                 }
             }
-            engine.abort_runner(id);
+            engine.node.abort_runner(id);
         }
         if failed > 0 {
             tracing::warn!(
@@ -299,7 +297,7 @@ impl TasksLayer {
     /// # }
     /// ```
     pub fn is_draining(&self) -> bool {
-        self.engine.is_draining()
+        self.engine.node.is_draining()
     }
 
     /// Whether the extension is switched on (the default; see
@@ -1301,49 +1299,43 @@ impl TasksLayerBuilder {
             .relaying_all(self.custom_notifier)
             .shared();
         let layer = TasksLayer { engine };
-        if enabled && let Some(feed) = layer.engine.store.subscribe() {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(relay_remote_changes(Arc::downgrade(&layer.engine), feed));
-                }
-                Err(_) => tracing::warn!(
-                    "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
-                ),
-            }
+        if enabled
+            && let Some(feed) = layer.engine.store.subscribe()
+            && !crate::spawn::spawn_if_runtime(relay_remote_changes(
+                Arc::downgrade(&layer.engine),
+                feed,
+            ))
+        {
+            tracing::warn!(
+                "mcp-tasks: no tokio runtime while building the layer; changes made on other nodes are not relayed"
+            );
         }
         if let (Some(_), true) = (janitor, enabled) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                    let janitor = layer.janitor();
-                    runtime.spawn(janitor.run(async {
-                        let _ = stopped.await;
-                    }));
+            let janitor = layer.janitor();
+            match crate::spawn::spawn_loop(|stopped| janitor.run(stopped)) {
+                Some(stop) => {
                     *layer
                         .engine
                         ._janitor_stop
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(stop);
                 }
-                Err(_) => tracing::warn!(
+                None => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; the janitor is not running (spawn TasksLayer::janitor yourself)"
                 ),
             }
         }
         if let (Some(leasing), true) = (leasing, enabled) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                    runtime.spawn(leasing.run(Arc::downgrade(&layer.engine), async {
-                        let _ = stopped.await;
-                    }));
+            let engine = Arc::downgrade(&layer.engine);
+            match crate::spawn::spawn_loop(|stopped| leasing.run(engine, stopped)) {
+                Some(stop) => {
                     *layer
                         .engine
                         ._lease_stop
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(stop);
                 }
-                Err(_) => tracing::warn!(
+                None => tracing::warn!(
                     "mcp-tasks: no tokio runtime while building the layer; no worker lease is kept, so tasks of a node that dies end only at their TTL"
                 ),
             }

@@ -19,8 +19,7 @@ use tokio::time::Instant;
 use crate::backoff::Backoff;
 use crate::engine::Engine;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
-use crate::task::{ErrorObject, Scope, TaskId, Transition};
-use crate::wire::RpcError;
+use crate::task::TaskId;
 
 /// The message of a task failed because the node running it stopped renewing.
 pub(crate) const WORKER_LOST: &str =
@@ -216,19 +215,19 @@ impl Leasing {
         let mut retries = renew_retries(self.renew_every());
         let mut failures = Failures::new("renew this node's worker lease");
         if let Some(engine) = engine.upgrade() {
-            engine.start_leasing();
+            engine.node.start_leasing();
         }
         loop {
             let Some(strong) = engine.upgrade() else {
                 return;
             };
-            let changes = strong.lease_changes();
+            let changes = strong.node.lease_changes();
             let poked = changes.notified();
             tokio::pin!(poked);
             poked.as_mut().enable();
-            let log = strong.take_lease_log();
+            let log = strong.node.take_lease_log();
             let (hold, release): (Vec<TaskId>, Vec<TaskId>) = if replace {
-                (strong.leased(), Vec::new())
+                (strong.node.leased(), Vec::new())
             } else {
                 (
                     log.hold.into_iter().collect(),
@@ -250,7 +249,7 @@ impl Leasing {
                     first = false;
                     replace = false;
                     lock(health).renewed(Instant::now());
-                    held.set(strong.leased().len());
+                    held.set(strong.node.leased().len());
                     retries.reset();
                     failures.succeeded();
                     self.renew_every()
@@ -460,14 +459,14 @@ impl Drop for Held {
 async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
     crate::observe::lease_lost();
     let known = tasks.is_some();
-    let ids = tasks.unwrap_or_else(|| engine.leased());
+    let ids = tasks.unwrap_or_else(|| engine.node.leased());
     tracing::warn!(
         tasks = ids.len(),
         "mcp-tasks: this node lost its worker lease (other nodes judged it dead while it could not reach the store); the work on its claimed tasks stops"
     );
     for id in ids {
         if known || engine.has_ended(&id).await {
-            engine.stop_lost(&id);
+            engine.node.stop_lost(&id);
         }
     }
 }
@@ -476,12 +475,8 @@ async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
 /// is gone), `Err` when the store failed, so the claimed lease is kept for the next
 /// sweep.
 async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
-    let fail = Transition::Fail {
-        error: ErrorObject::new(RpcError::INTERNAL_ERROR, WORKER_LOST),
-        message: Some(WORKER_LOST.to_owned()),
-    };
-    match engine.update(id, Scope::Any, &fail).await {
-        Ok(updated) => Ok(updated.is_some_and(|u| u.changed())),
+    match engine.fail_internal(id, WORKER_LOST).await {
+        Ok(changed) => Ok(changed),
         Err(e) => {
             tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
             Err(())
@@ -564,11 +559,11 @@ mod tests {
         let held = working_task(&store).await;
         let released = working_task(&store).await;
         let finished = working_task(&store).await;
-        a.engine.register_work(running);
+        a.engine.node.register_work(running);
         a.handle().hold(held);
         a.handle().hold(released);
         a.handle().release(&released);
-        a.engine.register_work(finished);
+        a.engine.node.register_work(finished);
         a.handle()
             .complete(&finished, serde_json::json!({"content": []}))
             .await
@@ -671,8 +666,8 @@ mod tests {
         let a = node(&store, leases.clone());
         let b = node(&store, leases.clone());
         let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.register_work(on_a);
-        b.engine.register_work(on_b);
+        a.engine.node.register_work(on_a);
+        b.engine.node.register_work(on_b);
         tokio::time::sleep(BOUND * 3).await;
         for outage in [1, 3, 10] {
             leases.down.store(true, Ordering::Release);
@@ -782,8 +777,8 @@ mod tests {
         let a = node(&store, leases.clone());
         let b = node(&store, leases.clone());
         let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.register_work(on_a);
-        b.engine.register_work(on_b);
+        a.engine.node.register_work(on_a);
+        b.engine.node.register_work(on_b);
         tokio::time::sleep(BOUND * 3).await;
         for _ in 0..5 {
             tokio::time::advance(BOUND * 10).await;
@@ -802,7 +797,7 @@ mod tests {
         let a = node(&store, leases.over(&cut));
         let _b = node(&store, leases.clone());
         let running = working_task(&store).await;
-        a.engine.register_work(running);
+        a.engine.node.register_work(running);
         tokio::time::sleep(BOUND * 3).await;
 
         cut.store(true, Ordering::Release);
@@ -825,7 +820,7 @@ mod tests {
         assert!(now.iter().all(|lease| !lease.claimed));
         // Its later work is leased again: were it to stop now, it would be failed.
         let later = working_task(&store).await;
-        a.engine.register_work(later);
+        a.engine.node.register_work(later);
         tokio::time::sleep(BOUND).await;
         crash(&a);
         tokio::time::sleep(BOUND * 2).await;
@@ -848,7 +843,7 @@ mod tests {
         };
         let first = named(&store);
         let lost = working_task(&store).await;
-        first.engine.register_work(lost);
+        first.engine.node.register_work(lost);
         tokio::time::sleep(BOUND).await;
         crash(&first);
 
@@ -856,7 +851,7 @@ mod tests {
         let restarted = tokio::time::Instant::now();
         let second = named(&store);
         let own = working_task(&store).await;
-        second.engine.register_work(own);
+        second.engine.node.register_work(own);
         let end = tokio::time::timeout(BOUND * 4, second.handle().cancelled(&lost)).await;
         assert_eq!(end, Ok(TaskEnd::Failed), "the predecessor's work is failed");
         assert!(
@@ -887,9 +882,13 @@ mod tests {
             .update(&ended, Scope::Any, &cancel, Timestamp::now())
             .await
             .expect("cancelled");
-        assert_eq!(a.engine.leased().len(), 2);
+        assert_eq!(a.engine.node.leased().len(), 2);
         tokio::time::sleep(BOUND * (super::HOLDS_CHECK_EVERY + 1)).await;
-        assert!(a.engine.leased().is_empty(), "{:?}", a.engine.leased());
+        assert!(
+            a.engine.node.leased().is_empty(),
+            "{:?}",
+            a.engine.node.leased()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -902,15 +901,15 @@ mod tests {
             working_task(&store).await,
             working_task(&store).await,
         );
-        a.engine.register_work(ended);
-        a.engine.register_work(twice);
+        a.engine.node.register_work(ended);
+        a.engine.node.register_work(twice);
         a.handle().hold(twice);
         a.handle().hold(explicit);
         tokio::time::sleep(BOUND).await;
 
         // The work on `ended` stops; `twice` loses its work but keeps its hold.
-        a.engine.forget_work(&ended);
-        a.engine.forget_work(&twice);
+        a.engine.node.forget_work(&ended);
+        a.engine.node.forget_work(&twice);
         tokio::time::sleep(BOUND).await;
         crash(&a);
         let state = all(&leases).await.remove(0);

@@ -39,6 +39,7 @@ pub mod notify;
 pub mod observe;
 mod routes;
 mod service;
+mod spawn;
 pub mod store;
 mod task;
 #[cfg(feature = "test-util")]

@@ -495,7 +495,7 @@ where
                 }
                 None => engine.config.mode_for(tool),
             };
-            let draining = engine.is_draining();
+            let draining = engine.node.is_draining();
             if draining && declared && mode.requires_extension() {
                 return Ok(routes::shutting_down(id));
             }

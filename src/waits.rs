@@ -252,11 +252,13 @@ impl Waits {
             state.expiry.insert((at, *id));
         }
         if !state.timer_started {
-            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            if !crate::spawn::spawn_if_runtime(expiry_timer(
+                Arc::downgrade(self),
+                self.rearm.clone(),
+            )) {
                 return;
-            };
+            }
             state.timer_started = true;
-            runtime.spawn(expiry_timer(Arc::downgrade(self), self.rearm.clone()));
         } else if soonest {
             self.rearm.notify_one();
         }

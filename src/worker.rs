@@ -19,7 +19,6 @@ use crate::error::{TaskError, TransitionError};
 use crate::input::{InputRequests, InputResponses};
 pub use crate::task::TaskEnd;
 use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
-use crate::wire::RpcError;
 
 /// The worker's handle on tasks: cheap to clone, obtained from
 /// [`TasksLayer::handle`](crate::TasksLayer::handle).
@@ -491,14 +490,14 @@ impl Tasks {
     /// # }
     /// ```
     pub fn hold(&self, id: TaskId) {
-        self.engine.hold(id);
+        self.engine.node.hold(id);
     }
 
     /// Gives up the lease [`hold`](Self::hold) took, without ending the task: for
     /// work handed on to something that outlives this node (the task's TTL then
     /// bounds it).
     pub fn release(&self, id: &TaskId) {
-        self.engine.release(id);
+        self.engine.node.release(id);
     }
 }
 
@@ -720,25 +719,24 @@ impl fmt::Debug for TaskHandle {
 impl Drop for HandleInner {
     fn drop(&mut self) {
         let engine = self.tasks.engine.clone();
-        engine.forget_work(&self.id);
+        engine.node.forget_work(&self.id);
         if *self.settled.get_mut() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "a task handle was dropped outside a runtime; its task is left to its TTL"
-            );
-            return;
-        };
         let id = self.id;
-        runtime.spawn(async move {
+        let failed = async move {
             fail_abandoned(
                 &engine,
                 &id,
                 "Task worker stopped before finishing the task",
             )
             .await
-        });
+        };
+        if !crate::spawn::spawn_if_runtime(failed) {
+            tracing::warn!(
+                "a task handle was dropped outside a runtime; its task is left to its TTL"
+            );
+        }
     }
 }
 
@@ -796,15 +794,9 @@ async fn write_progress(
 
 /// Fails a task its worker can no longer finish (refused, harmlessly, once it ended).
 async fn fail_abandoned(engine: &Engine, id: &TaskId, message: &str) {
-    let fail = Transition::Fail {
-        error: ErrorObject::new(RpcError::INTERNAL_ERROR, message),
-        message: Some(message.to_owned()),
-    };
-    match engine.update(id, Scope::Any, &fail).await {
-        Ok(Some(updated)) if updated.changed() => {
-            tracing::warn!("{message}; the task is marked failed");
-        }
-        Ok(_) => {}
+    match engine.fail_internal(id, message).await {
+        Ok(true) => tracing::warn!("{message}; the task is marked failed"),
+        Ok(false) => {}
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "could not mark a task failed: {message}")
         }
@@ -828,7 +820,7 @@ pub(crate) async fn start(engine: &Arc<Engine>, id: TaskId, start: Option<Start>
         None => return,
         Some(Start::Id(start)) => catch_unwind(AssertUnwindSafe(move || start(id))),
         Some(Start::Work(work)) => {
-            engine.register_work(id);
+            engine.node.register_work(id);
             let handle = TaskHandle::new(Tasks::new(engine.clone()), id);
             catch_unwind(AssertUnwindSafe(move || work(handle)))
         }
@@ -887,7 +879,10 @@ mod tests {
         let_spawned_tasks_run().await;
         let failed = tasks.status(&dropped).await.unwrap();
         assert_eq!(failed.status, TaskStatus::Failed);
-        assert_eq!(failed.error.unwrap().code, RpcError::INTERNAL_ERROR);
+        assert_eq!(
+            failed.error.unwrap().code,
+            crate::wire::RpcError::INTERNAL_ERROR
+        );
 
         assert_eq!(TaskHandle::new(tasks.clone(), detached).detach(), detached);
         let_spawned_tasks_run().await;
@@ -905,7 +900,7 @@ mod tests {
             .unwrap();
         let tasks = layer.handle();
         let id = stored_task(&layer).await;
-        layer.engine.register_work(id);
+        layer.engine.node.register_work(id);
         let handle = TaskHandle::new(tasks.clone(), id);
         assert_eq!(waiting_works(&layer), 1);
         handle
@@ -922,7 +917,7 @@ mod tests {
     }
 
     fn waiting_works(layer: &TasksLayer) -> usize {
-        layer.engine.work_count()
+        layer.engine.node.work_count()
     }
 
     /// A memory store whose updates wait while `stalled` is set, counting them.

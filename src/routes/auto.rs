@@ -427,7 +427,7 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.engine.forget_runner(&self.task);
+        self.engine.node.forget_runner(&self.task);
     }
 }
 
@@ -501,7 +501,7 @@ impl<S> Runner<S> {
             task,
         };
         if let Ok(me) = me.await {
-            self.engine.register_runner(task, me);
+            self.engine.node.register_runner(task, me);
         }
         let created = task_result(&self.engine, &record, self.as_tool);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);

@@ -48,7 +48,7 @@ where
     }
     let mode = engine.config.mode_for_call(tool, arguments);
     let refused = match mode {
-        _ if engine.is_draining() => Some(TaskRefused::ShuttingDown),
+        _ if engine.node.is_draining() => Some(TaskRefused::ShuttingDown),
         TaskMode::Never => Some(TaskRefused::ToolNeverTask),
         _ => None,
     };

@@ -298,7 +298,7 @@ async fn status(
     let Some(task) = engine.store.get(id, scope, Timestamp::now()).await? else {
         return Ok(None);
     };
-    engine.stop_runner(&task);
+    engine.node.stop_runner(&task);
     Ok(Some(describe(&task, String::new())))
 }
 

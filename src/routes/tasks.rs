@@ -91,7 +91,7 @@ fn found_task(
     found: Result<Option<TaskRecord>, StoreError>,
 ) -> Result<Answer, RpcError> {
     let task = found.map_err(store_failed)?.ok_or_else(not_found)?;
-    engine.stop_runner(&task);
+    engine.node.stop_runner(&task);
     Ok(Answer::Task(task))
 }
 

@@ -23,14 +23,8 @@ mod lease;
 pub(crate) mod memory;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_announce;
-#[cfg(feature = "postgres")]
-mod postgres_leases;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
-#[cfg(feature = "redis")]
-mod redis_leases;
 pub(crate) mod rules;
 
 pub(crate) use calls::StoreCalls;

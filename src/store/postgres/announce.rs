@@ -26,7 +26,7 @@ use sqlx::SqlStr;
 use sqlx::postgres::PgPool;
 use tokio::sync::Notify;
 
-use super::postgres_leases::sql;
+use super::leases::sql;
 use crate::task::TaskId;
 
 /// The most ids one statement carries; a larger backlog takes several.

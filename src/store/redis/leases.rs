@@ -14,8 +14,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use tokio::sync::OnceCell;
 
-use super::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
-use super::{BoxFuture, StoreError};
+use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
+use crate::store::{BoxFuture, StoreError};
 use crate::task::TaskId;
 
 /// Adds or removes members in batches (a Lua call takes a bounded number of

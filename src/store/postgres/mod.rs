@@ -1,6 +1,9 @@
 //! `PostgresStore`: task records in one PostgreSQL table, shared between nodes, with
 //! changes announced through `LISTEN`/`NOTIFY`.
 
+mod announce;
+mod leases;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -9,10 +12,10 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use sqlx::{Row, SqlStr};
 use tokio::sync::{oneshot, watch};
 
+use self::announce::Announcer;
+use self::leases::{LeaseStatements, PgLeases, sql};
 use super::LeaseStore;
 use super::connect::ConnectError;
-use super::postgres_announce::Announcer;
-use super::postgres_leases::{LeaseStatements, PgLeases, sql};
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, Budgeted, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore,
@@ -623,7 +626,7 @@ impl PostgresStore {
                 .await
                 .map_err(StoreError::backend)?;
         }
-        for statement in super::postgres_leases::migration(&inner.table) {
+        for statement in leases::migration(&inner.table) {
             sqlx::query(sql(statement))
                 .execute(&mut *tx)
                 .await
@@ -741,9 +744,9 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Queues the announcement of a committed write (see [`postgres_announce`]).
+    /// Queues the announcement of a committed write (see [`announce`]).
     ///
-    /// [`postgres_announce`]: super::postgres_announce
+    /// [`announce`]: self::announce
     fn announce(&self, id: TaskId) {
         if let Some(announcer) = &self.inner.announcer {
             announcer.announce(id);

@@ -13,8 +13,8 @@ use sqlx::postgres::PgPoolOptions;
 use sqlx::{AssertSqlSafe, PgPool, SqlSafeStr, SqlStr};
 use tokio::sync::OnceCell;
 
-use super::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
-use super::{BoxFuture, StoreError};
+use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
+use crate::store::{BoxFuture, StoreError};
 use crate::task::TaskId;
 
 /// An audited statement (every table name in one passed `validate_table`), shared

@@ -24,6 +24,8 @@
 //! past [`CreateLimits::retention`]) removes its index entries. The counts and the data only ever change inside the scripts below, so
 //! they always agree.
 
+mod leases;
+
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,9 +35,9 @@ use redis::{Client, IntoConnectionInfo, Script};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use self::leases::RedisLeases;
 use super::LeaseStore;
 use super::connect::ConnectError;
-use super::redis_leases::RedisLeases;
 use super::rules::{CompareAndSwap, Written, compare_and_swap, node_id};
 use super::{
     BoxFuture, Budgeted, ChangeFeed, ChangeSender, Clock, CreateLimits, FEED_CAPACITY, TaskStore,

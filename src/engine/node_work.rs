@@ -1,0 +1,312 @@
+//! What this node runs: work under a handle, `Auto` runners, explicit holds,
+//! and whether a drain has begun. The lease keeper reads it to renew, the drain to
+//! wait for idle.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::observe::Live;
+use crate::task::{TaskId, TaskRecord, TaskStatus};
+use crate::waits::Waits;
+
+/// Holds gained and given up since a lease keeper last renewed.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseLog {
+    pub(crate) hold: HashSet<TaskId>,
+    pub(crate) release: HashSet<TaskId>,
+}
+
+/// This node's running work and holds, the registry the lease keeper renews and
+/// the drain waits on.
+#[derive(Default)]
+pub(crate) struct NodeWork {
+    /// Wake-ups for workers waiting on their tasks (and the work under handles).
+    pub(super) waits: Arc<Waits>,
+    /// The background runners of `TaskMode::Auto` tasks, aborted on cancellation.
+    runners: Mutex<HashMap<TaskId, tokio::task::AbortHandle>>,
+    /// Woken whenever the last work or runner of this process ends.
+    idle: Notify,
+    /// Tasks worked on elsewhere that this node holds a lease on (`Tasks::hold`).
+    held: Mutex<HashSet<TaskId>>,
+    /// Woken when this node starts work on a task, for the lease keeper.
+    lease_changes: Arc<Notify>,
+    /// Set while a lease keeper runs: only then are hold changes recorded.
+    leasing: AtomicBool,
+    /// Holds gained and given up since the keeper last took them.
+    lease_log: Mutex<LeaseLog>,
+    /// Set by a drain: no new task is admitted.
+    draining: AtomicBool,
+}
+
+impl NodeWork {
+    /// Registers the background runner of an auto task, so that cancelling the
+    /// task aborts it (and drops the inner call it is awaiting).
+    pub(crate) fn register_runner(&self, id: TaskId, runner: tokio::task::AbortHandle) {
+        if self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, runner)
+            .is_none()
+        {
+            Live::Runners.up();
+            self.note_hold(id);
+        }
+    }
+
+    /// Forgets a runner that ended on its own.
+    pub(crate) fn forget_runner(&self, id: &TaskId) {
+        self.take_runner(id);
+        self.wake_if_idle();
+    }
+
+    /// Removes the runner of `id` from the register, the one place a runner leaves it.
+    fn take_runner(&self, id: &TaskId) -> Option<tokio::task::AbortHandle> {
+        let runner = self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if runner.is_some() {
+            Live::Runners.down();
+            self.note_release(id);
+        }
+        runner
+    }
+
+    /// The tasks this process is running (work under a handle, `Auto` runners).
+    pub(crate) fn running(&self) -> Vec<TaskId> {
+        let mut running = self.waits.working();
+        running.extend(
+            self.runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .keys()
+                .copied(),
+        );
+        running.sort_unstable();
+        running.dedup();
+        running
+    }
+
+    /// Wakes a drain waiting for this process to run no task (nothing to do, and no
+    /// lock taken, when no drain has begun).
+    fn wake_if_idle(&self) {
+        if !self.is_draining() {
+            return;
+        }
+        let no_work = self.waits.work_count() == 0;
+        let no_runner = self
+            .runners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if no_work && no_runner {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Waits until this process runs no task, or until `deadline`; the tasks still
+    /// running then.
+    pub(crate) async fn wait_idle(&self, deadline: tokio::time::Instant) -> Vec<TaskId> {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            let running = self.running();
+            if running.is_empty() || tokio::time::Instant::now() >= deadline {
+                return running;
+            }
+            tokio::select! {
+                _ = idle => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Stops admitting new tasks (see `TasksLayer::drain`).
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether a drain has begun: calls that would become tasks run synchronously.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Aborts the `Auto` runner of `id`, if this process has one.
+    pub(crate) fn abort_runner(&self, id: &TaskId) {
+        if let Some(runner) = self.take_runner(id) {
+            runner.abort();
+        }
+        self.wake_if_idle();
+    }
+
+    /// Counts `id` as worked on in this process, until [`forget_work`](Self::forget_work).
+    pub(crate) fn register_work(&self, id: TaskId) {
+        if self.waits.start_work(&id) {
+            Live::Workers.up();
+            self.note_hold(id);
+        }
+    }
+
+    /// The tasks this node holds a worker lease on: those it runs, and those held
+    /// for work elsewhere ([`hold`](Self::hold)).
+    pub(crate) fn leased(&self) -> Vec<TaskId> {
+        let mut leased = self.running();
+        leased.extend(self.held.lock().unwrap_or_else(|p| p.into_inner()).iter());
+        leased.sort_unstable();
+        leased.dedup();
+        leased
+    }
+
+    /// Woken when this node starts work on a task.
+    pub(crate) fn lease_changes(&self) -> Arc<Notify> {
+        self.lease_changes.clone()
+    }
+
+    /// Holds a worker lease on `id` for work this node drives without a handle.
+    pub(crate) fn hold(&self, id: TaskId) {
+        if self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id)
+        {
+            self.note_hold(id);
+        }
+    }
+
+    /// Gives up the lease [`hold`](Self::hold) took.
+    pub(crate) fn release(&self, id: &TaskId) {
+        if self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+        {
+            self.note_release(id);
+        }
+    }
+
+    /// Starts recording hold changes for a lease keeper.
+    pub(crate) fn start_leasing(&self) {
+        self.leasing.store(true, Ordering::Release);
+    }
+
+    fn is_leasing(&self) -> bool {
+        self.leasing.load(Ordering::Acquire)
+    }
+
+    /// Records that this node now holds `id`, and wakes the keeper.
+    fn note_hold(&self, id: TaskId) {
+        if !self.is_leasing() {
+            return;
+        }
+        let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
+        log.release.remove(&id);
+        log.hold.insert(id);
+        drop(log);
+        self.lease_changes.notify_one();
+    }
+
+    /// Records that this node no longer holds `id`, unless something else on it
+    /// (work, a runner, an explicit hold) still does.
+    fn note_release(&self, id: &TaskId) {
+        if !self.is_leasing() {
+            return;
+        }
+        let still_held = self.waits.is_working(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id);
+        if still_held {
+            return;
+        }
+        let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
+        log.hold.remove(id);
+        log.release.insert(*id);
+    }
+
+    /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
+    /// runner is aborted, its hold dropped, and its waiting worker re-reads the
+    /// task (failed by the claim), so `cancelled()` resolves.
+    pub(crate) fn stop_lost(&self, id: &TaskId) {
+        if let Some(runner) = self.take_runner(id) {
+            runner.abort();
+        }
+        self.release(id);
+        self.waits.wake(id);
+        self.wake_if_idle();
+    }
+
+    /// The hold changes recorded since the last call.
+    pub(crate) fn take_lease_log(&self) -> LeaseLog {
+        std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// How many tasks have work running in this process under a live handle.
+    #[cfg(test)]
+    pub(crate) fn work_count(&self) -> usize {
+        self.waits.work_count()
+    }
+
+    /// The work on `id` in this process ended (its last handle was dropped).
+    pub(crate) fn forget_work(&self, id: &TaskId) {
+        if self.waits.end_work(id) {
+            Live::Workers.down();
+            self.note_release(id);
+        }
+        self.wake_if_idle();
+    }
+
+    /// A terminal task needs no runner: a cancelled one has its runner aborted.
+    /// Called on every record this process writes or reads on a waiter's behalf, so
+    /// a cancel seen by any path stops the local runner.
+    pub(crate) fn stop_runner(&self, record: &TaskRecord) {
+        if !record.status.is_terminal() {
+            return;
+        }
+        if let Some(runner) = self.take_runner(&record.id)
+            && record.status == TaskStatus::Cancelled
+        {
+            runner.abort();
+        }
+        self.wake_if_idle();
+    }
+
+    /// Whether this node waits on, works on, runs or holds `id`.
+    pub(super) fn knows(&self, id: &TaskId) -> bool {
+        self.waits.knows(id)
+            || self
+                .runners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(id)
+            || self
+                .held
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
+    }
+
+    /// The tasks held for work elsewhere ([`hold`](Self::hold)).
+    pub(super) fn held(&self) -> Vec<TaskId> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .collect()
+    }
+}

@@ -1,0 +1,86 @@
+//! Rendering results: the `CreateTaskResult`, `serverInfo` meta, and the result size limit.
+
+use serde_json::{Map, Value};
+
+use super::Engine;
+use crate::task::{ErrorObject, TaskRecord, Transition};
+use crate::wire::{RpcError, ServerInfoMeta};
+
+impl Engine {
+    /// `serverInfo` for the `_meta` of results the layer writes.
+    pub(crate) fn result_meta(&self, result: &mut Map<String, Value>) {
+        if let Some(info) = &self.config.server_info {
+            let meta = serde_json::to_value(ServerInfoMeta(info)).unwrap_or(Value::Null);
+            result.insert("_meta".into(), meta);
+        }
+    }
+
+    /// The JSON-RPC response carrying the `CreateTaskResult` for `task`, written
+    /// straight into its body.
+    pub(crate) fn create_task_response(
+        &self,
+        task: &TaskRecord,
+        id: crate::wire::ReplyId<'_>,
+    ) -> http::Response<bytes::Bytes> {
+        let server_info = self.config.server_info.as_ref();
+        crate::wire::result_response_with(id, http::HeaderMap::new(), |out| {
+            crate::task::TaskJson::summary(task)
+                .as_result("task", server_info)
+                .write_json(out);
+        })
+    }
+
+    /// The `CreateTaskResult` answering the call that made `task`.
+    pub(crate) fn create_task_result(&self, task: &TaskRecord) -> Map<String, Value> {
+        let mut result = Map::with_capacity(10);
+        result.insert("resultType".into(), Value::String("task".into()));
+        result.extend(task.to_summary_json());
+        self.result_meta(&mut result);
+        result
+    }
+}
+
+/// The length of `value` serialized as JSON, or `None` once it passes `cap`
+/// (serializing stops there, so a huge value costs at most `cap` bytes of work).
+pub(crate) fn json_len_within(value: &Value, cap: usize) -> Option<usize> {
+    struct Count {
+        len: usize,
+        cap: usize,
+    }
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.len += buf.len();
+            if self.len > self.cap {
+                return Err(std::io::Error::other("over the cap"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count { len: 0, cap };
+    serde_json::to_writer(&mut count, value).ok()?;
+    Some(count.len)
+}
+
+impl Engine {
+    /// A completion whose serialized result passes `max_result_bytes` is refused:
+    /// `Err` carries the failure to store instead (-32603 "Result too large").
+    pub(crate) fn limit_result(&self, transition: Transition) -> Result<Transition, Transition> {
+        let Transition::Complete { result, .. } = &transition else {
+            return Ok(transition);
+        };
+        if json_len_within(result, self.config.max_result_bytes).is_some() {
+            return Ok(transition);
+        }
+        tracing::warn!(
+            max_result_bytes = self.config.max_result_bytes,
+            "a task result is too large; the task fails instead"
+        );
+        Err(Transition::Fail {
+            error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Result too large"),
+            message: Some("Result too large".into()),
+        })
+    }
+}
