@@ -5,6 +5,9 @@
 //! sends the id of every task another node wrote, and each
 //! [`TaskStore::subscribe`](super::TaskStore::subscribe) hands out a [`ChangeFeed`].
 
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(super) mod relay;
+
 use std::fmt;
 
 use tokio::sync::broadcast;

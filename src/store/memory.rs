@@ -1,6 +1,6 @@
 //! The in-memory store: one process, sharded locks, a time-ordered expiry index.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,6 +65,12 @@ struct Shard {
     expiry: BTreeSet<(Timestamp, TaskId)>,
     /// Terminal records without a TTL, by the time they became terminal.
     retired: BTreeSet<(Timestamp, TaskId)>,
+    /// One copy of each owner's name, shared by the shard's records: a task costs
+    /// no allocation for its owner, and the name a read compares stays in cache.
+    /// Per shard, so that readers on two threads rarely count on one name.
+    owners: HashSet<Principal>,
+    /// How many names [`Shard::owners`] kept at its last sweep.
+    owners_kept: usize,
 }
 
 impl MemoryStore {
@@ -333,6 +339,22 @@ impl std::hash::Hasher for IdHasher {
 }
 
 impl Shard {
+    /// The shard's shared copy of `owner`'s name. Names no record holds any more
+    /// are swept once the table has doubled since the last sweep, so it holds at
+    /// most twice the owners with records here (plus a few).
+    fn intern(&mut self, owner: Option<Principal>) -> Option<Principal> {
+        let owner = owner?;
+        if let Some(shared) = self.owners.get(&owner) {
+            return Some(shared.clone());
+        }
+        if self.owners.len() >= 2 * self.owners_kept + 16 {
+            self.owners.retain(|name| name.holders() > 1);
+            self.owners_kept = self.owners.len();
+        }
+        self.owners.insert(owner.clone());
+        Some(owner)
+    }
+
     /// Removes up to `max` records expired at `now`, oldest first; returns their
     /// owners.
     fn pop_expired(&mut self, now: Timestamp, max: usize) -> Vec<Option<Principal>> {
@@ -373,7 +395,7 @@ impl Shard {
 impl TaskStore for MemoryStore {
     fn create<'a>(
         &'a self,
-        record: TaskRecord,
+        mut record: TaskRecord,
         limits: CreateLimits,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
@@ -394,6 +416,7 @@ impl TaskStore for MemoryStore {
                 self.release(&record.owner, 1);
                 return Err(StoreError::Duplicate);
             }
+            record.owner = shard.intern(record.owner.take());
             let now = self.decide_at(record.created_at);
             let skew = match self.clock {
                 Clock::Caller => 0,
@@ -753,5 +776,56 @@ mod tests {
             }
             assert_eq!(store.len(), 2);
         }
+    }
+
+    /// A record of `owner` in shard 0, created at `at` with `ttl`.
+    fn in_first_shard(owner: &str, n: u16, ttl: Option<u64>, at: u64) -> TaskRecord {
+        let mut bytes = TaskId::random().as_bytes().to_owned();
+        bytes[..2].copy_from_slice(&0u16.to_le_bytes());
+        bytes[2..4].copy_from_slice(&n.to_le_bytes());
+        let mut record = TaskRecord::new(
+            TaskId::from_bytes(bytes),
+            Some(Principal::new(owner)),
+            Timestamp::from_millis(at),
+        );
+        record.ttl_ms = ttl;
+        record
+    }
+
+    #[tokio::test]
+    async fn records_of_one_owner_share_one_copy_of_the_name() {
+        let store = MemoryStore::new();
+        let mut ids = Vec::new();
+        for n in 0..10 {
+            let record = in_first_shard("alice", n, None, 0);
+            ids.push(record.id);
+            store.create(record, CreateLimits::default()).await.unwrap();
+        }
+        let read = store.get(&ids[0], Scope::Any, Timestamp::from_millis(0));
+        let owner = read.await.unwrap().unwrap().owner.unwrap();
+        // The shard's copy, the per-owner count's (both from the first create),
+        // the ten records' and this one.
+        assert_eq!(owner.holders(), 13);
+    }
+
+    #[tokio::test]
+    async fn names_of_owners_gone_from_a_shard_are_swept() {
+        let store = MemoryStore::new();
+        for n in 0..1_000u16 {
+            let record = in_first_shard(&format!("owner-{n}"), n, Some(1), u64::from(n));
+            store.create(record, CreateLimits::default()).await.unwrap();
+            // Each record expires before the next one is made.
+            store
+                .cleanup(Timestamp::from_millis(u64::from(n) + 1), Duration::ZERO)
+                .await
+                .unwrap();
+        }
+        assert!(store.is_empty());
+        let shard = MemoryStore::lock(&store.shards[0]);
+        assert!(
+            shard.owners.len() <= 17,
+            "{} names kept",
+            shard.owners.len()
+        );
     }
 }

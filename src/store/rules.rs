@@ -1,5 +1,5 @@
 //! The rules every store shares that are not I/O: the retention cutoff, the
-//! compare-and-swap retry loop of the shared stores, and their node tags.
+//! compare-and-swap retry loop of the shared stores.
 //! Visibility and retirement are methods of the record
 //! ([`TaskRecord::is_visible`], [`TaskRecord::retired_at`]).
 
@@ -120,16 +120,6 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
         }
     }
     Err(StoreError::Contention)
-}
-
-/// A random tag for one store instance, so that it can tell its own change
-/// announcements from other nodes'.
-#[cfg(any(feature = "postgres", feature = "redis"))]
-pub(crate) fn node_id() -> String {
-    TaskId::random().as_bytes()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 /// The pauses of writers that keep losing a compare-and-swap on one task, after a

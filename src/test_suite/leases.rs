@@ -262,11 +262,11 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
     for task in [&lost, &finished, &own] {
         create(RULE, &*a, task.clone(), CreateLimits::default()).await;
     }
-    doomed.handle().hold(lost.id);
-    doomed.handle().hold(finished.id);
-    survivor.handle().hold(own.id);
+    doomed.tasks().hold(lost.id);
+    doomed.tasks().hold(finished.id);
+    survivor.tasks().hold(own.id);
     doomed
-        .handle()
+        .tasks()
         .complete(&finished.id, serde_json::json!({"content": []}))
         .await
         .unwrap_or_else(|e| panic!("[{RULE}] completing a task failed: {e}"));
@@ -281,7 +281,7 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
 
     drop(doomed);
     let stopped = tokio::time::Instant::now();
-    let end = tokio::time::timeout(PATIENCE, survivor.handle().cancelled(&lost.id))
+    let end = tokio::time::timeout(PATIENCE, survivor.tasks().ended(&lost.id))
         .await
         .unwrap_or_else(|_| panic!("[{RULE}] a stopped node's task must fail within {PATIENCE:?}"));
     let took = stopped.elapsed();
@@ -401,8 +401,8 @@ pub async fn nodes_a_shared_lease_outage_fails_nothing<S: TaskStore>(a: S, b: S)
     for task in &tasks {
         create(RULE, &*a, task.clone(), CreateLimits::default()).await;
     }
-    one.handle().hold(tasks[0].id);
-    two.handle().hold(tasks[1].id);
+    one.tasks().hold(tasks[0].id);
+    two.tasks().hold(tasks[1].id);
     tokio::time::sleep(BOUND * 3).await;
 
     down.store(true, Ordering::Release);
@@ -433,7 +433,7 @@ pub async fn nodes_a_node_cut_off_learns_it_lost_its_lease<S: TaskStore>(a: S, b
     let now = Timestamp::now();
     let task = record(None, now, Some(HOUR_MS));
     create(RULE, &*a, task.clone(), CreateLimits::default()).await;
-    cut.handle().hold(task.id);
+    cut.tasks().hold(task.id);
     tokio::time::sleep(BOUND * 3).await;
     let before: Vec<LeaseId> = leases_of(RULE, &*b)
         .leases()
@@ -445,7 +445,7 @@ pub async fn nodes_a_node_cut_off_learns_it_lost_its_lease<S: TaskStore>(a: S, b
 
     down.store(true, Ordering::Release);
     let cut_at = tokio::time::Instant::now();
-    let end = tokio::time::timeout(PATIENCE, keeps.handle().cancelled(&task.id))
+    let end = tokio::time::timeout(PATIENCE, keeps.tasks().ended(&task.id))
         .await
         .unwrap_or_else(|_| panic!("[{RULE}] a cut-off node's task must fail"));
     let took = cut_at.elapsed();
@@ -456,7 +456,7 @@ pub async fn nodes_a_node_cut_off_learns_it_lost_its_lease<S: TaskStore>(a: S, b
     );
     tokio::time::sleep((BOUND * 3).saturating_sub(took)).await;
     down.store(false, Ordering::Release);
-    let end = tokio::time::timeout(PATIENCE, cut.handle().cancelled(&task.id))
+    let end = tokio::time::timeout(PATIENCE, cut.tasks().ended(&task.id))
         .await
         .unwrap_or_else(|_| panic!("[{RULE}] the cut-off node must stop the lost work"));
     assert_eq!(

@@ -82,7 +82,7 @@ pub async fn nodes_announce_to_the_other_node_only<S: TaskStore>(a: S, b: S) {
 /// written through node `b`. An answer given through `b` wakes
 /// [`Tasks::wait_for_input`](crate::worker::Tasks::wait_for_input) on `a`, and a cancel
 /// through `b` reaches `a`'s notifier, [`Tasks::is_cancelled`](crate::worker::Tasks::is_cancelled)
-/// and a worker awaiting [`Tasks::cancelled`](crate::worker::Tasks::cancelled).
+/// and a worker awaiting [`Tasks::ended`](crate::worker::Tasks::ended).
 /// `a`'s notifier sees the task exactly as `input_required` (its own write),
 /// `working` and `cancelled` (`b`'s two writes): a store that also announced a
 /// node's own writes would notify twice.
@@ -100,7 +100,7 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
         })
         .build()
         .unwrap_or_else(|e| panic!("[{RULE}] a layer over node a: {e}"));
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
 
     // The layer's relay may start listening in the background: write through b
     // until a's notifier hears it, so that the writes below cannot go unheard.
@@ -182,7 +182,7 @@ pub async fn nodes_remote_writes_reach_the_layer<S: TaskStore>(a: S, b: S) {
     );
 
     let worker = tasks.clone();
-    let stopped = tokio::spawn(async move { worker.cancelled(&id).await });
+    let stopped = tokio::spawn(async move { worker.ended(&id).await });
     let cancelled = update(
         RULE,
         &b,

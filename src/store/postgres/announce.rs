@@ -13,8 +13,9 @@
 //! Bound: a write is announced by the statement that follows its commit, so it waits
 //! at most for the statement in flight and its own (a round trip each). While
 //! PostgreSQL refuses the statement, the ids are kept and sent again after a
-//! backoff of 10 ms doubling to 1 s; none is dropped. A process that stops between
-//! a commit and its announcement leaves that write unannounced: the change log
+//! backoff of 10 ms doubling to 1 s (the layer's one backoff, with its jitter);
+//! none is dropped. A process that stops between a commit and its announcement
+//! leaves that write unannounced: the change log
 //! still holds it, and every listener delivers it within two of its checkpoint
 //! ticks (10 s), as it delivers each tick's log entries again one tick late.
 
@@ -26,13 +27,16 @@ use sqlx::SqlStr;
 use sqlx::postgres::PgPool;
 use tokio::sync::Notify;
 
-use super::leases::sql;
+use super::statements::one;
+use crate::backoff::Backoff;
+use crate::store::feed::relay::encode;
+use crate::store::lease::NodeId;
 use crate::task::TaskId;
 
 /// The most ids one statement carries; a larger backlog takes several.
 const MAX_BATCH: usize = 1_000;
-const RETRY_MIN: Duration = Duration::from_millis(10);
-const RETRY_MAX: Duration = Duration::from_secs(1);
+/// Pauses between attempts while PostgreSQL refuses the statement.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
 
 /// The store's side: queues ids and wakes the sender. Dropping it stops the sender
 /// once what is queued has been sent (or could not be).
@@ -47,12 +51,12 @@ struct Shared {
     closed: AtomicBool,
     pool: PgPool,
     channel: String,
-    node: String,
+    node: NodeId,
     statement: SqlStr,
 }
 
 impl Announcer {
-    pub(super) fn new(pool: PgPool, channel: String, node: String) -> Self {
+    pub(super) fn new(pool: PgPool, channel: String, node: NodeId) -> Self {
         Announcer {
             shared: Arc::new(Shared {
                 pending: Mutex::new(Vec::new()),
@@ -61,10 +65,7 @@ impl Announcer {
                 pool,
                 channel,
                 node,
-                statement: sql(
-                    "SELECT count(pg_notify($1, $2 || ':' || id)) FROM unnest($3::text[]) AS id"
-                        .to_owned(),
-                ),
+                statement: one(include_str!("sql/announce.sql"), ""),
             }),
             started: AtomicBool::new(false),
         }
@@ -104,7 +105,7 @@ impl Drop for Announcer {
 
 impl Shared {
     async fn run(self: Arc<Self>) {
-        let mut retry = RETRY_MIN;
+        let mut retry = RETRY;
         loop {
             let batch = self.take();
             if batch.is_empty() {
@@ -115,19 +116,19 @@ impl Shared {
                 continue;
             }
             match self.send(&batch).await {
-                Ok(()) => retry = RETRY_MIN,
+                Ok(()) => retry.reset(),
                 Err(e) => {
+                    let pause = retry.next_delay();
                     tracing::warn!(
                         error = %e,
-                        retry_in_ms = retry.as_millis() as u64,
+                        retry_in_ms = pause.as_millis() as u64,
                         "mcp-tasks: could not announce PostgreSQL writes; retrying"
                     );
                     if self.closed.load(Ordering::Acquire) {
                         return;
                     }
                     self.give_back(batch);
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
@@ -155,11 +156,10 @@ impl Shared {
     }
 
     async fn send(&self, batch: &[TaskId]) -> Result<(), sqlx::Error> {
-        let ids: Vec<String> = batch.iter().map(TaskId::to_string).collect();
+        let payloads: Vec<String> = batch.iter().map(|id| encode(&self.node, id)).collect();
         sqlx::query(self.statement.clone())
             .bind(self.channel.as_str())
-            .bind(self.node.as_str())
-            .bind(ids)
+            .bind(payloads)
             .execute(&self.pool)
             .await
             .map(|_| ())

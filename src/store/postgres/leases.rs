@@ -10,18 +10,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{AssertSqlSafe, PgPool, SqlSafeStr, SqlStr};
+use sqlx::{PgPool, SqlStr};
+
+use super::statements::{all, one};
 use tokio::sync::OnceCell;
 
 use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
 use crate::store::{BoxFuture, StoreError};
 use crate::task::TaskId;
-
-/// An audited statement (every table name in one passed `validate_table`), shared
-/// so that cloning it per query costs a reference count.
-pub(super) fn sql(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
-}
 
 /// The connections of the lease pool: one for renewals, one for the sweeps.
 const LEASE_CONNECTIONS: u32 = 2;
@@ -35,83 +31,17 @@ pub(super) struct LeaseStatements {
 }
 
 /// The tables `migrate` creates, after the tasks table.
-pub(super) fn migration(table: &str) -> [String; 2] {
-    [
-        format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}_leases\" (\
-                 node text NOT NULL, \
-                 incarnation bigint NOT NULL, \
-                 renewals bigint NOT NULL, \
-                 bound_ms bigint NOT NULL, \
-                 claimed boolean NOT NULL DEFAULT false, \
-                 PRIMARY KEY (node, incarnation))"
-        ),
-        format!(
-            "CREATE TABLE IF NOT EXISTS \"{table}_lease_holds\" (\
-                 node text NOT NULL, \
-                 incarnation bigint NOT NULL, \
-                 task bytea NOT NULL, \
-                 PRIMARY KEY (node, incarnation, task))"
-        ),
-    ]
+pub(super) fn migration(table: &str) -> Vec<SqlStr> {
+    all(include_str!("sql/lease_migrate.sql"), table)
 }
 
 impl LeaseStatements {
     pub(super) fn new(table: &str) -> Self {
-        let leases = format!("\"{table}_leases\"");
-        let holds = format!("\"{table}_lease_holds\"");
         LeaseStatements {
-            // One statement, one round trip. The hold changes depend on `renewed`,
-            // whose upsert waits for a concurrent claim's row lock and re-checks
-            // `claimed` after it: a claimed lease has nothing renewed or changed.
-            // Only a first renewal (or one that finds its lease) inserts. No row is
-            // both deleted and inserted (held and released ids are disjoint; on a
-            // replace, only rows outside the new set are deleted).
-            renew: sql(format!(
-                "WITH prior AS (SELECT claimed FROM {leases} WHERE node = $1 AND incarnation = $2), \
-                 renewed AS (\
-                     INSERT INTO {leases} AS l (node, incarnation, renewals, bound_ms) \
-                     SELECT $1, $2, 1, $3 WHERE $4 OR EXISTS (SELECT 1 FROM prior) \
-                     ON CONFLICT (node, incarnation) DO UPDATE \
-                     SET renewals = l.renewals + 1, bound_ms = EXCLUDED.bound_ms \
-                     WHERE NOT l.claimed \
-                     RETURNING 1), \
-                 released AS (\
-                     DELETE FROM {holds} WHERE node = $1 AND incarnation = $2 \
-                     AND EXISTS (SELECT 1 FROM renewed) \
-                     AND (task = ANY($6) OR ($7 AND NOT task = ANY($5))) \
-                     RETURNING 1), \
-                 held AS (\
-                     INSERT INTO {holds} (node, incarnation, task) \
-                     SELECT $1, $2, t FROM unnest($5::bytea[]) AS t \
-                     WHERE EXISTS (SELECT 1 FROM renewed) \
-                     ON CONFLICT DO NOTHING RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM renewed), EXISTS (SELECT 1 FROM prior), \
-                     CASE WHEN (SELECT claimed FROM prior) THEN \
-                         array(SELECT task FROM {holds} WHERE node = $1 AND incarnation = $2) \
-                     END, \
-                     (SELECT count(*) FROM released), (SELECT count(*) FROM held)"
-            )),
-            leases: sql(format!(
-                "SELECT node, incarnation, renewals, bound_ms, claimed FROM {leases}"
-            )),
-            // The update waits for a renewal in flight and re-checks the count after
-            // it; the holds it returns are those of the claimed lease.
-            claim: sql(format!(
-                "WITH claimed AS (\
-                     UPDATE {leases} SET claimed = true \
-                     WHERE node = $1 AND incarnation = $2 AND (claimed OR renewals = $3) \
-                     RETURNING 1) \
-                 SELECT EXISTS (SELECT 1 FROM claimed), \
-                     array(SELECT task FROM {holds} WHERE node = $1 AND incarnation = $2)"
-            )),
-            forget: sql(format!(
-                "WITH gone AS (\
-                     DELETE FROM {leases} WHERE node = $1 AND incarnation = $2 AND claimed \
-                     RETURNING 1) \
-                 DELETE FROM {holds} WHERE node = $1 AND incarnation = $2 \
-                 AND EXISTS (SELECT 1 FROM gone)"
-            )),
+            renew: one(include_str!("sql/lease_renew.sql"), table),
+            leases: one(include_str!("sql/lease_list.sql"), table),
+            claim: one(include_str!("sql/lease_claim.sql"), table),
+            forget: one(include_str!("sql/lease_forget.sql"), table),
         }
     }
 }
@@ -266,7 +196,11 @@ mod tests {
             .iter()
             .map(|statement| statement.as_str().to_ascii_lowercase())
             .collect();
-        texts.extend(migration("mcp_tasks").map(|ddl| ddl.to_ascii_lowercase()));
+        texts.extend(
+            migration("mcp_tasks")
+                .iter()
+                .map(|ddl| ddl.as_str().to_ascii_lowercase()),
+        );
         for text in &texts {
             for clock in [
                 "clock_timestamp",

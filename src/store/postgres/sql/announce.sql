@@ -1,0 +1,1 @@
+SELECT count(pg_notify($1, payload)) FROM unnest($2::text[]) AS payload

@@ -1,0 +1,1 @@
+SELECT min(seq) FROM "{table}_feed"

@@ -1,0 +1,1 @@
+SELECT node, incarnation, renewals, bound_ms, claimed FROM "{table}_leases"

@@ -1,0 +1,2 @@
+WITH clock AS (SELECT COALESCE($2::bigint,
+    floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now) SELECT revision, record::text FROM "{table}" WHERE id = $1 AND (expires_at IS NULL OR expires_at > (SELECT now FROM clock))

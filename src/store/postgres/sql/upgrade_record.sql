@@ -1,0 +1,1 @@
+ALTER TABLE "{table}" ALTER COLUMN record TYPE json USING record::json

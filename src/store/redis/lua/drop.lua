@@ -1,0 +1,12 @@
+local function drop(id, task_prefix, owners, counts, owner_expiry, owner_retired)
+  redis.call('DEL', task_prefix .. id)
+  local tag = redis.call('HGET', owners, id)
+  if tag then
+    redis.call('HDEL', owners, id)
+    if redis.call('HINCRBY', counts, tag, -1) <= 0 then
+      redis.call('HDEL', counts, tag)
+    end
+    redis.call('ZREM', owner_expiry .. tag, id)
+    redis.call('ZREM', owner_retired .. tag, id)
+  end
+end
