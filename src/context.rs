@@ -209,7 +209,7 @@ impl TaskSpec {
     /// The work of the task, given the task's own [`TaskHandle`] once the task is
     /// stored; the layer spawns the future it returns (default: none). The work
     /// reports through the handle, awaits a cancel with
-    /// [`TaskHandle::cancelled`] or [`TaskHandle::run_until_cancelled`], and needs
+    /// [`TaskHandle::ended`] or [`TaskHandle::run_until_ended`], and needs
     /// no `Tasks` threaded into the handler. If the last handle is dropped before
     /// the task ends (the work returned early, panicked, or was dropped), the task
     /// fails at once with -32603 instead of waiting for its TTL.
@@ -226,7 +226,7 @@ impl TaskSpec {
     ///         task.complete(json!({"content": [{"type": "text", "text": "built"}]})).await
     ///     };
     ///     // Dropped at once if the client cancels.
-    ///     let _ = task.run_until_cancelled(build).await;
+    ///     let _ = task.run_until_ended(build).await;
     /// });
     /// # drop(spec);
     /// ```

@@ -215,19 +215,19 @@ impl Leasing {
         let mut retries = renew_retries(self.renew_every());
         let mut failures = Failures::new("renew this node's worker lease");
         if let Some(engine) = engine.upgrade() {
-            engine.node.start_leasing();
+            engine.node().start_leasing();
         }
         loop {
             let Some(strong) = engine.upgrade() else {
                 return;
             };
-            let changes = strong.node.lease_changes();
+            let changes = strong.node().lease_changes();
             let poked = changes.notified();
             tokio::pin!(poked);
             poked.as_mut().enable();
-            let log = strong.node.take_lease_log();
+            let log = strong.node().take_lease_log();
             let (hold, release): (Vec<TaskId>, Vec<TaskId>) = if replace {
-                (strong.node.leased(), Vec::new())
+                (strong.node().leased(), Vec::new())
             } else {
                 (
                     log.hold.into_iter().collect(),
@@ -249,7 +249,7 @@ impl Leasing {
                     first = false;
                     replace = false;
                     lock(health).renewed(Instant::now());
-                    held.set(strong.node.leased().len());
+                    held.set(strong.node().leased().len());
                     retries.reset();
                     failures.succeeded();
                     self.renew_every()
@@ -459,14 +459,14 @@ impl Drop for Held {
 async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
     crate::observe::lease_lost();
     let known = tasks.is_some();
-    let ids = tasks.unwrap_or_else(|| engine.node.leased());
+    let ids = tasks.unwrap_or_else(|| engine.node().leased());
     tracing::warn!(
         tasks = ids.len(),
         "mcp-tasks: this node lost its worker lease (other nodes judged it dead while it could not reach the store); the work on its claimed tasks stops"
     );
     for id in ids {
         if known || engine.has_ended(&id).await {
-            engine.node.stop_lost(&id);
+            engine.node().stop_lost(&id);
         }
     }
 }
@@ -535,14 +535,7 @@ mod tests {
     /// Stops a node's lease keeper as a crash would: its work stays registered and
     /// nothing ends its tasks.
     fn crash(layer: &TasksLayer) {
-        drop(
-            layer
-                .engine
-                ._lease_stop
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        drop(layer.engine.take_lease_stop());
     }
 
     async fn all(leases: &impl LeaseStore) -> Vec<LeaseState> {
@@ -559,12 +552,12 @@ mod tests {
         let held = working_task(&store).await;
         let released = working_task(&store).await;
         let finished = working_task(&store).await;
-        a.engine.node.register_work(running);
-        a.handle().hold(held);
-        a.handle().hold(released);
-        a.handle().release(&released);
-        a.engine.node.register_work(finished);
-        a.handle()
+        a.engine.node().register_work(running);
+        a.tasks().hold(held);
+        a.tasks().hold(released);
+        a.tasks().release(&released);
+        a.engine.node().register_work(finished);
+        a.tasks()
             .complete(&finished, serde_json::json!({"content": []}))
             .await
             .expect("completed");
@@ -576,13 +569,8 @@ mod tests {
 
         crash(&a);
         let crashed = tokio::time::Instant::now();
-        let survivor = b.handle();
-        let ends = async {
-            (
-                survivor.cancelled(&running).await,
-                survivor.cancelled(&held).await,
-            )
-        };
+        let survivor = b.tasks();
+        let ends = async { (survivor.ended(&running).await, survivor.ended(&held).await) };
         let ends = tokio::time::timeout(BOUND * 3, ends)
             .await
             .expect("the lost tasks end");
@@ -666,8 +654,8 @@ mod tests {
         let a = node(&store, leases.clone());
         let b = node(&store, leases.clone());
         let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.node.register_work(on_a);
-        b.engine.node.register_work(on_b);
+        a.engine.node().register_work(on_a);
+        b.engine.node().register_work(on_b);
         tokio::time::sleep(BOUND * 3).await;
         for outage in [1, 3, 10] {
             leases.down.store(true, Ordering::Release);
@@ -777,8 +765,8 @@ mod tests {
         let a = node(&store, leases.clone());
         let b = node(&store, leases.clone());
         let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.node.register_work(on_a);
-        b.engine.node.register_work(on_b);
+        a.engine.node().register_work(on_a);
+        b.engine.node().register_work(on_b);
         tokio::time::sleep(BOUND * 3).await;
         for _ in 0..5 {
             tokio::time::advance(BOUND * 10).await;
@@ -797,14 +785,14 @@ mod tests {
         let a = node(&store, leases.over(&cut));
         let _b = node(&store, leases.clone());
         let running = working_task(&store).await;
-        a.engine.node.register_work(running);
+        a.engine.node().register_work(running);
         tokio::time::sleep(BOUND * 3).await;
 
         cut.store(true, Ordering::Release);
         let cut_at = tokio::time::Instant::now();
         tokio::time::sleep(BOUND * 3).await;
         assert_eq!(stored(&store, &running).await.status, TaskStatus::Failed);
-        let ended = tokio::time::timeout(BOUND, a.handle().cancelled(&running)).await;
+        let ended = tokio::time::timeout(BOUND, a.tasks().ended(&running)).await;
         assert_eq!(
             ended,
             Ok(TaskEnd::Failed),
@@ -820,7 +808,7 @@ mod tests {
         assert!(now.iter().all(|lease| !lease.claimed));
         // Its later work is leased again: were it to stop now, it would be failed.
         let later = working_task(&store).await;
-        a.engine.node.register_work(later);
+        a.engine.node().register_work(later);
         tokio::time::sleep(BOUND).await;
         crash(&a);
         tokio::time::sleep(BOUND * 2).await;
@@ -843,7 +831,7 @@ mod tests {
         };
         let first = named(&store);
         let lost = working_task(&store).await;
-        first.engine.node.register_work(lost);
+        first.engine.node().register_work(lost);
         tokio::time::sleep(BOUND).await;
         crash(&first);
 
@@ -851,8 +839,8 @@ mod tests {
         let restarted = tokio::time::Instant::now();
         let second = named(&store);
         let own = working_task(&store).await;
-        second.engine.node.register_work(own);
-        let end = tokio::time::timeout(BOUND * 4, second.handle().cancelled(&lost)).await;
+        second.engine.node().register_work(own);
+        let end = tokio::time::timeout(BOUND * 4, second.tasks().ended(&lost)).await;
         assert_eq!(end, Ok(TaskEnd::Failed), "the predecessor's work is failed");
         assert!(
             restarted.elapsed() <= BOUND * 2 + BOUND / 4 + GATHER,
@@ -874,20 +862,20 @@ mod tests {
             .create(record, CreateLimits::default())
             .await
             .expect("created");
-        a.handle().hold(expiring);
-        a.handle().hold(ended);
+        a.tasks().hold(expiring);
+        a.tasks().hold(ended);
         // Ended by a write this node never saw.
         let cancel = crate::task::Transition::Cancel;
         store
             .update(&ended, Scope::Any, &cancel, Timestamp::now())
             .await
             .expect("cancelled");
-        assert_eq!(a.engine.node.leased().len(), 2);
+        assert_eq!(a.engine.node().leased().len(), 2);
         tokio::time::sleep(BOUND * (super::HOLDS_CHECK_EVERY + 1)).await;
         assert!(
-            a.engine.node.leased().is_empty(),
+            a.engine.node().leased().is_empty(),
             "{:?}",
-            a.engine.node.leased()
+            a.engine.node().leased()
         );
     }
 
@@ -901,15 +889,15 @@ mod tests {
             working_task(&store).await,
             working_task(&store).await,
         );
-        a.engine.node.register_work(ended);
-        a.engine.node.register_work(twice);
-        a.handle().hold(twice);
-        a.handle().hold(explicit);
+        a.engine.node().register_work(ended);
+        a.engine.node().register_work(twice);
+        a.tasks().hold(twice);
+        a.tasks().hold(explicit);
         tokio::time::sleep(BOUND).await;
 
         // The work on `ended` stops; `twice` loses its work but keeps its hold.
-        a.engine.node.forget_work(&ended);
-        a.engine.node.forget_work(&twice);
+        a.engine.node().forget_work(&ended);
+        a.engine.node().forget_work(&twice);
         tokio::time::sleep(BOUND).await;
         crash(&a);
         let state = all(&leases).await.remove(0);

@@ -45,7 +45,6 @@ mod task;
 #[cfg(feature = "test-util")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 pub mod test_suite;
-mod waits;
 pub mod wire;
 pub mod worker;
 

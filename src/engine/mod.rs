@@ -2,8 +2,8 @@
 //! handle, with one job: create tasks, change them, and tell everyone who waits
 //! (the notifier, waiting workers, `Auto` runners), including of changes made on
 //! other nodes. Its neighbours: what this node runs (`node_work`), the futures a
-//! worker awaits (`wait`), the relay of other nodes' changes (`relay`), and the
-//! rendering of results (`render`).
+//! worker awaits and the wake-ups they park on (`wait`), the relay of other nodes'
+//! changes (`relay`), and the rendering of results (`render`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ mod wait;
 pub(crate) use node_work::NodeWork;
 pub(crate) use relay::relay_remote_changes;
 pub(crate) use render::json_len_within;
-pub use wait::Cancelled;
+pub use wait::Ended;
 
 /// What a new task starts with: the settings of a
 /// [`TaskSpec`](crate::TaskSpec) that end up in its record.
@@ -40,15 +40,16 @@ pub(crate) struct NewTask {
 }
 
 pub(crate) struct Engine {
-    pub(crate) store: StoreCalls,
-    pub(crate) config: Config,
-    pub(crate) notifier: Option<Arc<dyn TaskNotifier>>,
-    pub(crate) principal: Option<PrincipalFn>,
+    store: StoreCalls,
+    config: Config,
+    notifier: Option<Arc<dyn TaskNotifier>>,
+    principal: Option<PrincipalFn>,
     /// The registry of this layer's listen streams (fed by the default notifier).
-    pub(crate) listen: ListenNotifier,
+    listen: ListenNotifier,
     /// What this node runs: handle work, `Auto` runners, holds, the drain.
-    pub(crate) node: NodeWork,
-    pub(crate) _janitor_stop: Mutex<Option<crate::spawn::Stop>>,
+    node: NodeWork,
+    /// Dropped with the engine: stops the janitor.
+    janitor_stop: Mutex<Option<crate::spawn::Stop>>,
     /// The engine itself, for the re-reads it starts in the background.
     me: std::sync::OnceLock<std::sync::Weak<Engine>>,
     /// The tasks being re-read in the background after a failed write (one re-read
@@ -58,7 +59,7 @@ pub(crate) struct Engine {
     /// all), not only those of tasks this node knows.
     relay_all: bool,
     /// Dropped with the engine: stops the lease keeper.
-    pub(crate) _lease_stop: Mutex<Option<crate::spawn::Stop>>,
+    lease_stop: Mutex<Option<crate::spawn::Stop>>,
     /// Set once this layer has warned about a task without a principal.
     anonymous_warned: std::sync::atomic::AtomicBool,
 }
@@ -77,11 +78,11 @@ impl Engine {
             principal,
             listen: ListenNotifier::default(),
             node: NodeWork::default(),
-            _janitor_stop: Mutex::new(None),
+            janitor_stop: Mutex::new(None),
             me: std::sync::OnceLock::new(),
             reconciling: Mutex::default(),
             relay_all: false,
-            _lease_stop: Mutex::new(None),
+            lease_stop: Mutex::new(None),
             anonymous_warned: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -105,6 +106,54 @@ impl Engine {
     pub(crate) fn relaying_all(mut self, all: bool) -> Self {
         self.relay_all = all;
         self
+    }
+
+    /// The store, as the layer calls it: each call bounded by the store timeout
+    /// and timed.
+    /// Keeps the janitor running for as long as the engine lives.
+    pub(crate) fn keep_janitor(&self, stop: crate::spawn::Stop) {
+        *self.janitor_stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop);
+    }
+
+    /// Keeps the lease keeper running for as long as the engine lives.
+    pub(crate) fn keep_lease(&self, stop: crate::spawn::Stop) {
+        *self.lease_stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop);
+    }
+
+    /// The lease keeper's stop, taken so that dropping it stops the keeper as a
+    /// crash would.
+    #[cfg(test)]
+    pub(crate) fn take_lease_stop(&self) -> Option<crate::spawn::Stop> {
+        self.lease_stop
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    pub(crate) fn store(&self) -> &StoreCalls {
+        &self.store
+    }
+
+    /// The settings the builder validated.
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What this node runs: handle work, `Auto` runners, holds, the drain.
+    pub(crate) fn node(&self) -> &NodeWork {
+        &self.node
+    }
+
+    /// The registry of this layer's listen streams.
+    pub(crate) fn listen(&self) -> &ListenNotifier {
+        &self.listen
+    }
+
+    /// Whether changes are told to a notifier (none after
+    /// [`without_notifier`](crate::TasksLayerBuilder::without_notifier)): without
+    /// one, a listen agrees to no task ids.
+    pub(crate) fn has_notifier(&self) -> bool {
+        self.notifier.is_some()
     }
 
     /// Whether this node has anyone to tell of a change to `id`: a worker waiting

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
+use super::wait::Waits;
 use crate::observe::Live;
 use crate::task::{TaskId, TaskRecord, TaskStatus};
-use crate::waits::Waits;
 
 /// Holds gained and given up since a lease keeper last renewed.
 #[derive(Debug, Default)]
@@ -240,7 +240,7 @@ impl NodeWork {
 
     /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
     /// runner is aborted, its hold dropped, and its waiting worker re-reads the
-    /// task (failed by the claim), so `cancelled()` resolves.
+    /// task (failed by the claim), so `ended()` resolves.
     pub(crate) fn stop_lost(&self, id: &TaskId) {
         if let Some(runner) = self.take_runner(id) {
             runner.abort();

@@ -28,7 +28,7 @@ use tower_service::Service;
 
 use super::progress::{self, ProgressSink};
 use super::task_tools::{AsToolResult, task_result};
-use super::{Reply, reply};
+use super::{Call, Reply, reply};
 use crate::backoff::Backoff;
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused, TaskSpec};
@@ -52,13 +52,9 @@ const RETRY_LAST: Duration = Duration::from_secs(2);
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
 /// declared the extension (or one served by the task tools). `inner` must be ready
-/// (polled).
-pub(crate) async fn call<S, B, ResBody>(
-    engine: Arc<Engine>,
-    inner: S,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    id: Option<Value>,
+/// (polled). It becomes a task if it runs past `after`.
+pub(crate) async fn run<S, B, ResBody>(
+    call: Call<'_, S>,
     after: Duration,
 ) -> Reply<ResBody, S::Error>
 where
@@ -69,15 +65,22 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let owner = engine.principal(&parts);
+    let id = call.envelope.id.clone();
+    let owner = call.principal();
+    let Call {
+        engine,
+        inner,
+        mut parts,
+        bytes,
+        ..
+    } = call;
     // Refused before the call starts: whether it would become a task depends on
     // its timing, and an anonymous call is refused either way.
     if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
         return Ok(reply(e, id.as_ref()));
     }
-    let mut parts = parts;
     let as_tool = parts.extensions.remove::<AsToolResult>();
-    let Some(call) = Call::new(parts, &bytes) else {
+    let Some(call) = Resend::new(parts, bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
     let (answer_tx, mut answer_rx) = oneshot::channel();
@@ -122,7 +125,7 @@ where
 /// extensions included, the `Principal` with them) and the JSON-RPC message with
 /// the tasks extension removed from its client capabilities. Every other value of
 /// the message is sent as the client wrote it.
-struct Call {
+struct Resend {
     method: http::Method,
     uri: http::Uri,
     version: http::Version,
@@ -133,15 +136,15 @@ struct Call {
     own_progress_token: bool,
 }
 
-impl Call {
-    fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Call> {
+impl Resend {
+    fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Resend> {
         let mut message = RawObject::parse(bytes)?;
         strip_extension(&mut message);
         let own_progress_token = progress::ensure_token(&mut message);
         let mut extensions = parts.extensions;
         // The inner handler cannot make a task of its own: the layer already does.
         extensions.insert(TaskContext::refused(TaskRefused::NotDeclared));
-        Some(Call {
+        Some(Resend {
             method: parts.method,
             uri: parts.uri,
             version: parts.version,
@@ -427,7 +430,7 @@ struct Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        self.engine.node.forget_runner(&self.task);
+        self.engine.node().forget_runner(&self.task);
     }
 }
 
@@ -435,7 +438,7 @@ struct Runner<S> {
     engine: Arc<Engine>,
     /// An unpolled clone for the MRTR retries (made ready before each use).
     spare: S,
-    call: Call,
+    call: Resend,
     /// The client's JSON-RPC id.
     id: Option<Value>,
     owner: Option<Principal>,
@@ -460,7 +463,7 @@ impl<S> Runner<S> {
         ResBody: Body<Data = Bytes> + Send + 'static,
         ResBody::Error: Into<BoxError>,
     {
-        let cap = self.engine.config.max_response_bytes;
+        let cap = self.engine.config().max_response_bytes;
         let request = self.call.request(&self.call.message);
         let first = exchange(inner, request, cap, self.progress.clone());
         tokio::pin!(first);
@@ -501,7 +504,7 @@ impl<S> Runner<S> {
             task,
         };
         if let Ok(me) = me.await {
-            self.engine.node.register_runner(task, me);
+            self.engine.node().register_runner(task, me);
         }
         let created = task_result(&self.engine, &record, self.as_tool);
         let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
@@ -545,7 +548,7 @@ impl<S> Runner<S> {
         ResBody: Body<Data = Bytes>,
         ResBody::Error: Into<BoxError>,
     {
-        let cap = self.engine.config.max_response_bytes;
+        let cap = self.engine.config().max_response_bytes;
         let mut outcome = progress::relaying(&self.engine, &task, &mut self.reports, first).await;
         let mut round = 0u32;
         loop {
@@ -747,7 +750,7 @@ mod tests {
             "_meta": {META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}, "other": {}}}}}});
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions.insert(Principal::from("alice"));
-        let call = Call::new(parts, body.to_string().as_bytes()).unwrap();
+        let call = Resend::new(parts, body.to_string().as_bytes()).unwrap();
         let message = as_value(&call.message);
         let extensions = &message["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
         assert_eq!(extensions, &json!({"other": {}}));
@@ -784,7 +787,7 @@ mod tests {
             r#"{{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"tools/call","params":{{"name":"t","arguments":{arguments},"_meta":{{"{META_CLIENT_CAPABILITIES}":{{"extensions":{{"{EXTENSION_ID}":{{}}}}}}}}}}}}"#
         );
         let (parts, ()) = Request::new(()).into_parts();
-        let call = Call::new(parts, body.as_bytes()).unwrap();
+        let call = Resend::new(parts, body.as_bytes()).unwrap();
         let first = String::from_utf8(call.message.to_vec()).unwrap();
         assert!(
             first.contains(&format!(r#""arguments":{arguments}"#)),

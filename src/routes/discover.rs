@@ -7,35 +7,40 @@ use http_body::Body;
 use serde_json::{Map, Value};
 use tower_service::Service;
 
-use super::{Reply, reply};
+use super::{Call, Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
-use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::wire::{EXTENSION_ID, RpcError, sse};
 
 /// Forwards `server/discover` and adds the extension under `capabilities.extensions`,
 /// keeping every other field as the inner service wrote it.
-pub(crate) async fn call<S, B, ResBody>(
-    engine: &Engine,
-    mut inner: S,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    id: Option<&Value>,
-) -> Reply<ResBody, S::Error>
+pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    let Call {
+        engine,
+        mut inner,
+        parts,
+        bytes,
+        envelope,
+        ..
+    } = call;
+    let id = envelope.id.as_ref();
     let response = inner
-        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .call(Request::from_parts(
+            parts,
+            RequestBody::buffered(bytes.clone()),
+        ))
         .await?;
     let (mut head, body) = response.into_parts();
     if !head.status.is_success() {
         return Ok(Response::from_parts(head, ResponseBody::inner(body)));
     }
     let event_stream = sse::is_event_stream(&head.headers);
-    let body = match read_up_to(body, engine.config.max_response_bytes).await {
+    let body = match read_up_to(body, engine.config().max_response_bytes).await {
         Ok(ReadOutcome::Complete(bytes)) => {
             match sse::rewrite_response(&bytes, event_stream, advertise) {
                 Some(rewritten) => {

@@ -17,10 +17,9 @@ use serde_json::{Map, Value, json};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::{Reply, forward, reply};
+use super::{Call, Reply, forward, reply};
 use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused};
-use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::notify::registry::{ByteLimit, Subscription};
 use crate::observe::{self, Outcome};
@@ -39,14 +38,7 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// the caller owns the task, registered, and removed from the forwarded request; the
 /// inner service's stream is then wrapped so that its acknowledgment lists the
 /// agreed ids and task notifications are merged in.
-pub(crate) async fn call<S, B, ResBody>(
-    engine: &Engine,
-    mut inner: S,
-    mut parts: http::request::Parts,
-    bytes: Bytes,
-    envelope: &Envelope<'_>,
-    declared: bool,
-) -> Reply<ResBody, S::Error>
+pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
     S::Future: Send,
@@ -54,11 +46,20 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    let Call {
+        engine,
+        mut inner,
+        mut parts,
+        bytes,
+        envelope,
+        declared,
+    } = call;
+    let bytes = bytes.clone();
     let id = envelope.id.as_ref();
     parts
         .extensions
         .insert(TaskContext::refused(TaskRefused::NotToolCall));
-    let requested = requested_task_ids(envelope);
+    let requested = requested_task_ids(&envelope);
     let (Some(requested), Some(subscription_id)) =
         (requested.as_ref(), id.filter(|v| !v.is_null()))
     else {
@@ -73,7 +74,7 @@ where
     }
     let requested = match requested.as_array() {
         Some(ids)
-            if ids.len() <= engine.config.max_listen_task_ids
+            if ids.len() <= engine.config().max_listen_task_ids
                 && ids.iter().all(Value::is_string) =>
         {
             ids
@@ -90,7 +91,7 @@ where
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
-    if engine.notifier.is_some() {
+    if engine.has_notifier() {
         let mut seen = HashSet::with_capacity(requested.len());
         for text in requested.iter().filter_map(Value::as_str) {
             if let Ok(task) = text.parse::<TaskId>()
@@ -100,8 +101,8 @@ where
             }
         }
     }
-    let config = &engine.config;
-    let registered = engine.listen.registry().try_register(
+    let config = engine.config();
+    let registered = engine.listen().registry().try_register(
         owner.clone(),
         &candidates,
         config.max_listen_streams_per_owner,
@@ -126,7 +127,7 @@ where
     // Read within the room the principal's streams have left (reserved first, so
     // that concurrent listens share it): a snapshot that would not fit is refused
     // before it is fetched.
-    let registry = engine.listen.registry();
+    let registry = engine.listen().registry();
     let reservation = if candidates.is_empty() {
         None
     } else {
@@ -136,7 +137,7 @@ where
         None => Ok(Budgeted::Within(Vec::new())),
         Some(reservation) => {
             engine
-                .store
+                .store()
                 .get_many_within(
                     &candidates,
                     Scope::Owner(owner.as_ref()),
@@ -180,7 +181,7 @@ where
     let stream = Stream {
         subscription,
         subscription_id: subscription_id.clone(),
-        keep_alive: engine.config.keep_alive,
+        keep_alive: engine.config().keep_alive,
     };
     let bytes = without_task_ids(&bytes).unwrap_or(bytes);
     if parts.headers.contains_key(header::CONTENT_LENGTH) {
@@ -190,7 +191,7 @@ where
     }
     // The inner service has until the deadline to answer and acknowledge; a stalled
     // one is dropped, and the client gets a tasks-only stream.
-    let deadline = Instant::now() + engine.config.listen_ack_timeout;
+    let deadline = Instant::now() + engine.config().listen_ack_timeout;
     let call = inner.call(Request::from_parts(parts, RequestBody::buffered(bytes)));
     let response = match tokio::time::timeout_at(deadline, call).await {
         Ok(response) => response?,
@@ -212,7 +213,7 @@ where
             }
             _ => match tokio::time::timeout_at(
                 deadline,
-                read_up_to(body, engine.config.max_response_bytes),
+                read_up_to(body, engine.config().max_response_bytes),
             )
             .await
             {
@@ -238,7 +239,7 @@ where
         return Ok(tasks_only(stream, agreed_ids));
     }
     let body: BoxBody = Box::pin(body.map_err(Into::into));
-    let cap = engine.config.max_response_bytes;
+    let cap = engine.config().max_response_bytes;
     let first = match tokio::time::timeout_at(deadline, first_message(body, cap)).await {
         Ok(first) => first,
         Err(_) => {

@@ -1,5 +1,10 @@
-//! The routes the layer owns, one file each, and what they share: handing a read
-//! request to the inner service, and answering with a JSON-RPC error.
+//! The routes the layer owns, one file each, and what they share: the [`Call`]
+//! each route is handed, handing a read request to the inner service, and
+//! answering with a JSON-RPC error.
+//!
+//! Every route has one shape, `async fn call(call: Call<'_, S>) -> Reply<ResBody,
+//! S::Error>`: the inner service's error is the only `Err`, and every answer of the
+//! layer's own is an `Ok` response.
 //!
 //! | method | file |
 //! |---|---|
@@ -22,7 +27,7 @@ use crate::context::TaskSpec;
 use crate::engine::Engine;
 use crate::observe::{self, Outcome};
 use crate::task::{Principal, TaskId, TaskRecord};
-use crate::wire::RpcError;
+use crate::wire::{Envelope, RpcError};
 use crate::worker;
 
 pub(crate) mod auto;
@@ -36,6 +41,65 @@ pub(crate) mod tools_call;
 
 /// What the layer's own routes resolve to.
 pub(crate) type Reply<B, E> = Result<Response<ResponseBody<B>>, E>;
+
+/// A request the layer has read and parsed, as the service hands it to a route.
+pub(crate) struct Call<'a, S> {
+    /// The state behind the layer.
+    pub(crate) engine: Arc<Engine>,
+    /// The inner service, polled ready.
+    pub(crate) inner: S,
+    /// The request's head.
+    pub(crate) parts: http::request::Parts,
+    /// The request's body, as read.
+    pub(crate) bytes: &'a Bytes,
+    /// The body, parsed.
+    pub(crate) envelope: Envelope<'a>,
+    /// Whether `_meta` declares the extension, once the envelope passed
+    /// [`Envelope::validate`]. `false` where a route is reached before that (the
+    /// `tasks/*` route validates in its own order) and in the legacy era.
+    pub(crate) declared: bool,
+}
+
+impl<S> Call<'_, S> {
+    /// The request's JSON-RPC id, as parsed.
+    pub(crate) fn id(&self) -> Option<&Value> {
+        self.envelope.id.as_ref()
+    }
+
+    /// The caller, as the layer's principal function (or the request's
+    /// extensions) names it. Asked anew at each call.
+    pub(crate) fn principal(&self) -> Option<Principal> {
+        self.engine.principal(&self.parts)
+    }
+
+    /// Hands the request to the inner service, unchanged.
+    pub(crate) async fn forward<B, ResBody>(self) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    {
+        forward(
+            self.inner,
+            self.parts,
+            self.bytes.clone(),
+            self.envelope.id.as_ref(),
+        )
+        .await
+    }
+}
+
+/// The span of an owned route. Never an id or a principal here: the method, how it
+/// ended, and where the time went.
+#[inline]
+pub(crate) fn route_span(method: &str) -> tracing::Span {
+    tracing::debug_span!(
+        "mcp_tasks",
+        method = %method,
+        outcome = tracing::field::Empty,
+        error_code = tracing::field::Empty,
+        store_us = tracing::field::Empty,
+        elapsed_us = tracing::field::Empty,
+    )
+}
 
 /// A JSON-RPC error response written by the layer.
 pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
@@ -206,7 +270,7 @@ mod tests {
             .build()
             .expect("a valid layer");
         let spec = TaskSpec::new().with_work(|handle| async move {
-            handle.cancelled().await;
+            handle.ended().await;
         });
         let create = create_task(&layer.engine, None, spec);
         let answered = tokio::time::timeout(std::time::Duration::from_secs(1), create).await;

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 use tower_service::Service;
 
-use super::{Reply, reply};
+use super::{Call, Reply, reply};
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::engine::Engine;
 use crate::error::{BoxError, StoreError, TransitionError};
@@ -20,7 +20,7 @@ use crate::observe::{self, Outcome};
 use crate::store::Applied;
 use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
 use crate::wire::sse;
-use crate::wire::{Envelope, HeaderRoute, MCP_METHOD, RpcError, result_response};
+use crate::wire::{HeaderRoute, MCP_METHOD, RpcError, result_response};
 
 /// The tools the layer adds.
 const STATUS: &str = "task_status";
@@ -54,27 +54,29 @@ pub(crate) fn reroute(route: HeaderRoute, headers: &http::HeaderMap) -> HeaderRo
 /// Whether this request is the fallback's: task tools on, a client that did not
 /// declare the extension, `tools/list` or `tools/call`.
 pub(crate) fn handles(engine: &Engine, method: &str, declared: bool) -> bool {
-    engine.config.task_tools && !declared && matches!(method, "tools/list" | "tools/call")
+    engine.config().task_tools && !declared && matches!(method, "tools/list" | "tools/call")
 }
 
 /// `task_status`, `task_answer` or `task_cancel` of a client without the
 /// extension, answered from the store with the caller's owner scope.
-pub(crate) async fn answer_tool<B>(
-    engine: &Engine,
-    parts: &http::request::Parts,
-    envelope: &Envelope<'_>,
-) -> Response<ResponseBody<B>> {
+pub(crate) async fn answer_tool<S, B>(call: Call<'_, S>) -> Response<ResponseBody<B>> {
+    let owner = call.principal();
+    let Call {
+        engine,
+        parts,
+        envelope,
+        ..
+    } = call;
     let legacy = envelope.is_legacy(&parts.headers);
     let tool = envelope.param_str("name");
     let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
-    let owner = engine.principal(parts);
     if let Err(e) = engine.admit_owner(owner.as_ref()) {
         return reply(e, envelope.id.as_ref());
     }
     let scope = Scope::Owner(owner.as_ref());
-    let result = answer(engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
+    let result = answer(&engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
     observe::outcome(Outcome::Result);
-    tool_response(engine, envelope.id.as_ref(), result, legacy)
+    tool_response(&engine, envelope.id.as_ref(), result, legacy)
 }
 
 /// Whether a `tools/call` names one of the task tools.
@@ -146,23 +148,29 @@ fn definitions() -> [Value; 3] {
 /// Forwards `tools/list` and adds the three tools to its last page (the one without
 /// `nextCursor`). An answer past the response cap or with no tool list passes as it
 /// is.
-pub(crate) async fn list<S, B, ResBody>(
-    engine: &Engine,
-    mut inner: S,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    id: Option<&Value>,
-) -> Reply<ResBody, S::Error>
+pub(crate) async fn list<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    let Call {
+        engine,
+        mut inner,
+        parts,
+        bytes,
+        envelope,
+        ..
+    } = call;
+    let id = envelope.id.as_ref();
     let response = inner
-        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .call(Request::from_parts(
+            parts,
+            RequestBody::buffered(bytes.clone()),
+        ))
         .await?;
     let (mut head, body) = response.into_parts();
-    let read = match read_up_to(body, engine.config.max_response_bytes).await {
+    let read = match read_up_to(body, engine.config().max_response_bytes).await {
         Ok(ReadOutcome::Complete(read)) => read,
         Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
         Err(e) => {
@@ -295,10 +303,10 @@ async fn status(
     id: &TaskId,
     scope: Scope<'_>,
 ) -> Result<Option<ToolAnswer>, StoreError> {
-    let Some(task) = engine.store.get(id, scope, Timestamp::now()).await? else {
+    let Some(task) = engine.store().get(id, scope, Timestamp::now()).await? else {
         return Ok(None);
     };
-    engine.node.stop_runner(&task);
+    engine.node().stop_runner(&task);
     Ok(Some(describe(&task, String::new())))
 }
 

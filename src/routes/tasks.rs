@@ -1,14 +1,177 @@
 //! `tasks/get`, `tasks/update` and `tasks/cancel`: answered from the store, scoped
-//! to the caller, never reaching the inner service.
+//! to the caller, never reaching the inner service. A request whose `Mcp-Method`
+//! header names one of them is answered by [`tasks_now`] without awaiting when the
+//! store answers at once; any other reaches [`call`].
 
 use bytes::Bytes;
-use http::{HeaderMap, Response};
+use http::{HeaderMap, Request, Response, StatusCode};
 use serde_json::{Map, Value};
 
+use tower_service::Service;
+
+use super::{Call, Reply, reply};
+use crate::body::{RequestBody, ResponseBody};
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
-use crate::task::{Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
-use crate::wire::{Envelope, ReplyId, RpcError, ServerInfoMeta, result_response_with, write_value};
+use crate::observe::{self, Outcome};
+use crate::task::{Principal, Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
+use crate::wire::{
+    Envelope, ReplyId, RpcError, ServerInfoMeta, check_media_types, result_response_with,
+    write_value,
+};
+
+/// The `tasks/*` methods the layer answers itself, never reaching the inner service.
+pub(crate) fn is_tasks_method(method: &str) -> bool {
+    matches!(
+        method,
+        "tasks/get" | "tasks/update" | "tasks/cancel" | "tasks/list" | "tasks/result"
+    )
+}
+
+/// `tasks/get`, `tasks/update`, `tasks/cancel` (and the removed `tasks/list`,
+/// `tasks/result`): the media types, the envelope, the notification form, then the
+/// specification's validation order. Replies echo the id exactly as written.
+pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+{
+    let Call {
+        engine,
+        parts,
+        envelope,
+        ..
+    } = call;
+    let owner = match check_tasks(&engine, &parts, &envelope) {
+        Ok(owner) => owner,
+        Err(response) => return Ok(response),
+    };
+    let answer = answer(&engine, &envelope, Scope::Owner(owner.as_ref())).await;
+    Ok(respond(&engine, &envelope, parts.headers, answer))
+}
+
+/// The checks of a `tasks/*` request before the store is asked, in the
+/// specification's order; the caller's principal when they pass, the reply (an
+/// error, or 202 to a notification) when they do not.
+#[allow(clippy::result_large_err)] // made once per request and answered at once
+fn check_tasks<B>(
+    engine: &Engine,
+    parts: &http::request::Parts,
+    envelope: &Envelope<'_>,
+) -> Result<Option<Principal>, Response<ResponseBody<B>>> {
+    let id = envelope.valid_raw_id();
+    let error = |e: RpcError| {
+        observe::outcome(Outcome::Error(e.code()));
+        e.to_response_raw(id).map(ResponseBody::full)
+    };
+    check_media_types(&parts.headers).map_err(error)?;
+    envelope.check_strict().map_err(error)?;
+    if envelope.is_notification() {
+        // A notification gets 202 and no body; nothing is looked up or changed.
+        observe::outcome(Outcome::Result);
+        let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
+        *accepted.status_mut() = StatusCode::ACCEPTED;
+        return Err(accepted);
+    }
+    let declared = envelope.validate(&parts.headers).map_err(error)?.0;
+    if matches!(&*envelope.method, "tasks/list" | "tasks/result") {
+        return Err(error(RpcError::method_not_found()));
+    }
+    if !declared {
+        return Err(error(RpcError::tasks_extension_required()));
+    }
+    let owner = engine.principal(parts);
+    engine.admit_owner(owner.as_ref()).map_err(error)?;
+    Ok(owner)
+}
+
+/// The reply to a checked `tasks/*` request, in `headers` (the request's map,
+/// which has room already).
+fn respond<B>(
+    engine: &Engine,
+    envelope: &Envelope<'_>,
+    headers: HeaderMap,
+    answer: Result<Answer, RpcError>,
+) -> Response<ResponseBody<B>> {
+    let id = envelope.valid_raw_id();
+    match answer {
+        Ok(answer) => {
+            observe::outcome(Outcome::Result);
+            answer
+                .to_response(engine, id, headers)
+                .map(ResponseBody::full)
+        }
+        Err(e) => {
+            observe::outcome(Outcome::Error(e.code()));
+            e.to_response_raw(id).map(ResponseBody::full)
+        }
+    }
+}
+
+/// How far [`tasks_now`] got with a `tasks/*` request.
+pub(crate) enum TasksNow<'a, B> {
+    /// Answered (a result, or a refusal).
+    Answered(Response<ResponseBody<B>>),
+    /// Checked, waiting for the store.
+    Later(TasksLater<'a>),
+    /// Not a modern `tasks/*` request (or one whose span records): the service
+    /// dispatches it by its body.
+    Dispatch(http::request::Parts),
+}
+
+/// A checked `tasks/*` request whose answer needs the store's future.
+pub(crate) struct TasksLater<'a> {
+    envelope: Envelope<'a>,
+    owner: Option<Principal>,
+    headers: HeaderMap,
+}
+
+impl TasksLater<'_> {
+    pub(crate) async fn answer<B>(self, engine: &Engine) -> Response<ResponseBody<B>> {
+        let scope = Scope::Owner(self.owner.as_ref());
+        let answer = answer(engine, &self.envelope, scope).await;
+        respond(engine, &self.envelope, self.headers, answer)
+    }
+}
+
+/// A `tasks/*` request under a `tasks/*` `Mcp-Method`, as far as it goes without
+/// awaiting: parsed, checked, and answered when the store answers at once. Exactly
+/// what [`call`] would do with it.
+pub(crate) fn tasks_now<'a, B>(
+    engine: &Engine,
+    parts: http::request::Parts,
+    bytes: &'a Bytes,
+) -> TasksNow<'a, B> {
+    let envelope = match Envelope::parse(bytes) {
+        Ok(Some(envelope)) => envelope,
+        // The header names a method the layer owns: it answers for the body.
+        Ok(None) => {
+            return TasksNow::Answered(reply(
+                RpcError::invalid_request("Invalid Request: the body is not one JSON-RPC request"),
+                None,
+            ));
+        }
+        Err(e) => return TasksNow::Answered(reply(e, None)),
+    };
+    if envelope.is_legacy(&parts.headers)
+        || !is_tasks_method(&envelope.method)
+        || !super::route_span(&envelope.method).is_disabled()
+    {
+        return TasksNow::Dispatch(parts);
+    }
+    let owner = match check_tasks(engine, &parts, &envelope) {
+        Ok(owner) => owner,
+        Err(response) => return TasksNow::Answered(response),
+    };
+    let scope = Scope::Owner(owner.as_ref());
+    match answer_now(engine, &envelope, scope) {
+        Some(answer) => TasksNow::Answered(respond(engine, &envelope, parts.headers, answer)),
+        None => TasksNow::Later(TasksLater {
+            envelope,
+            owner,
+            headers: parts.headers,
+        }),
+    }
+}
 
 /// What a `tasks/*` request is answered with.
 #[allow(clippy::large_enum_variant)] // made once per request and answered at once
@@ -28,7 +191,7 @@ impl Answer {
         id: Option<&str>,
         headers: HeaderMap,
     ) -> Response<Bytes> {
-        let server_info = engine.config.server_info.as_ref();
+        let server_info = engine.config().server_info.as_ref();
         match self {
             Answer::Task(task) => result_response_with(ReplyId::Raw(id), headers, |out| {
                 TaskJson::detailed(task)
@@ -63,7 +226,7 @@ pub(crate) fn answer_now(
         Ok(None) => return Some(Err(not_found())),
         Err(e) => return Some(Err(e)),
     };
-    let found = engine.store.get_now(&id, scope, Timestamp::now())?;
+    let found = engine.store().get_now(&id, scope, Timestamp::now())?;
     Some(found_task(engine, found))
 }
 
@@ -91,7 +254,7 @@ fn found_task(
     found: Result<Option<TaskRecord>, StoreError>,
 ) -> Result<Answer, RpcError> {
     let task = found.map_err(store_failed)?.ok_or_else(not_found)?;
-    engine.node.stop_runner(&task);
+    engine.node().stop_runner(&task);
     Ok(Answer::Task(task))
 }
 
@@ -108,7 +271,7 @@ pub(crate) async fn answer(
             let Some(id) = id else {
                 return Err(not_found());
             };
-            let found = engine.store.get(&id, scope, Timestamp::now()).await;
+            let found = engine.store().get(&id, scope, Timestamp::now()).await;
             found_task(engine, found)
         }
         method => {
@@ -155,7 +318,7 @@ pub(crate) async fn check_input_sizes(
     scope: Scope<'_>,
     responses: &Map<String, Value>,
 ) -> Result<(), RpcError> {
-    let per_answer = engine.config.max_input_response_bytes;
+    let per_answer = engine.config().max_input_response_bytes;
     let mut sizes = Vec::with_capacity(responses.len());
     for (key, response) in responses {
         let Some(len) = json_len_within(response, per_answer) else {
@@ -166,8 +329,8 @@ pub(crate) async fn check_input_sizes(
         };
         sizes.push((key, len));
     }
-    let per_task = engine.config.max_task_input_bytes;
-    let task = match engine.store.get(id, scope, Timestamp::now()).await {
+    let per_task = engine.config().max_task_input_bytes;
+    let task = match engine.store().get(id, scope, Timestamp::now()).await {
         Ok(Some(task)) => task,
         // The update itself answers a missing task or a failing store.
         Ok(None) | Err(_) => return Ok(()),

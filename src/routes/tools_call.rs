@@ -16,9 +16,10 @@ use serde_json::Value;
 use tower_service::Service;
 
 use super::task_tools::{AsToolResult, task_result};
-use super::{Reply, reply};
+use super::{Call, Reply, reply};
 use crate::body::{BoxBody, RequestBody, ResponseBody, read_up_to};
-use crate::context::{TaskContext, TaskSpec};
+use crate::config::TaskMode;
+use crate::context::{TaskContext, TaskRefused, TaskSpec};
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::observe::{self, Outcome};
@@ -27,14 +28,65 @@ use crate::task::Principal;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::{ReplyId, RpcError, result_response};
 
-/// Forwards a `tools/call`; if the handler asked for a task, stores it and answers
-/// with a `CreateTaskResult` in place of the inner response.
-pub(crate) async fn call<S, B, ResBody>(
-    engine: &Arc<Engine>,
-    mut inner: S,
-    mut parts: http::request::Parts,
-    bytes: Bytes,
-    id: Option<&Value>,
+/// A modern `tools/call`: the tool's [`TaskMode`] and the client's declaration
+/// decide whether it runs as an `Auto` task, is refused, or goes to the handler
+/// with a [`TaskContext`] open or refused.
+pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let engine = &call.engine;
+    let tool = call.envelope.param_str("name");
+    let tool = tool.as_deref().unwrap_or("");
+    // The arguments are decoded only for a policy that reads them.
+    let mode = match engine.config().task_policy {
+        Some(_) => {
+            let arguments = call.envelope.param("arguments").unwrap_or(&Value::Null);
+            engine.config().mode_for_call(tool, arguments)
+        }
+        None => engine.config().mode_for(tool),
+    };
+    let declared = call.declared;
+    let draining = engine.node().is_draining();
+    if draining && declared && mode.requires_extension() {
+        return Ok(super::shutting_down(call.id()));
+    }
+    if let Some(after) = mode.auto_after()
+        && declared
+    {
+        if !draining {
+            return Box::pin(super::auto::run(call, after)).await;
+        }
+        observe::task_refused("shutting_down");
+    }
+    if mode.requires_extension() && !declared {
+        observe::task_refused("extension_required");
+        return Ok(reply(RpcError::tasks_extension_required(), call.id()));
+    }
+    if mode == TaskMode::Required
+        && let Err(e) = engine.refuse_anonymous(call.principal().as_ref())
+    {
+        return Ok(reply(e, call.id()));
+    }
+    let context = match (mode, declared) {
+        (TaskMode::Never, _) => TaskContext::refused(TaskRefused::ToolNeverTask),
+        (_, false) => TaskContext::refused(TaskRefused::NotDeclared),
+        _ if draining => TaskContext::refused(TaskRefused::ShuttingDown),
+        _ => TaskContext::open(),
+    };
+    run(call, context).await
+}
+
+/// Forwards a `tools/call` with `context` in its extensions; if the handler asked
+/// for a task, stores it and answers with a `CreateTaskResult` in place of the
+/// inner response.
+pub(crate) async fn run<S, B, ResBody>(
+    call: Call<'_, S>,
     context: TaskContext,
 ) -> Reply<ResBody, S::Error>
 where
@@ -42,11 +94,24 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let owner = engine.principal(&parts);
+    let owner = call.principal();
+    let Call {
+        engine,
+        mut inner,
+        mut parts,
+        bytes,
+        envelope,
+        ..
+    } = call;
+    let engine = &engine;
+    let id = envelope.id.as_ref();
     let as_tool = parts.extensions.remove::<AsToolResult>();
     parts.extensions.insert(context.clone());
     let response = inner
-        .call(Request::from_parts(parts, RequestBody::buffered(bytes)))
+        .call(Request::from_parts(
+            parts,
+            RequestBody::buffered(bytes.clone()),
+        ))
         .await?;
     let (mut head, body) = response.into_parts();
     let spec_on_response = head.extensions.remove::<TaskSpec>();
@@ -76,7 +141,7 @@ where
         ));
     }
     // A JSON answer is the handler's last word: read it before deciding.
-    let read = match read_up_to(body, engine.config.max_response_bytes).await {
+    let read = match read_up_to(body, engine.config().max_response_bytes).await {
         Ok(read) => read,
         Err(e) => {
             let e: BoxError = e.into();
@@ -161,7 +226,7 @@ impl DecidingBody {
     pub(crate) fn new(inner: BoxBody, decision: Decision) -> Self {
         DecidingBody {
             inner: Some(inner),
-            cap: decision.engine.config.max_response_bytes,
+            cap: decision.engine.config().max_response_bytes,
             events: Splitter::new(),
             ready: VecDeque::new(),
             decision: Some(decision),

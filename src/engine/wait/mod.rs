@@ -1,4 +1,5 @@
-//! Waiting on a task: the futures a worker awaits for its answers or its end.
+//! Waiting on a task: the futures a worker awaits for its answers or its end, in
+//! this file, and the wake-ups they park on (`wakes.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +12,10 @@ use crate::backoff::Backoff;
 use crate::error::{StoreError, TaskError};
 use crate::store::BoxFuture;
 use crate::task::{Scope, TaskEnd, TaskId, TaskRecord, TaskStatus, Timestamp};
+
+mod wakes;
+
+pub(crate) use wakes::Waits;
 
 impl Engine {
     /// Waits until `id` has no outstanding input request and returns every answer
@@ -48,8 +53,8 @@ impl Engine {
     /// Waits until the task no longer needs its worker: cancelled, ended some other
     /// way, or gone (expired or removed). Store errors are retried with a bounded
     /// backoff, so an outage never reads as an end.
-    pub(crate) fn wait_for_end<'a>(&'a self, id: &'a TaskId) -> Cancelled<'a> {
-        Cancelled {
+    pub(crate) fn wait_for_end<'a>(&'a self, id: &'a TaskId) -> Ended<'a> {
+        Ended {
             wait: self.wait_until(id, end_of),
             backoff: None,
             retry: RETRY,
@@ -195,8 +200,8 @@ fn end_of(task: Option<&TaskRecord>) -> Option<TaskEnd> {
 /// this node's clock) before it reads it again.
 const EXPIRY_RECHECK_MS: u64 = 200;
 
-/// The future of [`Tasks::cancelled`](crate::worker::Tasks::cancelled) and
-/// [`TaskHandle::cancelled`](crate::worker::TaskHandle::cancelled): resolves to
+/// The future of [`Tasks::ended`](crate::worker::Tasks::ended) and
+/// [`TaskHandle::ended`](crate::worker::TaskHandle::ended): resolves to
 /// why the task no longer needs its worker.
 ///
 /// It holds no record and no timer while it waits, only its registration with the
@@ -210,12 +215,12 @@ const EXPIRY_RECHECK_MS: u64 = 200;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let store = Arc::new(MemoryStore::new());
-/// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.handle();
+/// # let tasks = TasksLayer::builder(store.clone()).without_janitor().build()?.tasks();
 /// # let id = TaskId::random();
 /// # store.create(TaskRecord::new(id, None, Timestamp::now()), CreateLimits::default()).await?;
-/// use mcp_tasks::worker::{Cancelled, TaskEnd};
+/// use mcp_tasks::worker::{Ended, TaskEnd};
 ///
-/// let end: Cancelled<'_> = tasks.cancelled(&id);
+/// let end: Ended<'_> = tasks.ended(&id);
 /// tasks.complete(&id, serde_json::json!({"content": []})).await?;
 /// // Any end resolves it, not only a cancel; `TaskEnd` says which.
 /// assert_eq!(end.await, TaskEnd::Completed);
@@ -223,14 +228,14 @@ const EXPIRY_RECHECK_MS: u64 = 200;
 /// # }
 /// ```
 #[must_use = "futures do nothing unless awaited"]
-pub struct Cancelled<'a> {
+pub struct Ended<'a> {
     wait: WaitUntil<'a, EndOf>,
     backoff: Option<Pin<Box<tokio::time::Sleep>>>,
     retry: Backoff,
     settles: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
-impl<'a> Cancelled<'a> {
+impl<'a> Ended<'a> {
     /// Also marks `settled` once the wait ends (a task handle's own flag).
     pub(crate) fn settling(mut self, settled: &'a std::sync::atomic::AtomicBool) -> Self {
         self.settles = Some(settled);
@@ -238,7 +243,7 @@ impl<'a> Cancelled<'a> {
     }
 }
 
-impl Future for Cancelled<'_> {
+impl Future for Ended<'_> {
     type Output = TaskEnd;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TaskEnd> {
@@ -269,9 +274,9 @@ impl Future for Cancelled<'_> {
     }
 }
 
-impl std::fmt::Debug for Cancelled<'_> {
+impl std::fmt::Debug for Ended<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cancelled").finish_non_exhaustive()
+        f.debug_struct("Ended").finish_non_exhaustive()
     }
 }
 
@@ -316,7 +321,7 @@ mod tests {
                 .collect(),
             message: None,
         };
-        layer.handle().apply(&id, ask).await.unwrap();
+        layer.tasks().apply(&id, ask).await.unwrap();
         id
     }
 
@@ -456,7 +461,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_parked_wait_keeps_no_copy_of_the_record() {
-        // A worker parked on `cancelled()` holds this future for the task's whole
+        // A worker parked on `ended()` holds this future for the task's whole
         // life; a record (over 300 bytes) kept in it would show here.
         let layer = TasksLayer::new(MemoryStore::new());
         let id = TaskId::random();
