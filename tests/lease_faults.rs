@@ -398,91 +398,70 @@ async fn flood(backend: Backend) {
     );
 }
 
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_a_flooded_node_loses_no_lease() {
-    if let Some(backend) = redis() {
-        flood(backend).await;
-    }
+/// The cases every shared backend runs, each a `#[tokio::test]` in a module named
+/// after the backend (`postgres::a_flooded_node_loses_no_lease`): `$backend()` gives
+/// its store, `$name` is how the printed times name it. Without the backend's URL
+/// a case passes at once.
+macro_rules! lease_fault_tests {
+    ($backend:ident, $feature:literal, $name:literal) => {
+        #[cfg(feature = $feature)]
+        mod $backend {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_flooded_node_loses_no_lease() {
+                if let Some(backend) = super::$backend() {
+                    flood(backend).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn stalled_outages_fail_no_live_task() {
+                if let Some(backend) = super::$backend() {
+                    outages(backend, Mode::Stall).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn refused_outages_fail_no_live_task() {
+                if let Some(backend) = super::$backend() {
+                    outages(backend, Mode::Refuse).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_node_cut_off_loses_its_work_and_learns_it() {
+                if let Some(backend) = super::$backend() {
+                    partition(backend).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_node_restarted_under_its_id_has_its_old_work_failed() {
+                if let Some(backend) = super::$backend() {
+                    kill_and_restart(backend).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_create_whose_reply_is_lost_ends() {
+                if let Some(scratch) = support::stores::$backend::scratch().await {
+                    super::a_create_whose_reply_is_lost_ends(std::sync::Arc::new(scratch), $name)
+                        .await;
+                }
+            }
+        }
+    };
 }
 
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_flooded_node_loses_no_lease() {
-    if let Some(backend) = postgres() {
-        flood(backend).await;
-    }
-}
+lease_fault_tests!(postgres, "postgres", "PostgreSQL");
+lease_fault_tests!(redis, "redis", "Redis");
 
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_saturated_pool_loses_no_lease() {
     if let Some(backend) = postgres() {
         saturated_pool(backend).await;
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_stalled_outages_fail_no_live_task() {
-    if let Some(backend) = postgres() {
-        outages(backend, Mode::Stall).await;
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_refused_outages_fail_no_live_task() {
-    if let Some(backend) = postgres() {
-        outages(backend, Mode::Refuse).await;
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_node_cut_off_loses_its_work_and_learns_it() {
-    if let Some(backend) = postgres() {
-        partition(backend).await;
-    }
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_node_restarted_under_its_id_has_its_old_work_failed() {
-    if let Some(backend) = postgres() {
-        kill_and_restart(backend).await;
-    }
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_stalled_outages_fail_no_live_task() {
-    if let Some(backend) = redis() {
-        outages(backend, Mode::Stall).await;
-    }
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_refused_outages_fail_no_live_task() {
-    if let Some(backend) = redis() {
-        outages(backend, Mode::Refuse).await;
-    }
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_a_node_cut_off_loses_its_work_and_learns_it() {
-    if let Some(backend) = redis() {
-        partition(backend).await;
-    }
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_a_node_restarted_under_its_id_has_its_old_work_failed() {
-    if let Some(backend) = redis() {
-        kill_and_restart(backend).await;
     }
 }
 
@@ -594,20 +573,4 @@ async fn a_create_whose_reply_is_lost_ends(
         "{name}: a create whose reply was lost after the commit: the task failed by a compensating write {} ms after the call; 0 stranded",
         took.as_millis()
     );
-}
-
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_a_create_whose_reply_is_lost_ends() {
-    if let Some(scratch) = support::stores::postgres::scratch().await {
-        a_create_whose_reply_is_lost_ends(std::sync::Arc::new(scratch), "PostgreSQL").await;
-    }
-}
-
-#[cfg(feature = "redis")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_a_create_whose_reply_is_lost_ends() {
-    if let Some(scratch) = support::stores::redis::scratch().await {
-        a_create_whose_reply_is_lost_ends(std::sync::Arc::new(scratch), "Redis").await;
-    }
 }

@@ -16,13 +16,13 @@
 //! so that collisions happen; after each step the record and the outcome are
 //! compared with the model. `PROPTEST_CASES` overrides the number of cases.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod support;
 
-use mcp_tasks::error::TransitionError;
-use mcp_tasks::store::{Applied, ErrorObject, Timestamp, Transition};
+use mcp_tasks::store::{ErrorObject, Timestamp, Transition};
 use mcp_tasks::{Principal, TaskId, TaskRecord, TaskStatus};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
+use support::model::{METHODS, Model, Outcome, valid_request};
 
 /// The number of cases: `PROPTEST_CASES`, or `default`.
 fn cases(default: u32) -> u32 {
@@ -30,271 +30,6 @@ fn cases(default: u32) -> u32 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-// ---------------------------------------------------------------------------------
-// The model.
-// ---------------------------------------------------------------------------------
-
-/// The outcome of a transition, as the model predicts it. `Invalid` carries no
-/// reason: the model checks only that the transition was refused as malformed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
-    Changed,
-    Unchanged,
-    Terminal,
-    Duplicate(BTreeSet<String>),
-    Invalid,
-}
-
-impl Outcome {
-    fn of(actual: &Result<Applied, TransitionError>) -> Outcome {
-        match actual {
-            Ok(Applied::Changed) => Outcome::Changed,
-            Ok(Applied::Unchanged) => Outcome::Unchanged,
-            Err(TransitionError::Terminal) => Outcome::Terminal,
-            Err(TransitionError::DuplicateKeys(keys)) => {
-                let set: BTreeSet<String> = keys.iter().cloned().collect();
-                assert_eq!(set.len(), keys.len(), "DuplicateKeys names a key twice");
-                Outcome::Duplicate(set)
-            }
-            Err(TransitionError::Invalid(_)) => Outcome::Invalid,
-            Err(other) => panic!("an unexpected refusal: {other:?}"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Status {
-    Working,
-    InputRequired,
-    Completed,
-    Failed,
-    Cancelled,
-}
-
-impl Status {
-    fn terminal(self) -> bool {
-        matches!(self, Status::Completed | Status::Failed | Status::Cancelled)
-    }
-
-    fn of(status: TaskStatus) -> Status {
-        match status {
-            TaskStatus::Working => Status::Working,
-            TaskStatus::InputRequired => Status::InputRequired,
-            TaskStatus::Completed => Status::Completed,
-            TaskStatus::Failed => Status::Failed,
-            TaskStatus::Cancelled => Status::Cancelled,
-        }
-    }
-}
-
-/// What the rules say a task is.
-#[derive(Debug, Clone, PartialEq)]
-struct Model {
-    status: Status,
-    message: Option<String>,
-    outstanding: BTreeMap<String, Value>,
-    issued: BTreeSet<String>,
-    answers: BTreeMap<String, Value>,
-    revision: u64,
-    updated_at: u64,
-    result: Option<Value>,
-    error: Option<ErrorObject>,
-    cancel_requested: bool,
-}
-
-const METHODS: [&str; 3] = ["elicitation/create", "sampling/createMessage", "roots/list"];
-
-/// The rule for one input request: an object of `method` (one of [`METHODS`]) and
-/// optionally `params` (an object), nothing else.
-fn valid_request(request: &Value) -> bool {
-    let Some(object) = request.as_object() else {
-        return false;
-    };
-    let method_ok =
-        matches!(object.get("method"), Some(Value::String(m)) if METHODS.contains(&m.as_str()));
-    let params_ok = match object.get("params") {
-        None => true,
-        Some(p) => p.is_object(),
-    };
-    let only_known = object.keys().all(|k| k == "method" || k == "params");
-    method_ok && params_ok && only_known
-}
-
-impl Model {
-    fn new(created_at: u64) -> Model {
-        Model {
-            status: Status::Working,
-            message: None,
-            outstanding: BTreeMap::new(),
-            issued: BTreeSet::new(),
-            answers: BTreeMap::new(),
-            revision: 0,
-            updated_at: created_at,
-            result: None,
-            error: None,
-            cancel_requested: false,
-        }
-    }
-
-    /// Applies `transition` at `now` by the rules.
-    fn step(&mut self, transition: &Transition, now: u64) -> Outcome {
-        let outcome = self.decide(transition);
-        if outcome == Outcome::Changed {
-            self.revision += 1;
-            self.updated_at = self.updated_at.max(now);
-        }
-        outcome
-    }
-
-    fn decide(&mut self, transition: &Transition) -> Outcome {
-        let terminal = self.status.terminal();
-        match transition {
-            Transition::Progress { message } => {
-                if terminal {
-                    return Outcome::Terminal;
-                }
-                self.message = Some(message.clone());
-                Outcome::Changed
-            }
-            Transition::RequireInput { requests, message } => {
-                if terminal {
-                    return Outcome::Terminal;
-                }
-                if requests.is_empty()
-                    || requests
-                        .iter()
-                        .any(|(k, r)| k.is_empty() || !valid_request(r))
-                {
-                    return Outcome::Invalid;
-                }
-                let reused: BTreeSet<String> = requests
-                    .keys()
-                    .filter(|k| self.issued.contains(*k))
-                    .cloned()
-                    .collect();
-                if !reused.is_empty() {
-                    return Outcome::Duplicate(reused);
-                }
-                for (k, r) in requests {
-                    self.issued.insert(k.clone());
-                    self.outstanding.insert(k.clone(), r.clone());
-                }
-                self.status = Status::InputRequired;
-                if let Some(m) = message {
-                    self.message = Some(m.clone());
-                }
-                Outcome::Changed
-            }
-            Transition::Complete { result, message } => {
-                if terminal {
-                    return Outcome::Terminal;
-                }
-                if !result.is_object() {
-                    return Outcome::Invalid;
-                }
-                self.status = Status::Completed;
-                self.result = Some(result.clone());
-                self.outstanding.clear();
-                self.message = message.clone();
-                Outcome::Changed
-            }
-            Transition::Fail { error, message } => {
-                if terminal {
-                    return Outcome::Terminal;
-                }
-                self.status = Status::Failed;
-                self.error = Some(error.clone());
-                self.outstanding.clear();
-                self.message = Some(message.clone().unwrap_or_else(|| "Task failed".to_owned()));
-                Outcome::Changed
-            }
-            Transition::Answer { responses } => {
-                if self.status != Status::InputRequired {
-                    return Outcome::Unchanged;
-                }
-                let relevant: Vec<(&String, &Value)> = responses
-                    .iter()
-                    .filter(|(k, _)| self.outstanding.contains_key(*k))
-                    .collect();
-                if relevant.iter().any(|(_, v)| !v.is_object()) {
-                    return Outcome::Invalid;
-                }
-                if relevant.is_empty() {
-                    return Outcome::Unchanged;
-                }
-                for (k, v) in relevant {
-                    self.outstanding.remove(k);
-                    self.answers.insert(k.clone(), v.clone());
-                }
-                if self.outstanding.is_empty() {
-                    self.status = Status::Working;
-                    self.message = None;
-                }
-                Outcome::Changed
-            }
-            Transition::Cancel => {
-                if terminal {
-                    return Outcome::Unchanged;
-                }
-                self.status = Status::Cancelled;
-                self.cancel_requested = true;
-                self.outstanding.clear();
-                self.message = Some("Cancelled by the client".to_owned());
-                Outcome::Changed
-            }
-            other => panic!("a transition the model does not know: {other:?}"),
-        }
-    }
-
-    /// Checks `record` against the model; `Err` says what differs.
-    fn check(&self, record: &TaskRecord) -> Result<(), String> {
-        let map = |m: &Map<String, Value>| -> BTreeMap<String, Value> {
-            m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-        };
-        let actual = Model {
-            status: Status::of(record.status),
-            message: record.status_message.clone(),
-            outstanding: map(&record.input_requests),
-            issued: record.issued_keys.clone(),
-            answers: map(&record.input_responses),
-            revision: record.revision,
-            updated_at: record.updated_at.as_millis(),
-            result: record.result.clone(),
-            error: record.error.clone(),
-            cancel_requested: record.cancel_requested,
-        };
-        if actual != *self {
-            return Err(format!("expected {self:#?}\nactual {actual:#?}"));
-        }
-        // Invariants that hold whatever happened.
-        if record.result.is_some() != (record.status == TaskStatus::Completed) {
-            return Err("a result without `completed`, or `completed` without one".into());
-        }
-        if record.error.is_some() != (record.status == TaskStatus::Failed) {
-            return Err("an error without `failed`, or `failed` without one".into());
-        }
-        if (record.status == TaskStatus::InputRequired) == record.input_requests.is_empty() {
-            return Err("`input_required` exactly when requests are outstanding".into());
-        }
-        if !record
-            .input_requests
-            .keys()
-            .chain(record.input_responses.keys())
-            .all(|k| record.issued_keys.contains(k))
-        {
-            return Err("a request or an answer for a key never issued".into());
-        }
-        if record
-            .input_requests
-            .keys()
-            .any(|k| record.input_responses.contains_key(k))
-        {
-            return Err("a key both outstanding and answered".into());
-        }
-        Ok(())
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -474,13 +209,13 @@ fn the_model_follows_the_rules_it_was_written_from() {
     assert_eq!(m.step(&ask(&["a", "b"]), 1), Outcome::Changed);
     assert_eq!(m.step(&answer(&["zzz"]), 2), Outcome::Unchanged);
     assert_eq!(m.step(&answer(&["a"]), 3), Outcome::Changed);
-    assert_eq!(m.status, Status::InputRequired);
+    assert_eq!(m.status, TaskStatus::InputRequired);
     assert_eq!(
         m.step(&ask(&["a", "c"]), 4),
         Outcome::Duplicate(["a".to_owned()].into())
     );
     assert_eq!(m.step(&answer(&["a", "b"]), 5), Outcome::Changed);
-    assert_eq!(m.status, Status::Working);
+    assert_eq!(m.status, TaskStatus::Working);
     assert_eq!(m.step(&Transition::Cancel, 6), Outcome::Changed);
     assert_eq!(m.step(&Transition::Cancel, 7), Outcome::Unchanged);
     assert_eq!(m.step(&ask(&["z"]), 8), Outcome::Terminal);

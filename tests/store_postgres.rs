@@ -16,6 +16,8 @@ use mcp_tasks::store::{ChangeFeed, CreateLimits, FeedEvent, Timestamp};
 use mcp_tasks::{
     MemoryStore, PostgresStore, TaskId, TaskRecord, error::ConfigError, store::TaskStore,
 };
+use support::connect;
+use support::logs::Logged;
 use support::stores::postgres::{scratch, scratch_on_store_clock, two_nodes};
 use support::wait::{self, within};
 
@@ -383,89 +385,24 @@ async fn connect_sets_a_statement_timeout_above_the_store_timeout() {
     );
 }
 
-/// An error, each cause under it, and its `Debug` form: everything a log or a
-/// `main` returning the error could print.
-fn described(e: &mcp_tasks::error::StoreError) -> String {
-    let mut text = format!("{e:?}");
-    let mut level: Option<&dyn std::error::Error> = Some(e);
-    while let Some(error) = level {
-        text.push('\n');
-        text.push_str(&error.to_string());
-        level = error.source();
-    }
-    text
-}
-
 #[tokio::test]
 async fn a_closed_port_fails_at_once_naming_the_server_but_not_the_password() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let url = format!("postgres://app:hunter2-secret@127.0.0.1:{port}/tasks");
-    let limit = std::time::Duration::from_secs(3);
-    let started = std::time::Instant::now();
-    let refused = PostgresStore::connect_with_timeout(&url, limit)
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < limit, "took {:?}", started.elapsed());
-    let text = described(&refused);
-    assert!(
-        text.contains(&format!(
-            "could not connect to postgres://app:***@127.0.0.1:{port}/tasks"
-        )),
-        "{text}"
-    );
-    assert!(text.to_lowercase().contains("refused"), "{text}");
-    assert!(!text.contains("hunter2"), "{text}");
+    connect::a_closed_port_fails_at_once(
+        async |url, limit| PostgresStore::connect_with_timeout(&url, limit).await,
+        |port| format!("postgres://app:hunter2-secret@127.0.0.1:{port}/tasks"),
+        |port| format!("postgres://app:***@127.0.0.1:{port}/tasks"),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_server_that_never_answers_fails_at_the_connect_timeout() {
-    // The kernel completes the handshake; nothing ever reads or answers.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = silent.local_addr().unwrap().port();
-    let url = format!("postgres://app@127.0.0.1:{port}/tasks?password=hunter2-secret");
-    let limit = std::time::Duration::from_millis(300);
-    let started = std::time::Instant::now();
-    let timed_out = PostgresStore::connect_with_timeout(&url, limit)
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
-    assert!(took >= limit && took < limit * 5, "took {took:?}");
-    let text = described(&timed_out);
-    assert!(
-        text.contains(&format!(
-            "could not connect to postgres://app:***@127.0.0.1:{port}/tasks within the connect timeout of 300 ms"
-        )),
-        "{text}"
-    );
-    assert!(!text.contains("hunter2"), "{text}");
-}
-
-/// Log lines written while it is the thread's subscriber.
-#[derive(Clone, Default)]
-struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Logged {
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(text))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl std::io::Write for Logged {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    connect::a_silent_server_fails_at_the_connect_timeout(
+        async |url, limit| PostgresStore::connect_with_timeout(&url, limit).await,
+        |port| format!("postgres://app@127.0.0.1:{port}/tasks?password=hunter2-secret"),
+        |port| format!("postgres://app:***@127.0.0.1:{port}/tasks"),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -473,15 +410,7 @@ async fn a_store_says_once_which_server_and_table_it_keeps_tasks_on() {
     let Some(store) = scratch().await else {
         return;
     };
-    let logged = Logged::default();
-    let writer = logged.clone();
-    let _logs = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish(),
-    );
+    let (logged, _logs) = Logged::capture(tracing::Level::INFO);
     let table = store.store().table().to_owned();
     let store = Arc::new(store);
     // Two layers on one store: said once.

@@ -17,6 +17,8 @@ use mcp_tasks::error::StoreError;
 use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
 use mcp_tasks::{MemoryStore, RedisStore, TaskId, TaskRecord};
+use support::connect;
+use support::logs::Logged;
 use support::stores::redis::{
     nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
 };
@@ -317,88 +319,24 @@ async fn an_owner_at_its_cap_prunes_its_own_expired_records_first() {
     assert_eq!(swept, 300);
 }
 
-/// An error, each cause under it, and its `Debug` form: everything a log or a
-/// `main` returning the error could print.
-fn described(e: &StoreError) -> String {
-    let mut text = format!("{e:?}");
-    let mut level: Option<&dyn std::error::Error> = Some(e);
-    while let Some(error) = level {
-        text.push('\n');
-        text.push_str(&error.to_string());
-        level = error.source();
-    }
-    text
-}
-
 #[tokio::test]
 async fn a_closed_port_fails_at_once_naming_the_server_but_not_the_password() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let url = format!("redis://:hunter2-secret@127.0.0.1:{port}/0");
-    let limit = Duration::from_secs(3);
-    let started = std::time::Instant::now();
-    let refused = RedisStore::connect_with_timeout(url.as_str(), limit)
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < limit, "took {:?}", started.elapsed());
-    let text = described(&refused);
-    assert!(
-        text.contains(&format!(
-            "could not connect to redis://:***@127.0.0.1:{port}/0"
-        )),
-        "{text}"
-    );
-    assert!(text.to_lowercase().contains("refused"), "{text}");
-    assert!(!text.contains("hunter2"), "{text}");
+    connect::a_closed_port_fails_at_once(
+        async |url, limit| RedisStore::connect_with_timeout(url.as_str(), limit).await,
+        |port| format!("redis://:hunter2-secret@127.0.0.1:{port}/0"),
+        |port| format!("redis://:***@127.0.0.1:{port}/0"),
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_server_that_never_answers_fails_at_the_connect_timeout() {
-    // The kernel completes the handshake; nothing ever reads or answers.
-    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = silent.local_addr().unwrap().port();
-    let url = format!("redis://127.0.0.1:{port}");
-    let limit = Duration::from_millis(300);
-    let started = std::time::Instant::now();
-    let timed_out = RedisStore::connect_with_timeout(url.as_str(), limit)
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
-    assert!(took >= limit && took < limit * 5, "took {took:?}");
-    let text = described(&timed_out);
-    assert!(
-        text.contains(&format!(
-            "could not connect to redis://127.0.0.1:{port}/0 within the connect timeout of 300 ms"
-        )),
-        "{text}"
-    );
-}
-
-/// Log lines written while it is the thread's subscriber.
-#[derive(Clone, Default)]
-struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Logged {
-    fn lines_with(&self, text: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|line| line.contains(text))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl std::io::Write for Logged {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    connect::a_silent_server_fails_at_the_connect_timeout(
+        async |url, limit| RedisStore::connect_with_timeout(url.as_str(), limit).await,
+        |port| format!("redis://127.0.0.1:{port}"),
+        |port| format!("redis://127.0.0.1:{port}/0"),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -406,15 +344,7 @@ async fn a_store_says_once_which_server_and_prefix_it_keeps_tasks_under() {
     let Some(url) = support::stores::redis::redis_url() else {
         return;
     };
-    let logged = Logged::default();
-    let writer = logged.clone();
-    let _logs = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish(),
-    );
+    let (logged, _logs) = Logged::capture(tracing::Level::INFO);
     let prefix = unique_prefix();
     let store = RedisStore::connect(url.as_str())
         .await

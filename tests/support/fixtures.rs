@@ -712,7 +712,7 @@ impl Server {
         Server {
             addr: http.addr,
             inner,
-            tasks: layer.handle(),
+            tasks: layer.tasks(),
             listen: layer.listen_notifier(),
             http,
         }
@@ -726,7 +726,7 @@ impl Server {
     /// The standard tools behind a customised layer.
     pub(crate) async fn with_layer(builder: TasksLayerBuilder) -> Server {
         let layer = builder.build().unwrap();
-        let inner = standard_inner(&layer.handle());
+        let inner = standard_inner(&layer.tasks());
         Server::start(layer, inner).await
     }
 

@@ -8,6 +8,7 @@
 //! - [`requests`]: modern 2026-07-28 requests, their `_meta` and standard headers;
 //! - [`fixtures`]: the inner services and tools the layer wraps, the standard
 //!   layer settings, and the [`Server`](fixtures::Server) running them;
+//! - [`connect`]: the connect failures every shared store reports alike;
 //! - [`stores`]: scratch PostgreSQL and Redis stores from `DATABASE_URL` and
 //!   `REDIS_URL`;
 //! - [`wait`]: bounded waiting, on signals where there are any;
@@ -16,13 +17,18 @@
 //! - [`faults`]: the nodes of the fault tests, whose tools report what happens to
 //!   them.
 //! - [`procs`]: examples built once and run as separate processes, killed on drop.
+//! - [`logs`]: what the layer logs while a test watches;
+//! - [`model`]: the state machine's model, for the property tests.
 
 // Each test crate uses only part of the harness; the rest is dead code there.
 #![allow(dead_code)]
 
+pub(crate) mod connect;
 pub(crate) mod faults;
 pub(crate) mod fixtures;
 pub(crate) mod http;
+pub(crate) mod logs;
+pub(crate) mod model;
 pub(crate) mod procs;
 pub(crate) mod proxy;
 pub(crate) mod requests;
