@@ -234,7 +234,7 @@ async fn layered_with(mode: ListenMode, json_response: bool) -> Layered {
     let log = Log::default();
     Layered {
         server: serve(front(inner, mode, log.clone())).await,
-        tasks: layer.handle(),
+        tasks: layer.tasks(),
         started,
         log,
     }
@@ -561,7 +561,7 @@ async fn a_question_the_handler_cannot_answer_cancels_the_task() {
         .unwrap()
         .unwrap_err();
     assert!(matches!(error, ClientError::Input(_)), "{error:?}");
-    let end = wait::within("the cancel", server.tasks.cancelled(&id)).await;
+    let end = wait::within("the cancel", server.tasks.ended(&id)).await;
     assert_eq!(end, TaskEnd::Cancelled);
 }
 
@@ -612,7 +612,7 @@ async fn dropping_the_follow_cancels_the_task() {
     let id = server.next_task().await;
     wait::recv("the first state", &mut seen).await;
     follow.abort();
-    let end = wait::within("the cancel", server.tasks.cancelled(&id)).await;
+    let end = wait::within("the cancel", server.tasks.ended(&id)).await;
     assert_eq!(end, TaskEnd::Cancelled);
     assert_eq!(server.log.count("tasks/cancel"), 1);
 }

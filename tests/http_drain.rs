@@ -22,7 +22,7 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
         .build()
         .unwrap();
     let (release, released) = tokio::sync::watch::channel(false);
-    let inner = standard_inner(&layer.handle())
+    let inner = standard_inner(&layer.tasks())
         .listen(ListenSupport::NotFound)
         // Finishes once the test lets it: inside the grace period.
         .tool(
@@ -40,7 +40,7 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
             "endless",
             Tool::Context(spec(|_| {
                 TaskSpec::new().with_work(|task| async move {
-                    let _ = task.run_until_cancelled(std::future::pending::<()>()).await;
+                    let _ = task.run_until_ended(std::future::pending::<()>()).await;
                 })
             })),
         );

@@ -11,6 +11,7 @@ use mcp_tasks::{MemoryStore, TaskId};
 use serde_json::{Value, json};
 use support::fixtures::Server;
 use support::http::Reply;
+use support::logs::Logged;
 use support::wait;
 
 const TASK_METHODS: [&str; 3] = ["tasks/get", "tasks/update", "tasks/cancel"];
@@ -303,39 +304,9 @@ impl StoreHooks for Broken {
     }
 }
 
-/// What the layer logs on the test's thread (a current-thread runtime runs the
-/// server there too).
-#[derive(Clone, Default)]
-struct Logged(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Logged {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Logged {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_store_failure_is_internal_error_with_a_generic_message() {
-    let logged = Logged::default();
-    let writer = logged.clone();
-    let _logs = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish(),
-    );
+    let (logged, _logs) = Logged::capture(tracing::Level::WARN);
     let broken = Intercept::new(MemoryStore::new(), Broken);
     let server = Server::with_layer(mcp_tasks::TasksLayer::builder(broken).without_janitor()).await;
     let client = server.client();

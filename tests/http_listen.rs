@@ -705,7 +705,7 @@ mod rmcp_inner {
             assert_eq!(ack["params"]["notifications"], json!({"taskIds": [task]}));
             stream.snapshot(1).await;
             layer
-                .handle()
+                .tasks()
                 .complete(&id(&task), json!({"content": []}))
                 .await
                 .unwrap();

@@ -33,7 +33,7 @@ async fn node(store: Arc<dyn TaskStore>) -> (Server, mpsc::UnboundedReceiver<(Ta
                 let _guard = SendOnDrop::new(dropped, ());
                 std::future::pending::<()>().await
             };
-            let end = task.run_until_cancelled(endless).await.unwrap_err();
+            let end = task.run_until_ended(endless).await.unwrap_err();
             let _ = events.send((end, work_dropped.try_recv().is_ok()));
         })
     }));

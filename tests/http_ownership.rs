@@ -110,7 +110,7 @@ async fn a_cancel_by_another_principal_leaves_the_task_running() {
 #[tokio::test]
 async fn answers_from_another_principal_are_not_applied() {
     let layer = layer_builder().build().unwrap();
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
     let ask = {
         let tasks = tasks.clone();
         spec(move |_| {

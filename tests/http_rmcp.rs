@@ -136,7 +136,7 @@ async fn layered(json_response: bool) -> TestServer {
         .build()
         .unwrap();
     let fixture = Fixture {
-        tasks: Some(layer.handle()),
+        tasks: Some(layer.tasks()),
     };
     let app = ServiceBuilder::new()
         .map_request(|mut req: Request<hyper::body::Incoming>| {
@@ -360,7 +360,7 @@ async fn the_layer_wraps_any_tower_service_clone() {
         .build()
         .unwrap();
     let fixture = Fixture {
-        tasks: Some(layer.handle()),
+        tasks: Some(layer.tasks()),
     };
     let service = ServiceBuilder::new()
         .layer(layer)

@@ -197,7 +197,7 @@ async fn a_foreign_method_header_bypasses_the_layer_without_making_tasks() {
 #[tokio::test]
 async fn mcp_name_is_trimmed_and_base64_values_are_decoded() {
     let layer = layer_builder().build().unwrap();
-    let inner = standard_inner(&layer.handle()).tool("grüße", Tool::Sync);
+    let inner = standard_inner(&layer.tasks()).tool("grüße", Tool::Sync);
     let server = Server::start(layer, inner).await;
     let client = server.client();
 
@@ -479,7 +479,7 @@ async fn discover_without_an_extensions_map_gets_one() {
     let mut discover = inner_discover_result();
     discover["capabilities"] = json!({"tools": {}, "tasks": {"list": {}}});
     let layer = layer_builder().build().unwrap();
-    let inner = standard_inner(&layer.handle()).discover(discover.clone());
+    let inner = standard_inner(&layer.tasks()).discover(discover.clone());
     let server = Server::start(layer, inner).await;
     let reply = server.client().request("server/discover").send().await;
     assert_eq!(

@@ -114,7 +114,7 @@ async fn without_server_info_the_create_task_result_has_no_meta() {
         .without_janitor()
         .build()
         .unwrap();
-    let inner = standard_inner(&layer.handle());
+    let inner = standard_inner(&layer.tasks());
     let server = Server::start(layer, inner).await;
     let result = server.client().create_task("work", json!({}), None).await;
     assert!(result.get("_meta").is_none(), "{result}");
@@ -352,7 +352,7 @@ enum WorkerEvent {
 #[tokio::test]
 async fn input_round_trip_with_partial_and_unknown_answers() {
     let layer = layer_builder().build().unwrap();
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
     let (events, mut worker_events) = mpsc::unbounded_channel();
     let ask = {
         let tasks = tasks.clone();
@@ -498,7 +498,7 @@ type RaceOutcome = (TaskId, Result<(), TaskError>, TaskRecord);
 async fn cancel_racing_complete_ends_in_exactly_one_consistent_state() {
     const ROUNDS: usize = 50;
     let layer = layer_builder().build().unwrap();
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
     let barrier = Arc::new(Barrier::new(2));
     let (outcomes, mut worker_outcomes) = mpsc::unbounded_channel::<RaceOutcome>();
     let race = {

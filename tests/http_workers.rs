@@ -40,11 +40,11 @@ async fn a_worker_awaiting_cancellation_stops_on_tasks_cancel_without_polling() 
             let _guard = SendOnDrop::new(dropped, ());
             std::future::pending::<()>().await
         };
-        let outcome = task.run_until_cancelled(endless).await;
+        let outcome = task.run_until_ended(endless).await;
         let work_was_dropped = work_dropped.try_recv().is_ok();
         let _ = events.send((outcome, work_was_dropped));
     });
-    let inner = standard_inner(&layer.handle()).tool("park", tool);
+    let inner = standard_inner(&layer.tasks()).tool("park", tool);
     let server = Server::start(layer, inner).await;
     let client = server.client();
 
@@ -67,10 +67,10 @@ async fn a_worker_learns_its_task_expired() {
         TaskSpec::new()
             .with_ttl(Duration::from_millis(300))
             .with_work(move |task| async move {
-                let _ = events.send(task.cancelled().await);
+                let _ = events.send(task.ended().await);
             })
     }));
-    let inner = standard_inner(&layer.handle()).tool("short", tool);
+    let inner = standard_inner(&layer.tasks()).tool("short", tool);
     let server = Server::start(layer, inner).await;
     let client = server.client();
 
@@ -94,7 +94,7 @@ async fn answers_come_typed_and_a_finished_task_drops_its_progress_text() {
         task.complete(text_result("deployed")).await.unwrap();
         let _ = events.send((go, region_declined));
     });
-    let inner = standard_inner(&layer.handle()).tool("deploy", tool);
+    let inner = standard_inner(&layer.tasks()).tool("deploy", tool);
     let server = Server::start(layer, inner).await;
     let client = server.client();
 
@@ -121,7 +121,7 @@ async fn answers_come_typed_and_a_finished_task_drops_its_progress_text() {
 #[tokio::test]
 async fn work_that_returns_without_ending_its_task_fails_it_at_once() {
     let layer = layer_builder().build().unwrap();
-    let inner = standard_inner(&layer.handle()).tool(
+    let inner = standard_inner(&layer.tasks()).tool(
         "forgets",
         Tool::Context(spec(|_| {
             TaskSpec::new().with_work(|task| async move {
@@ -144,7 +144,7 @@ async fn work_that_returns_without_ending_its_task_fails_it_at_once() {
 #[tokio::test]
 async fn work_that_panics_fails_its_task_at_once() {
     let layer = layer_builder().build().unwrap();
-    let inner = standard_inner(&layer.handle()).tool(
+    let inner = standard_inner(&layer.tasks()).tool(
         "panics_later",
         Tool::Context(spec(|_| {
             TaskSpec::new().with_work(|task| async move {
@@ -166,11 +166,11 @@ async fn a_cancelled_worker_is_refused_further_writes_and_is_not_failed() {
     let layer = layer_builder().build().unwrap();
     let (events, mut ended) = mpsc::unbounded_channel();
     let tool = worker_tool(events, |task: TaskHandle, events| async move {
-        let end = task.cancelled().await;
+        let end = task.ended().await;
         let late = task.complete(text_result("too late")).await;
         let _ = events.send((end, late));
     });
-    let inner = standard_inner(&layer.handle()).tool("park", tool);
+    let inner = standard_inner(&layer.tasks()).tool("park", tool);
     let server = Server::start(layer, inner).await;
     let client = server.client();
 

@@ -101,13 +101,13 @@ async fn each_metric_moves_with_the_event_it_counts() {
         .with_janitor(Duration::from_secs(3600), Duration::from_secs(3600))
         .build()
         .unwrap();
-    let inner = standard_inner(&layer.handle())
+    let inner = standard_inner(&layer.tasks())
         .listen(ListenSupport::NotFound)
         .tool(
             "parked",
             Tool::Context(spec(|_| {
                 TaskSpec::new().with_work(|task| async move {
-                    let _ = task.run_until_cancelled(pending::<()>()).await;
+                    let _ = task.run_until_ended(pending::<()>()).await;
                 })
             })),
         );
@@ -231,7 +231,7 @@ async fn each_metric_moves_with_the_event_it_counts() {
 
     // --- a drain: an optional call runs synchronously, a task-only one is refused
     let draining = layer_builder().build().unwrap();
-    let draining_server = Server::start(draining.clone(), standard_inner(&draining.handle())).await;
+    let draining_server = Server::start(draining.clone(), standard_inner(&draining.tasks())).await;
     let draining_client = draining_server.client();
     draining.drain(Duration::from_secs(1)).await;
     moved!(
@@ -392,7 +392,7 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
     .await
     .unwrap();
     let held = metrics.value("mcp_tasks_held_tasks");
-    cut.handle().hold(id);
+    cut.tasks().hold(id);
     metrics.until("mcp_tasks_held_tasks", held + 1.0).await;
     // Let the other node watch long enough to claim.
     tokio::time::sleep(LEASE * 3).await;

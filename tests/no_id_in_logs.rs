@@ -58,7 +58,7 @@ async fn no_task_id_ever_reaches_the_logs() {
     let captured = capture_everything();
 
     let layer = layer_builder().with_max_rows(6).build().unwrap();
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
     let ask = {
         let tasks = tasks.clone();
         spec(move |_| {

@@ -192,14 +192,14 @@ async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in<S: TaskStore
         .without_janitor()
         .build()
         .unwrap();
-    let tasks = layer.handle();
+    let tasks = layer.tasks();
     let record = || TaskRecord::new(TaskId::random(), None, Timestamp::now());
     let waited = record();
     let x = waited.id;
     a.create(waited, CreateLimits::default()).await.unwrap();
     let waiter = tokio::spawn({
         let tasks = tasks.clone();
-        async move { tasks.cancelled(&x).await }
+        async move { tasks.ended(&x).await }
     });
     until("B's worker reads the task it waits on", || {
         reads.all().contains(&x)

@@ -65,7 +65,7 @@ impl Stack {
             .with_listen_ack_timeout(Duration::from_millis(200))
             .build()
             .unwrap();
-        let tasks: Tasks = layer.handle();
+        let tasks: Tasks = layer.tasks();
         let started: Arc<Mutex<Vec<TaskId>>> = Arc::default();
         let ask = {
             let tasks = tasks.clone();

@@ -109,7 +109,7 @@ impl Stack {
             )
             .build()
             .unwrap();
-        let tasks = layer.handle();
+        let tasks = layer.tasks();
         let svc = boxed(layer.layer(inner));
         let task = common::make_task(&svc, "make", "alice").await;
         let task_id = lock(&made).take().expect("the setup task started");
