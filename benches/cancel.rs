@@ -1,6 +1,6 @@
 //! Cancel-to-stop latency: from a client sending `tasks/cancel` over HTTP until the
 //! worker's work future has been dropped, for a worker parked in
-//! `TaskHandle::run_until_cancelled` (no polling anywhere).
+//! `TaskHandle::run_until_ended` (no polling anywhere).
 //!
 //! Two nodes, each a hyper server on 127.0.0.1 with its own `TasksLayer`, share one
 //! store; the worker always runs on node A. *Same node* sends the cancel to A,
@@ -64,7 +64,7 @@ async fn node(store: Arc<dyn TaskStore>, events: mpsc::UnboundedSender<Event>) -
                 std::future::pending::<()>().await
             };
             let _ = events.send(Event::Parked);
-            let _ = task.run_until_cancelled(work).await;
+            let _ = task.run_until_ended(work).await;
         })
     }));
     Server::start(layer, Inner::new().tool("park", park)).await

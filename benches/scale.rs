@@ -4,7 +4,7 @@
 //! For each store and size N, a fresh child process serves the layer on 127.0.0.1
 //! (hyper, `TCP_NODELAY`) around a minimal inner service whose one tool, `park`,
 //! makes a task whose worker (`TaskSpec::with_work`) awaits the task's end with
-//! `TaskHandle::cancelled()`: a parked working task, as a real long job would be. The
+//! `TaskHandle::ended()`: a parked working task, as a real long job would be. The
 //! child then
 //!
 //! 1. creates N tasks through `tools/call` over HTTP on `SCALE_CONNS` keep-alive
@@ -237,7 +237,7 @@ async fn run(store: &str, size: usize) -> Value {
             let spec = TaskSpec::new();
             let _ = context.create(if parked {
                 spec.with_work(|task| async move {
-                    let _ = task.cancelled().await;
+                    let _ = task.ended().await;
                 })
             } else {
                 spec

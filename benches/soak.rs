@@ -1211,7 +1211,7 @@ async fn soak(name: &str, duration: Duration) -> Result<Summary, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let backend = Backend {
-        tasks: layer.handle(),
+        tasks: layer.tasks(),
         alive: alive.clone(),
         stats: stats.clone(),
     };

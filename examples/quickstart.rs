@@ -197,7 +197,7 @@ async fn run_build(task: TaskHandle, seconds: u64) {
                 .await;
         }
     };
-    if task.run_until_cancelled(steps).await.is_ok() {
+    if task.run_until_ended(steps).await.is_ok() {
         let _ = task
             .complete(text(format!("Build finished after {seconds}s")))
             .await;

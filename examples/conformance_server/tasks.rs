@@ -28,13 +28,13 @@ fn handed_to_task() -> Result<CallToolResponse, ErrorData> {
 // ---- task workers ----------------------------------------------------------------------
 //
 // Each stops as soon as its task no longer needs it (cancelled or expired): the sleep
-// runs under `run_until_cancelled`, and a wait for answers ends with the task. The
+// runs under `run_until_ended`, and a wait for answers ends with the task. The
 // `Err` of a final `complete`/`fail` (the task ended meanwhile) is ignored.
 
 /// `slow_compute`: sleeps, then completes with text content.
 async fn slow_compute_worker(task: TaskHandle, seconds: f64, label: String) {
     let sleep = tokio::time::sleep(Duration::from_secs_f64(seconds));
-    if task.run_until_cancelled(sleep).await.is_ok() {
+    if task.run_until_ended(sleep).await.is_ok() {
         let _ = task
             .complete(text(format!("{label}: done after {seconds} s")))
             .await;
@@ -44,7 +44,7 @@ async fn slow_compute_worker(task: TaskHandle, seconds: f64, label: String) {
 /// `failing_job`: after about a second, completes with a tool error (`isError: true`).
 async fn failing_job_worker(task: TaskHandle) {
     let sleep = tokio::time::sleep(Duration::from_secs(1));
-    if task.run_until_cancelled(sleep).await.is_ok() {
+    if task.run_until_ended(sleep).await.is_ok() {
         let _ = task.complete(tool_error("The job failed")).await;
     }
 }
@@ -52,7 +52,7 @@ async fn failing_job_worker(task: TaskHandle) {
 /// `protocol_error_job`: after a short delay, fails with a JSON-RPC error (`failed`).
 async fn protocol_error_job_worker(task: TaskHandle) {
     let sleep = tokio::time::sleep(Duration::from_millis(300));
-    if task.run_until_cancelled(sleep).await.is_ok() {
+    if task.run_until_ended(sleep).await.is_ok() {
         let _ = task
             .fail(RpcError::internal("The job's backend crashed"))
             .await;
