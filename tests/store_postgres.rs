@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use mcp_tasks::sqlx;
 use mcp_tasks::sqlx::postgres::PgPoolOptions;
-use mcp_tasks::store::{ChangeFeed, CreateLimits, FeedEvent, Timestamp};
+use mcp_tasks::store::{CreateLimits, FeedEvent, Timestamp};
 use mcp_tasks::{
     MemoryStore, PostgresStore, TaskId, TaskRecord, error::ConfigError, store::TaskStore,
 };
@@ -54,15 +54,6 @@ mod clock {
 
 mod nodes {
     mcp_tasks::task_store_node_tests!(super::two_nodes());
-}
-
-async fn next(feed: &mut ChangeFeed, what: &str) -> TaskId {
-    match within(what, feed.recv()).await {
-        Some(FeedEvent::Changed(id)) => id,
-        Some(FeedEvent::Missed(n)) => panic!("{what}: the feed skipped {n} ids"),
-        Some(other) => panic!("{what}: unexpected {other:?}"),
-        None => panic!("{what}: the feed closed"),
-    }
 }
 
 #[tokio::test]
@@ -143,7 +134,7 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
     b.create(task.clone(), CreateLimits::default())
         .await
         .unwrap();
-    assert!(next(&mut feed_a, "b's create after the reconnect").await == task.id);
+    assert!(wait::changed(&mut feed_a, "b's create after the reconnect").await == task.id);
 }
 
 /// An owner-scoped read checks the owner in the `SELECT`: a foreign row is never
@@ -152,7 +143,6 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
 #[tokio::test]
 async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
     use mcp_tasks::Principal;
-    use mcp_tasks::store::{Scope, Transition};
 
     let Some(scratch) = scratch().await else {
         return;
@@ -160,7 +150,6 @@ async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
     let store = scratch.store();
     let now = Timestamp::now();
     let alice = Principal::from("alice");
-    let bob = Principal::from("bob");
     let record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
     let id = record.id;
     store.create(record, CreateLimits::default()).await.unwrap();
@@ -174,22 +163,7 @@ async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
         .await
         .unwrap();
     assert_eq!(changed.rows_affected(), 1);
-    for scope in [Scope::Owner(Some(&bob)), Scope::Owner(None)] {
-        assert!(matches!(store.get(&id, scope, now).await, Ok(None)));
-        let cancel = Transition::Cancel;
-        assert!(matches!(
-            store.update(&id, scope, &cancel, now).await,
-            Ok(None)
-        ));
-    }
-    assert!(
-        store
-            .get(&id, Scope::Owner(Some(&alice)), now)
-            .await
-            .is_err(),
-        "the owner's read fetches and decodes the record"
-    );
-    assert!(store.get(&id, Scope::Any, now).await.is_err());
+    support::stores::only_the_owner_decodes(store, id, &alice, now).await;
 }
 
 /// A table of the layout before `json` records, `bytea` owners and counter rows
@@ -310,7 +284,7 @@ async fn a_burst_of_writes_is_announced_in_full() {
     }
     let mut unheard: std::collections::HashSet<TaskId> = ids.into_iter().collect();
     while !unheard.is_empty() {
-        let id = next(&mut feed_b, "a's burst of creates").await;
+        let id = wait::changed(&mut feed_b, "a's burst of creates").await;
         unheard.remove(&id);
     }
 }
@@ -335,7 +309,7 @@ async fn a_store_without_announcements_is_not_heard() {
     a.create(heard.clone(), CreateLimits::default())
         .await
         .unwrap();
-    assert!(next(&mut feed_b, "a's announced create").await == heard.id);
+    assert!(wait::changed(&mut feed_b, "a's announced create").await == heard.id);
 
     let replayed = async {
         loop {

@@ -22,6 +22,7 @@ use support::logs::Logged;
 use support::stores::redis::{
     nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
 };
+use support::wait::{self, within};
 
 /// A fresh, empty store for one rule of the suite. Without `REDIS_URL` (outside CI)
 /// the rule runs on a `MemoryStore` instead, so the suite still compiles and runs.
@@ -135,15 +136,26 @@ async fn a_full_store_prunes_expired_records_on_create() {
     );
 }
 
+/// A client of `url` and a connection manager on it, for stores built by hand.
+async fn client_and_manager(
+    url: &str,
+) -> (
+    mcp_tasks::redis::Client,
+    mcp_tasks::redis::aio::ConnectionManager,
+) {
+    let client = mcp_tasks::redis::Client::open(url).unwrap();
+    let conn = mcp_tasks::redis::aio::ConnectionManager::new(client.clone())
+        .await
+        .unwrap();
+    (client, conn)
+}
+
 #[tokio::test]
 async fn a_store_without_a_change_feed_client_does_not_subscribe() {
     let Some(url) = redis_url() else {
         return;
     };
-    let client = mcp_tasks::redis::Client::open(url.as_str()).unwrap();
-    let conn = mcp_tasks::redis::aio::ConnectionManager::new(client.clone())
-        .await
-        .unwrap();
+    let (client, conn) = client_and_manager(&url).await;
     let plain = RedisStore::new(conn.clone()).with_prefix(unique_prefix());
     assert!(plain.subscribe().is_none());
     assert_eq!(RedisStore::DEFAULT_PREFIX, "mcp-tasks:");
@@ -155,13 +167,92 @@ async fn a_store_without_a_change_feed_client_does_not_subscribe() {
     assert!(!format!("{listening:?}").is_empty());
 }
 
+/// The names of the Redis connections open now (`CLIENT LIST`), asked on a
+/// connection of the test's own.
+async fn connection_names(url: &str) -> Vec<String> {
+    let client = mcp_tasks::redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let list: String = mcp_tasks::redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    list.lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix("name="))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `listen` opens the listener itself, before anything subscribes, and returns
+/// once it reads the stream: the next change another node makes is heard. A second
+/// `listen` reuses the running listener.
+#[tokio::test]
+async fn listen_returns_once_the_listener_reads_so_the_next_change_is_heard() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let Some((a, b)) = two_nodes().await else {
+        return;
+    };
+    let name = a.store().feed_connection_name();
+    assert!(!connection_names(&url).await.contains(&name));
+    within("a listens", a.store().listen()).await.unwrap();
+    within("a listens again", a.store().listen()).await.unwrap();
+    let open = connection_names(&url).await;
+    assert_eq!(
+        open.iter().filter(|open| **open == name).count(),
+        1,
+        "one listener connection after two listens: {open:?}"
+    );
+    let mut feed_a = a.subscribe().expect("a has a change feed");
+    let task = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+    b.create(task.clone(), CreateLimits::default())
+        .await
+        .unwrap();
+    assert!(wait::changed(&mut feed_a, "b's create after a listened").await == task.id);
+}
+
+#[tokio::test]
+async fn listen_without_a_client_to_listen_with_fails_and_says_how_to_give_one() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let (_, conn) = client_and_manager(&url).await;
+    let deaf = RedisStore::new(conn).with_prefix(unique_prefix());
+    let refused = within("listen", deaf.listen()).await.unwrap_err();
+    let text = connect::described(&refused);
+    assert!(text.contains("with_change_feed"), "{text}");
+}
+
+#[tokio::test]
+async fn listen_to_a_closed_port_fails_at_once_naming_the_server_but_not_the_password() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let (_, conn) = client_and_manager(&url).await;
+    connect::a_closed_port_fails_at_once(
+        async |feed_url, _| {
+            let feed = mcp_tasks::redis::Client::open(feed_url.as_str()).unwrap();
+            RedisStore::new(conn.clone())
+                .with_change_feed(feed)
+                .listen()
+                .await
+        },
+        |port| format!("redis://:hunter2-secret@127.0.0.1:{port}/0"),
+        |port| format!("redis://:***@127.0.0.1:{port}/0"),
+    )
+    .await;
+}
+
 /// An owner-scoped read compares the owner on the server: a foreign record never
 /// leaves it, so its (here unreadable) JSON is never decoded, and the read costs
 /// what an unknown id costs. The owner's own read does decode it, and fails.
 #[tokio::test]
 async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
     use mcp_tasks::Principal;
-    use mcp_tasks::store::Transition;
 
     let Some(scratch) = scratch().await else {
         return;
@@ -170,7 +261,6 @@ async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
     let store = scratch.store();
     let now = Timestamp::now();
     let alice = Principal::from("alice");
-    let bob = Principal::from("bob");
     let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
     record.ttl_ms = Some(3_600_000);
     let id = record.id;
@@ -187,26 +277,7 @@ async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    for scope in [Scope::Owner(Some(&bob)), Scope::Owner(None)] {
-        assert!(matches!(store.get(&id, scope, now).await, Ok(None)));
-        let cancel = Transition::Cancel;
-        assert!(matches!(
-            store.update(&id, scope, &cancel, now).await,
-            Ok(None)
-        ));
-        assert_eq!(
-            store.visible(&[id], scope, now).await.unwrap(),
-            Vec::<TaskId>::new()
-        );
-    }
-    assert!(
-        store
-            .get(&id, Scope::Owner(Some(&alice)), now)
-            .await
-            .is_err(),
-        "the owner's read fetches and decodes the record"
-    );
-    assert!(store.get(&id, Scope::Any, now).await.is_err());
+    support::stores::only_the_owner_decodes(store, id, &alice, now).await;
 }
 
 /// Records written before the `own` field existed are still checked against the

@@ -113,6 +113,7 @@ pub(crate) async fn store_from_env() -> Result<Arc<dyn TaskStore>, Box<dyn std::
             if let Ok(prefix) = std::env::var("MCP_STORE_PREFIX") {
                 store = store.with_prefix(prefix);
             }
+            store.listen().await?;
             return Ok(Arc::new(store));
         }
         #[cfg(not(feature = "redis"))]

@@ -20,6 +20,39 @@ pub(crate) fn server_url(var: &str, what: &str, example: &str) -> Option<String>
     }
 }
 
+/// After the record of `id`, owned by `owner`, was made unreadable behind the
+/// store's back: reads, `visible` and updates scoped to another owner or to no
+/// owner find nothing, as for an unknown id (the store compared the owner before it
+/// fetched the record, so it never decoded it), while the owner's own read and an
+/// unscoped one fetch and decode it, and fail.
+pub(crate) async fn only_the_owner_decodes(
+    store: &impl mcp_tasks::store::TaskStore,
+    id: mcp_tasks::TaskId,
+    owner: &mcp_tasks::Principal,
+    now: mcp_tasks::store::Timestamp,
+) {
+    use mcp_tasks::store::{Scope, Transition};
+
+    let other = mcp_tasks::Principal::from(format!("not-{}", owner.as_str()));
+    for scope in [Scope::Owner(Some(&other)), Scope::Owner(None)] {
+        assert!(matches!(store.get(&id, scope, now).await, Ok(None)));
+        let cancel = Transition::Cancel;
+        assert!(matches!(
+            store.update(&id, scope, &cancel, now).await,
+            Ok(None)
+        ));
+        assert_eq!(store.visible(&[id], scope, now).await.unwrap(), Vec::new());
+    }
+    assert!(
+        store
+            .get(&id, Scope::Owner(Some(owner)), now)
+            .await
+            .is_err(),
+        "the owner's read fetches and decodes the record"
+    );
+    assert!(store.get(&id, Scope::Any, now).await.is_err());
+}
+
 /// A name no other test uses: `prefix` and 12 random hex digits.
 pub(crate) fn unique_name(prefix: &str) -> String {
     let id = mcp_tasks::TaskId::random();

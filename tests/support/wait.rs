@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use mcp_tasks::TaskId;
+use mcp_tasks::store::{ChangeFeed, FeedEvent};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -28,6 +30,17 @@ pub(crate) async fn recv<T>(what: &str, rx: &mut mpsc::UnboundedReceiver<T>) -> 
     within(what, rx.recv())
         .await
         .unwrap_or_else(|| panic!("the channel closed before {what}"))
+}
+
+/// The next task id `feed` reports changed, within the deadline; a skip, an
+/// error or a closed feed fails the test, naming `what` was awaited.
+pub(crate) async fn changed(feed: &mut ChangeFeed, what: &str) -> TaskId {
+    match within(what, feed.recv()).await {
+        Some(FeedEvent::Changed(id)) => id,
+        Some(FeedEvent::Missed(n)) => panic!("{what}: the feed skipped {n} ids"),
+        Some(other) => panic!("{what}: unexpected {other:?}"),
+        None => panic!("{what}: the feed closed"),
+    }
 }
 
 /// Checks `condition` every [`POLL_INTERVAL`] until it holds, failing the test after

@@ -16,6 +16,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::ChangeSender;
 use crate::backoff::Backoff;
+use crate::error::StoreError;
 use crate::store::lease::NodeId;
 use crate::task::TaskId;
 
@@ -130,6 +131,28 @@ struct Checkpoint<P> {
     /// The newest position read.
     latest: P,
 }
+
+/// Waits until the relay behind `ready` is connected and caught up: what a shared
+/// store's `listen` awaits, so that no change made after it returns goes unheard.
+pub(crate) async fn until_ready(mut ready: watch::Receiver<bool>) -> Result<(), StoreError> {
+    ready
+        .wait_for(|reading| *reading)
+        .await
+        .map(|_| ())
+        .map_err(|_| StoreError::backend(RelayStopped))
+}
+
+/// The relay ended before it was ready (its task panicked, or its store is gone).
+#[derive(Debug)]
+struct RelayStopped;
+
+impl fmt::Display for RelayStopped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the change listener stopped")
+    }
+}
+
+impl std::error::Error for RelayStopped {}
 
 /// The background task of one store instance's change feed.
 pub(crate) struct Relay<L: ChangeLog> {

@@ -10,9 +10,9 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
 
 use super::statements::LogStatements;
-use super::{Failure, Feed, PostgresStore, shown_url};
+use super::{Feed, PostgresStore, shown_url};
 use crate::error::StoreError;
-use crate::store::feed::relay::{Batch, Change, ChangeLog, Live, Payload, Relay};
+use crate::store::feed::relay::{Batch, Change, ChangeLog, Live, Payload, Relay, until_ready};
 use crate::store::{ChangeSender, FEED_CAPACITY};
 use crate::task::TaskId;
 
@@ -52,7 +52,7 @@ impl PostgresStore {
     /// ```
     pub async fn listen(&self) -> Result<(), StoreError> {
         let running = self.lock_feed().as_ref().map(|feed| feed.ready.clone());
-        let mut ready = match running {
+        let ready = match running {
             Some(ready) => ready,
             None => {
                 let runtime = tokio::runtime::Handle::try_current().map_err(StoreError::backend)?;
@@ -72,11 +72,7 @@ impl PostgresStore {
                 }
             }
         };
-        ready
-            .wait_for(|listening| *listening)
-            .await
-            .map(|_| ())
-            .map_err(|_| StoreError::backend(Failure("the change listener stopped")))
+        until_ready(ready).await
     }
 
     pub(super) fn lock_feed(&self) -> MutexGuard<'_, Option<Feed>> {

@@ -30,12 +30,12 @@ mod relay;
 mod scripts;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{Client, IntoConnectionInfo};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::connect::ConnectError;
@@ -99,6 +99,8 @@ const WRITE_STRIPES: usize = 128;
 /// let store = RedisStore::connect("redis://127.0.0.1:6379")
 ///     .await?
 ///     .with_prefix("billing-tasks:");
+/// // Optional: start listening for other nodes' changes before serving.
+/// store.listen().await?;
 /// let layer = TasksLayer::new(store);
 /// # let _ = layer;
 /// # Ok(())
@@ -182,6 +184,8 @@ struct Listener {
     /// Dropped with the store, which stops the listener.
     _stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    /// True while the listener is connected and caught up.
+    ready: watch::Receiver<bool>,
 }
 
 impl Feed {
@@ -191,6 +195,20 @@ impl Feed {
             sender: ChangeSender::new(FEED_CAPACITY),
             listener: Mutex::new(None),
         })
+    }
+
+    fn lock_listener(&self) -> MutexGuard<'_, Option<Listener>> {
+        // The guarded value is replaced whole; a panic elsewhere cannot leave it torn.
+        self.listener
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Listener {
+    /// The readiness of this listener, unless its task has ended.
+    fn running(&self) -> Option<watch::Receiver<bool>> {
+        (!self.task.is_finished()).then(|| self.ready.clone())
     }
 }
 
@@ -393,8 +411,10 @@ impl RedisStore {
     }
 
     /// Listens for other nodes' changes with a dedicated connection from `client`
-    /// (its blocking stream reads need a connection of their own). The connection opens on the first
-    /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe), which the layer calls when it is built.
+    /// (its blocking stream reads need a connection of their own). The connection
+    /// opens at [`listen`](Self::listen), or else on the first
+    /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe), which the layer
+    /// calls when it is built.
     ///
     /// ```no_run
     /// use mcp_tasks::RedisStore;

@@ -4,14 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
-
 use super::leases::RedisLeases;
-use super::relay::ChangeStream;
 use super::scripts::{CAS_GONE, CAS_WRITTEN, SCRIPTS};
-use super::{Listener, RedisStore, decode, encode, optional, owner_tag, retention_ms, unexpected};
+use super::{RedisStore, decode, encode, optional, owner_tag, retention_ms, unexpected};
 use crate::error::{Limit, StoreError};
-use crate::store::feed::relay::Relay;
 use crate::store::rules::{CompareAndSwap, Written, compare_and_swap};
 use crate::store::{BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, TaskStore, Updated};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -347,7 +343,6 @@ impl TaskStore for RedisStore {
     fn subscribe(&self) -> Option<ChangeFeed> {
         self.announce();
         let feed = self.feed.as_ref()?;
-        let name = self.feed_connection_name();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(
                 "mcp-tasks: RedisStore::subscribe needs a tokio runtime; changes made on other nodes are not relayed"
@@ -355,23 +350,7 @@ impl TaskStore for RedisStore {
             return None;
         };
         let receiver = feed.sender.subscribe();
-        let mut listener = feed
-            .listener
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if listener.as_ref().is_none_or(|l| l.task.is_finished()) {
-            let (stop, stopped) = oneshot::channel();
-            let stream = ChangeStream {
-                client: feed.client.clone(),
-                key: self.keys.channel.clone(),
-                name,
-            };
-            // Nothing waits for this relay to be ready: see `with_change_feed`.
-            let (ready, _) = watch::channel(false);
-            let relay = Relay::new(stream, self.node.clone(), feed.sender.clone(), ready);
-            let task = runtime.spawn(relay.run(None, stopped));
-            *listener = Some(Listener { _stop: stop, task });
-        }
+        self.start_listener(feed, &runtime, None);
         Some(receiver)
     }
 }

@@ -1,15 +1,19 @@
-//! The change stream of one Redis store, as the one feed relay
-//! (`store/feed/relay.rs`) reads it: from the last entry it saw, after a reconnect
-//! too.
+//! The change feed of one Redis store: `listen` and the start of its listener,
+//! and the change stream as the one feed relay (`store/feed/relay.rs`) reads it:
+//! from the last entry it saw, after a reconnect too.
 
 use std::fmt;
 use std::time::Duration;
 
 use redis::Client;
 use redis::aio::MultiplexedConnection;
+use tokio::sync::{oneshot, watch};
 
 use super::scripts::FEED_MAXLEN;
-use crate::store::feed::relay::{Batch, Change, ChangeLog, Live, Payload};
+use super::{Feed, Listener, RedisStore, shown_url};
+use crate::error::StoreError;
+use crate::store::connect::ConnectError;
+use crate::store::feed::relay::{Batch, Change, ChangeLog, Live, Payload, Relay, until_ready};
 
 /// How long one blocking read of the change stream waits for new entries; an
 /// answer later than [`READ_TIMEOUT`] means the connection is dead.
@@ -18,12 +22,107 @@ const READ_TIMEOUT: Duration = Duration::from_secs(15);
 /// Entries one read of the change stream takes.
 const READ_COUNT: usize = 512;
 
+impl RedisStore {
+    /// Starts the listener for other nodes' changes, if it is not running, and waits
+    /// until it reads the change stream.
+    ///
+    /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) starts the
+    /// listener too, but cannot wait for it: a change made in the instant before the
+    /// listener first read the stream is not relayed. Call this once at startup,
+    /// before building the layer, to close that gap; an unreachable server fails here,
+    /// naming it, instead of in the background. If the listener was started already
+    /// and is reconnecting, this waits until it is back. A store without a client to
+    /// listen with ([`with_change_feed`](Self::with_change_feed)) fails at once.
+    ///
+    /// ```no_run
+    /// use mcp_tasks::{RedisStore, TasksLayer};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// store.listen().await?; // other nodes' changes reach this node from now on
+    /// let layer = TasksLayer::new(store);
+    /// # let _ = layer;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn listen(&self) -> Result<(), StoreError> {
+        let Some(feed) = &self.feed else {
+            return Err(StoreError::backend(NoFeedClient));
+        };
+        let running = feed.lock_listener().as_ref().and_then(Listener::running);
+        let ready = match running {
+            Some(ready) => ready,
+            None => {
+                let runtime = tokio::runtime::Handle::try_current().map_err(StoreError::backend)?;
+                let first = self.change_stream(feed).connect().await.map_err(|e| {
+                    ConnectError::failed(shown_url(feed.client.get_connection_info()), e)
+                })?;
+                self.start_listener(feed, &runtime, Some(first))
+            }
+        };
+        until_ready(ready).await
+    }
+
+    /// Starts the listener on `first` (or a connection of its own) unless one runs;
+    /// either way, the running listener's readiness.
+    pub(super) fn start_listener(
+        &self,
+        feed: &Feed,
+        runtime: &tokio::runtime::Handle,
+        first: Option<MultiplexedConnection>,
+    ) -> watch::Receiver<bool> {
+        self.announce();
+        let mut listener = feed.lock_listener();
+        // Another caller may have won the race; its listener serves both.
+        if let Some(ready) = listener.as_ref().and_then(Listener::running) {
+            return ready;
+        }
+        let (stop, stopped) = oneshot::channel();
+        let (ready_tx, ready) = watch::channel(false);
+        let relay = Relay::new(
+            self.change_stream(feed),
+            self.node.clone(),
+            feed.sender.clone(),
+            ready_tx,
+        );
+        let task = runtime.spawn(relay.run(first, stopped));
+        *listener = Some(Listener {
+            _stop: stop,
+            task,
+            ready: ready.clone(),
+        });
+        ready
+    }
+
+    fn change_stream(&self, feed: &Feed) -> ChangeStream {
+        ChangeStream {
+            client: feed.client.clone(),
+            key: self.keys.channel.clone(),
+            name: self.feed_connection_name(),
+        }
+    }
+}
+
+/// `listen` on a store that was given no client to listen with.
+#[derive(Debug)]
+struct NoFeedClient;
+
+impl fmt::Display for NoFeedClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "this RedisStore has no client to listen with: give it one with with_change_feed",
+        )
+    }
+}
+
+impl std::error::Error for NoFeedClient {}
+
 /// The change stream of one store, as the relay reads it.
-pub(super) struct ChangeStream {
-    pub(super) client: Client,
-    pub(super) key: String,
+struct ChangeStream {
+    client: Client,
+    key: String,
     /// The connection's `CLIENT SETNAME`.
-    pub(super) name: String,
+    name: String,
 }
 
 /// A stream entry id, `<ms>-<seq>`, in its order.
