@@ -194,6 +194,14 @@ impl Log {
     }
 }
 
+/// A task followed in the background: the follow's outcome to come, each state it
+/// reports, and the task's id.
+type Followed = (
+    tokio::task::JoinHandle<Result<Value, ClientError>>,
+    mpsc::UnboundedReceiver<Reported>,
+    TaskId,
+);
+
 struct Layered {
     server: TestServer,
     tasks: Tasks,
@@ -212,6 +220,20 @@ impl Layered {
     /// The id of the next task the `job` tool made.
     async fn next_task(&mut self) -> TaskId {
         wait::recv("a task to start", &mut self.started).await
+    }
+
+    /// Calls the `job` tool with `arguments` and follows the task it becomes in
+    /// the background.
+    async fn follow_job(&mut self, arguments: Value) -> Followed {
+        self.follow_job_as(self.client(), arguments).await
+    }
+
+    /// As [`follow_job`](Self::follow_job), through `client`.
+    async fn follow_job_as(&mut self, client: Client, arguments: Value) -> Followed {
+        let call = client.call_tool("job", arguments).await.unwrap();
+        let (callback, seen) = statuses();
+        let follow = tokio::spawn(task_of(call).on_status(callback).wait());
+        (follow, seen, self.next_task().await)
     }
 }
 
@@ -378,14 +400,7 @@ async fn a_tool_that_answers_at_once_gives_its_result() {
 async fn a_task_is_followed_to_its_result_over_listen() {
     let mut server = layered(ListenMode::Serve).await;
     // A 30 s polling interval: only notifications can bring the changes in time.
-    let call = server
-        .client()
-        .call_tool("job", json!({"poll_ms": 30_000}))
-        .await
-        .unwrap();
-    let (callback, mut seen) = statuses();
-    let follow = tokio::spawn(task_of(call).on_status(callback).wait());
-    let id = server.next_task().await;
+    let (follow, mut seen, id) = server.follow_job(json!({"poll_ms": 30_000})).await;
 
     let first = wait::recv("the first state", &mut seen).await;
     assert_eq!(first, (TaskStatus::Working, Some("Queued".into())));
@@ -420,14 +435,7 @@ async fn a_task_is_followed_to_its_result_over_listen() {
 #[tokio::test]
 async fn a_refused_listen_falls_back_to_polling_at_the_servers_interval() {
     let mut server = layered(ListenMode::Refuse).await;
-    let call = server
-        .client()
-        .call_tool("job", json!({"poll_ms": 60}))
-        .await
-        .unwrap();
-    let (callback, mut seen) = statuses();
-    let follow = tokio::spawn(task_of(call).on_status(callback).wait());
-    let id = server.next_task().await;
+    let (follow, mut seen, id) = server.follow_job(json!({"poll_ms": 60})).await;
     assert_eq!(
         wait::recv("the first state", &mut seen).await.0,
         TaskStatus::Working
@@ -447,13 +455,7 @@ async fn a_refused_listen_falls_back_to_polling_at_the_servers_interval() {
 #[tokio::test]
 async fn a_listen_stream_that_drops_falls_back_to_polling() {
     let mut server = layered(ListenMode::DropAfterAck).await;
-    let call = server
-        .client()
-        .call_tool("job", json!({"poll_ms": 60}))
-        .await
-        .unwrap();
-    let follow = tokio::spawn(task_of(call).wait());
-    let id = server.next_task().await;
+    let (follow, _, id) = server.follow_job(json!({"poll_ms": 60})).await;
     wait::until("the listen stream was opened", || {
         server.log.count("subscriptions/listen") == 1
     })
@@ -474,13 +476,9 @@ async fn a_question_is_answered_once_by_the_handler() {
     let mut server = layered(ListenMode::Serve).await;
     let handler = Yes::default();
     let client = server.client().with_input_handler(handler.clone());
-    let call = client
-        .call_tool("job", json!({"poll_ms": 30_000}))
-        .await
-        .unwrap();
-    let (callback, mut seen) = statuses();
-    let follow = tokio::spawn(task_of(call).on_status(callback).wait());
-    let id = server.next_task().await;
+    let (follow, mut seen, id) = server
+        .follow_job_as(client, json!({"poll_ms": 30_000}))
+        .await;
     assert_eq!(
         wait::recv("the first state", &mut seen).await.0,
         TaskStatus::Working
@@ -538,9 +536,7 @@ async fn replies_over_sse_are_read() {
         panic!("expected the result at once");
     };
     assert_eq!(result["content"][0]["text"], "streamed");
-    let call = server.client().call_tool("job", json!({})).await.unwrap();
-    let follow = tokio::spawn(task_of(call).wait());
-    let id = server.next_task().await;
+    let (follow, _, id) = server.follow_job(json!({})).await;
     server.tasks.complete(&id, text("over SSE")).await.unwrap();
     let result = wait::within("the result", follow).await.unwrap().unwrap();
     assert_eq!(result["content"][0]["text"], "over SSE");
@@ -550,9 +546,7 @@ async fn replies_over_sse_are_read() {
 async fn a_question_the_handler_cannot_answer_cancels_the_task() {
     let mut server = layered(ListenMode::Serve).await;
     let client = server.client().with_input_handler(Yes::default());
-    let call = client.call_tool("job", json!({})).await.unwrap();
-    let follow = tokio::spawn(task_of(call).wait());
-    let id = server.next_task().await;
+    let (follow, _, id) = server.follow_job_as(client, json!({})).await;
     let schema = json!({"type": "object", "properties": {"name": {"type": "string"}}});
     let ask = AskRequests::new().with("name", AskRequest::form("Your name?", schema));
     server.tasks.require_input(&id, ask).await.unwrap();
@@ -568,9 +562,7 @@ async fn a_question_the_handler_cannot_answer_cancels_the_task() {
 #[tokio::test]
 async fn a_failed_task_is_a_typed_error() {
     let mut server = layered(ListenMode::Serve).await;
-    let call = server.client().call_tool("job", json!({})).await.unwrap();
-    let follow = tokio::spawn(task_of(call).wait());
-    let id = server.next_task().await;
+    let (follow, _, id) = server.follow_job(json!({})).await;
     server
         .tasks
         .fail(&id, RpcError::internal("backend down"))
@@ -606,10 +598,7 @@ async fn json_rpc_errors_are_typed() {
 #[tokio::test]
 async fn dropping_the_follow_cancels_the_task() {
     let mut server = layered(ListenMode::Serve).await;
-    let call = server.client().call_tool("job", json!({})).await.unwrap();
-    let (callback, mut seen) = statuses();
-    let follow = tokio::spawn(task_of(call).on_status(callback).wait());
-    let id = server.next_task().await;
+    let (follow, mut seen, id) = server.follow_job(json!({})).await;
     wait::recv("the first state", &mut seen).await;
     follow.abort();
     let end = wait::within("the cancel", server.tasks.ended(&id)).await;

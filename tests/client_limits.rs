@@ -269,39 +269,40 @@ fn asking_task(per_round: usize) -> Script {
     })
 }
 
-#[tokio::test]
-async fn input_rounds_of_a_task_are_capped_and_the_task_cancelled() {
-    let (server, mut requests) = scripted(asking_task(1)).await;
+/// Follows a task that asks `per_round` new questions at every poll, with the
+/// client's input caps set by `capped`: the follow ends at the `hit` limit after the
+/// handler was asked `asked` questions, and the task is cancelled.
+async fn an_asking_task_is_cut_off(
+    per_round: usize,
+    capped: impl FnOnce(Client) -> Client,
+    hit: ClientLimit,
+    asked: usize,
+) {
+    let (server, mut requests) = scripted(asking_task(per_round)).await;
     let handler = Counting::default();
     let client = Client::new(&server.url)
         .unwrap()
         .poll_only()
-        .with_input_handler(handler.clone())
-        .with_max_input_rounds(2);
-    let Ok(ToolCall::Task(task)) = call(&client).await else {
+        .with_input_handler(handler.clone());
+    let Ok(ToolCall::Task(task)) = call(&capped(client)).await else {
         panic!("a task");
     };
-    assert_eq!(limit_of(task.wait().await), ClientLimit::InputRounds);
-    assert_eq!(handler.0.load(Ordering::SeqCst), 2);
+    assert_eq!(limit_of(task.wait().await), hit);
+    assert_eq!(handler.0.load(Ordering::SeqCst), asked);
     request_of(&mut requests, "tasks/cancel").await;
+}
+
+#[tokio::test]
+async fn input_rounds_of_a_task_are_capped_and_the_task_cancelled() {
+    let two_rounds = |client: Client| client.with_max_input_rounds(2);
+    an_asking_task_is_cut_off(1, two_rounds, ClientLimit::InputRounds, 2).await;
 }
 
 #[tokio::test]
 async fn questions_of_a_task_are_capped_in_all_and_the_task_cancelled() {
     // Three questions a round; a cap of 7 lets two rounds through.
-    let (server, mut requests) = scripted(asking_task(3)).await;
-    let handler = Counting::default();
-    let client = Client::new(&server.url)
-        .unwrap()
-        .poll_only()
-        .with_input_handler(handler.clone())
-        .with_max_input_keys(7);
-    let Ok(ToolCall::Task(task)) = call(&client).await else {
-        panic!("a task");
-    };
-    assert_eq!(limit_of(task.wait().await), ClientLimit::InputKeys);
-    assert_eq!(handler.0.load(Ordering::SeqCst), 6);
-    request_of(&mut requests, "tasks/cancel").await;
+    let seven_keys = |client: Client| client.with_max_input_keys(7);
+    an_asking_task_is_cut_off(3, seven_keys, ClientLimit::InputKeys, 6).await;
 }
 
 #[tokio::test]

@@ -430,14 +430,7 @@ async fn an_oversized_worker_result_fails_the_task() {
 
 /// A layer whose inner `tools/call` answers with the SSE body the test writes on
 /// the returned sender.
-async fn sse_server(
-    builder: mcp_tasks::TasksLayerBuilder,
-    wants_task: bool,
-) -> (
-    support::http::TestServer,
-    Client,
-    mpsc::UnboundedReceiver<mpsc::UnboundedSender<Bytes>>,
-) {
+async fn sse_server(builder: mcp_tasks::TasksLayerBuilder, wants_task: bool) -> SseServer {
     let (bodies_tx, bodies) = mpsc::unbounded_channel();
     let inner = tower::service_fn(move |req: Request<RequestBody<hyper::body::Incoming>>| {
         let bodies_tx = bodies_tx.clone();
@@ -458,7 +451,65 @@ async fn sse_server(
     let layer = builder.without_janitor().build().unwrap();
     let http = serve_layered(&layer, inner).await;
     let client = Client::new(http.addr);
-    (http, client, bodies)
+    SseServer {
+        _http: http,
+        client,
+        bodies,
+    }
+}
+
+/// The server of [`sse_server`]: its client, and the body sender of each call the
+/// inner service received, in order.
+struct SseServer {
+    _http: support::http::TestServer,
+    client: Client,
+    bodies: mpsc::UnboundedReceiver<mpsc::UnboundedSender<Bytes>>,
+}
+
+impl SseServer {
+    /// Sends `tools/call` of `tool` (request id `id`) in the background, read whole,
+    /// and waits until the inner service has it: the reply to come and the inner
+    /// call's body, which the test feeds.
+    async fn call(
+        &mut self,
+        id: u64,
+        tool: &str,
+    ) -> (
+        tokio::task::JoinHandle<support::http::Reply>,
+        mpsc::UnboundedSender<Bytes>,
+    ) {
+        let call = self.client.clone();
+        let params = json!({"name": tool, "arguments": {}});
+        let sending = tokio::spawn(async move {
+            call.request("tools/call")
+                .id(json!(id))
+                .params(params)
+                .send()
+                .await
+        });
+        (sending, recv("the inner call", &mut self.bodies).await)
+    }
+
+    /// As [`call`](Self::call), with the reply opened as a stream.
+    async fn open(
+        &mut self,
+        id: u64,
+        tool: &str,
+    ) -> (
+        tokio::task::JoinHandle<support::http::EventStream>,
+        mpsc::UnboundedSender<Bytes>,
+    ) {
+        let call = self.client.clone();
+        let params = json!({"name": tool, "arguments": {}});
+        let opening = tokio::spawn(async move {
+            call.request("tools/call")
+                .id(json!(id))
+                .params(params)
+                .open()
+                .await
+        });
+        (opening, recv("the inner call", &mut self.bodies).await)
+    }
 }
 
 fn call_response(id: i64, result: Value) -> Bytes {
@@ -475,21 +526,14 @@ async fn an_oversized_auto_result_fails_the_task() {
                 after: Duration::from_millis(1),
             },
         );
-    let (_http, client, mut bodies) = sse_server(builder, false).await;
-    let caller = client.clone();
-    let sending = tokio::spawn(async move {
-        let call = caller.request("tools/call").id(json!(1));
-        call.params(json!({"name": "slow", "arguments": {}}))
-            .send()
-            .await
-    });
-    let body = recv("the inner call", &mut bodies).await;
+    let mut server = sse_server(builder, false).await;
+    let (sending, body) = server.call(1, "slow").await;
     let created = within("the call becomes a task", sending).await.unwrap();
     assert_eq!(created.ok()["resultType"], "task", "{}", created.text());
     let id = created.ok()["taskId"].as_str().unwrap().to_owned();
     body.send(call_response(1, text_result(&"x".repeat(5000))))
         .unwrap();
-    let task = client.wait_for_end(&id, None).await;
+    let task = server.client.wait_for_end(&id, None).await;
     assert_eq!(task["status"], "failed", "{task}");
     assert_eq!(task["error"]["code"], RpcError::INTERNAL_ERROR);
     assert_eq!(task["error"]["message"], "Result too large");
@@ -501,16 +545,8 @@ async fn an_oversized_auto_result_fails_the_task() {
 
 #[tokio::test]
 async fn an_sse_tool_whose_stream_stays_open_still_becomes_a_task() {
-    let (_http, client, mut bodies) =
-        sse_server(TasksLayer::builder(MemoryStore::new()), true).await;
-    let caller = client.clone();
-    let sending = tokio::spawn(async move {
-        let call = caller.request("tools/call").id(json!(2));
-        call.params(json!({"name": "any", "arguments": {}}))
-            .send()
-            .await
-    });
-    let body = recv("the inner call", &mut bodies).await;
+    let mut server = sse_server(TasksLayer::builder(MemoryStore::new()), true).await;
+    let (sending, body) = server.call(2, "any").await;
     body.send(call_response(2, json!({"content": []}))).unwrap();
     // `body` stays open: the decision must not wait for the end of the stream.
     let reply = within("the task handle", sending).await.unwrap();
@@ -527,20 +563,13 @@ async fn an_auto_task_completes_from_the_response_event_of_an_open_stream() {
             after: Duration::from_millis(1),
         },
     );
-    let (_http, client, mut bodies) = sse_server(builder, false).await;
-    let caller = client.clone();
-    let sending = tokio::spawn(async move {
-        let call = caller.request("tools/call").id(json!(3));
-        call.params(json!({"name": "slow", "arguments": {}}))
-            .send()
-            .await
-    });
-    let body = recv("the inner call", &mut bodies).await;
+    let mut server = sse_server(builder, false).await;
+    let (sending, body) = server.call(3, "slow").await;
     let created = within("the call becomes a task", sending).await.unwrap();
     let id = created.ok()["taskId"].as_str().unwrap().to_owned();
     body.send(call_response(3, text_result("done"))).unwrap();
     // The stream stays open; the task completes from the response event alone.
-    let task = client.wait_for_end(&id, None).await;
+    let task = server.client.wait_for_end(&id, None).await;
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["result"]["content"][0]["text"], "done");
     drop(body);
@@ -554,15 +583,8 @@ async fn an_auto_call_answered_in_time_streams_on_after_its_response() {
             after: Duration::from_secs(30),
         },
     );
-    let (_http, client, mut bodies) = sse_server(builder, false).await;
-    let caller = client.clone();
-    let opening = tokio::spawn(async move {
-        let call = caller.request("tools/call").id(json!(4));
-        call.params(json!({"name": "quick", "arguments": {}}))
-            .open()
-            .await
-    });
-    let body = recv("the inner call", &mut bodies).await;
+    let mut server = sse_server(builder, false).await;
+    let (opening, body) = server.open(4, "quick").await;
     let answer = call_response(4, text_result("quick"));
     body.send(answer.clone()).unwrap();
     // The answer arrives while the inner stream is still open (well within 30 s).
@@ -583,15 +605,8 @@ async fn an_auto_call_answered_in_time_streams_on_after_its_response() {
 #[tokio::test]
 async fn an_unterminated_event_larger_than_the_cap_passes_through() {
     let builder = TasksLayer::builder(MemoryStore::new()).with_max_response_bytes(1024);
-    let (_http, client, mut bodies) = sse_server(builder, true).await;
-    let caller = client.clone();
-    let opening = tokio::spawn(async move {
-        let call = caller.request("tools/call").id(json!(5));
-        call.params(json!({"name": "any", "arguments": {}}))
-            .open()
-            .await
-    });
-    let body = recv("the inner call", &mut bodies).await;
+    let mut server = sse_server(builder, true).await;
+    let (opening, body) = server.open(5, "any").await;
     let huge = Bytes::from(format!("data: {}", "y".repeat(4096)));
     body.send(huge.clone()).unwrap();
     let mut stream = within("the stream head", opening).await.unwrap();

@@ -130,6 +130,30 @@ async fn end_of(client: &Client, id: &str) -> (String, String, Instant) {
     (status, message, seen)
 }
 
+/// Asserts that no node of `nodes` printed that it lost its lease or claimed
+/// another's: the nodes were `what` ("live", "busy") and stayed so.
+fn no_lease_lost_nor_claimed(nodes: &[Proc], what: &str) {
+    for node in nodes {
+        let output = node.output().join("\n");
+        assert!(
+            !output.contains(LOST_LINE),
+            "a {what} node lost its lease:\n{output}"
+        );
+        assert!(
+            !output.contains(CLAIM_LINE),
+            "a node claimed a {what} lease:\n{output}"
+        );
+    }
+}
+
+/// Asserts that each of `tasks`, run by a busy live node, completed.
+async fn all_completed(busy: &Client, tasks: &[String]) {
+    for id in tasks {
+        let (status, message, _) = end_of(busy, id).await;
+        assert_eq!(status, "completed", "a busy live node's task: {message}");
+    }
+}
+
 /// Outages of 1×, 3× and 10× the lease in `mode`, on two nodes each running two
 /// tasks that outlast the outage: every task completes.
 async fn outages(backend: Backend, mode: Mode) {
@@ -189,17 +213,7 @@ async fn outages(backend: Backend, mode: Mode) {
         );
         assert_eq!(false_failures, 0, "an outage failed a live node's task");
     }
-    for node in &nodes {
-        let output = node.output().join("\n");
-        assert!(
-            !output.contains(LOST_LINE),
-            "a live node lost its lease:\n{output}"
-        );
-        assert!(
-            !output.contains(CLAIM_LINE),
-            "a node claimed a live lease:\n{output}"
-        );
-    }
+    no_lease_lost_nor_claimed(&nodes, "live");
 }
 
 /// Node 0 is cut off for 3× the lease while node 1 keeps the store.
@@ -321,21 +335,8 @@ async fn saturated_pool(backend: Backend) {
             answered += 1;
         }
     }
-    for id in &tasks {
-        let (status, message, _) = end_of(&busy, id).await;
-        assert_eq!(status, "completed", "a busy live node's task: {message}");
-    }
-    for node in &nodes {
-        let output = node.output().join("\n");
-        assert!(
-            !output.contains(LOST_LINE),
-            "a busy node lost its lease:\n{output}"
-        );
-        assert!(
-            !output.contains(CLAIM_LINE),
-            "a node claimed a busy lease:\n{output}"
-        );
-    }
+    all_completed(&busy, &tasks).await;
+    no_lease_lost_nor_claimed(&nodes, "busy");
     eprintln!(
         "{} pool saturated for {} ms ({REQUESTS} requests waiting on a table lock, lease {LEASE_MS} ms): {} tasks in flight, 0 leases lost, 0 false failures; {answered} of the requests answered once the lock was released",
         backend.name,
@@ -375,21 +376,8 @@ async fn flood(backend: Backend) {
     while let Some(done) = clients.join_next().await {
         answered += done.expect("a client");
     }
-    for id in &tasks {
-        let (status, message, _) = end_of(&busy, id).await;
-        assert_eq!(status, "completed", "a busy live node's task: {message}");
-    }
-    for node in &nodes {
-        let output = node.output().join("\n");
-        assert!(
-            !output.contains(LOST_LINE),
-            "a busy node lost its lease:\n{output}"
-        );
-        assert!(
-            !output.contains(CLAIM_LINE),
-            "a node claimed a busy lease:\n{output}"
-        );
-    }
+    all_completed(&busy, &tasks).await;
+    no_lease_lost_nor_claimed(&nodes, "busy");
     eprintln!(
         "{} flood of {CLIENTS} concurrent clients for {} ms (lease {LEASE_MS} ms): {answered} requests answered, {} tasks in flight, 0 leases lost, 0 false failures",
         backend.name,
