@@ -489,6 +489,29 @@ async fn discover_without_an_extensions_map_gets_one() {
     assert_eq!(reply.ok(), &expected_discover(discover));
 }
 
+/// A discover answer with a failed HTTP status is not a result to add to: it
+/// passes byte for byte, however it looks.
+#[tokio::test]
+async fn a_failed_discover_answer_passes_untouched() {
+    let written = json!({"jsonrpc": "2.0", "id": 1, "result": {"capabilities": {}}}).to_string();
+    let body = written.clone();
+    let inner = tower::service_fn(
+        move |_: Request<mcp_tasks::body::RequestBody<hyper::body::Incoming>>| {
+            let mut response = http::Response::new(Frames::full(body.clone()));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        },
+    );
+    let layer = layer_builder().build().unwrap();
+    let http = support::http::serve_layered(&layer, inner).await;
+    let reply = support::http::Client::new(http.addr)
+        .request("server/discover")
+        .send()
+        .await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.body, written);
+}
+
 #[tokio::test]
 async fn a_disabled_layer_passes_everything_through() {
     let server = Server::with_layer(layer_builder().with_enabled(false)).await;

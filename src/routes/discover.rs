@@ -2,15 +2,15 @@
 //! the capabilities it advertises.
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{Request, Response};
 use http_body::Body;
 use serde_json::{Map, Value};
 use tower_service::Service;
 
-use super::{Call, Reply, reply};
-use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
+use super::{Call, Reply};
+use crate::body::RequestBody;
 use crate::error::BoxError;
-use crate::wire::{EXTENSION_ID, RpcError, sse};
+use crate::wire::EXTENSION_ID;
 
 /// Forwards `server/discover` and adds the extension under `capabilities.extensions`,
 /// keeping every other field as the inner service wrote it.
@@ -20,44 +20,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let Call {
-        engine,
-        mut inner,
-        parts,
-        bytes,
-        envelope,
-        ..
-    } = call;
-    let id = envelope.id.as_ref();
-    let response = inner
-        .call(Request::from_parts(
-            parts,
-            RequestBody::buffered(bytes.clone()),
-        ))
-        .await?;
-    let (mut head, body) = response.into_parts();
-    if !head.status.is_success() {
-        return Ok(Response::from_parts(head, ResponseBody::inner(body)));
-    }
-    let event_stream = sse::is_event_stream(&head.headers);
-    let body = match read_up_to(body, engine.config().max_response_bytes).await {
-        Ok(ReadOutcome::Complete(bytes)) => {
-            match sse::rewrite_response(&bytes, event_stream, advertise) {
-                Some(rewritten) => {
-                    head.headers.remove(header::CONTENT_LENGTH);
-                    ResponseBody::full(rewritten)
-                }
-                None => ResponseBody::full(bytes),
-            }
-        }
-        Ok(overflow @ ReadOutcome::Overflow(..)) => overflow.into_body(),
-        Err(e) => {
-            let e: BoxError = e.into();
-            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's discover response failed mid-stream");
-            return Ok(reply(RpcError::internal_error(), id));
-        }
-    };
-    Ok(Response::from_parts(head, body))
+    call.forward_edited(advertise).await
 }
 
 /// Always `true`: the answer is written anew whether or not it had capabilities.

@@ -17,17 +17,19 @@
 
 use bytes::Bytes;
 use http::{Request, Response};
+use http_body::Body;
 use serde_json::Value;
 use tower_service::Service;
 
 use std::sync::Arc;
 
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::TaskSpec;
 use crate::engine::Engine;
+use crate::error::BoxError;
 use crate::observe::{self, Outcome};
 use crate::task::{Principal, TaskId, TaskRecord};
-use crate::wire::{Envelope, RpcError};
+use crate::wire::{Envelope, RpcError, sse};
 use crate::worker;
 
 pub(crate) mod auto;
@@ -84,6 +86,57 @@ impl<S> Call<'_, S> {
             self.envelope.id.as_ref(),
         )
         .await
+    }
+
+    /// Hands the request to the inner service and rewrites its answer with `edit`,
+    /// JSON or SSE alike ([`sse::rewrite_response`]): what the layer does to the
+    /// answers it adds to. A failed status, an answer past the response cap, or one
+    /// `edit` leaves unchanged passes as the inner service wrote it.
+    pub(crate) async fn forward_edited<B, ResBody>(
+        self,
+        edit: fn(&mut Value) -> bool,
+    ) -> Reply<ResBody, S::Error>
+    where
+        S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
+        let Call {
+            engine,
+            mut inner,
+            parts,
+            bytes,
+            envelope,
+            ..
+        } = self;
+        let id = envelope.id.as_ref();
+        let response = inner
+            .call(Request::from_parts(
+                parts,
+                RequestBody::buffered(bytes.clone()),
+            ))
+            .await?;
+        let (mut head, body) = response.into_parts();
+        if !head.status.is_success() {
+            return Ok(Response::from_parts(head, ResponseBody::inner(body)));
+        }
+        let read = match read_up_to(body, engine.config().max_response_bytes).await {
+            Ok(ReadOutcome::Complete(read)) => read,
+            Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
+            Err(e) => {
+                let e: BoxError = e.into();
+                tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
+                return Ok(reply(RpcError::internal_error(), id));
+            }
+        };
+        let body = match sse::rewrite_response(&read, sse::is_event_stream(&head.headers), edit) {
+            Some(edited) => {
+                head.headers.remove(http::header::CONTENT_LENGTH);
+                edited
+            }
+            None => read,
+        };
+        Ok(Response::from_parts(head, ResponseBody::full(body)))
     }
 }
 

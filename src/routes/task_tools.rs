@@ -6,21 +6,20 @@
 //! written for a language model to act on. `fallback.rs` routes the requests here.
 
 use bytes::Bytes;
-use http::{Request, Response, header};
+use http::{Request, Response};
 use http_body::Body;
 use serde_json::{Map, Value, json};
 use std::fmt::Write as _;
 use tower_service::Service;
 
 use super::{Call, Reply, reply};
-use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
+use crate::body::{RequestBody, ResponseBody};
 use crate::engine::Engine;
 use crate::error::{BoxError, StoreError, TransitionError};
 use crate::observe::{self, Outcome};
 use crate::store::Applied;
 use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
-use crate::wire::sse;
-use crate::wire::{HeaderRoute, MCP_METHOD, RpcError, result_response};
+use crate::wire::{HeaderRoute, MCP_METHOD, result_response};
 
 /// The tools the layer adds.
 const STATUS: &str = "task_status";
@@ -154,37 +153,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let Call {
-        engine,
-        mut inner,
-        parts,
-        bytes,
-        envelope,
-        ..
-    } = call;
-    let id = envelope.id.as_ref();
-    let response = inner
-        .call(Request::from_parts(
-            parts,
-            RequestBody::buffered(bytes.clone()),
-        ))
-        .await?;
-    let (mut head, body) = response.into_parts();
-    let read = match read_up_to(body, engine.config().max_response_bytes).await {
-        Ok(ReadOutcome::Complete(read)) => read,
-        Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
-        Err(e) => {
-            let e: BoxError = e.into();
-            tracing::error!(error = %crate::error::Chain(&*e), "the inner service's response failed mid-stream");
-            return Ok(reply(RpcError::internal_error(), id));
-        }
-    };
-    let extended = sse::rewrite_response(&read, sse::is_event_stream(&head.headers), add_tools);
-    let Some(extended) = extended else {
-        return Ok(Response::from_parts(head, ResponseBody::full(read)));
-    };
-    head.headers.remove(header::CONTENT_LENGTH);
-    Ok(Response::from_parts(head, ResponseBody::full(extended)))
+    call.forward_edited(add_tools).await
 }
 
 /// Adds the three tools to a `tools/list` response; `false` (nothing changed)
@@ -477,6 +446,7 @@ fn question(request: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::sse;
 
     fn extend_message(mut message: Value) -> Option<Vec<u8>> {
         add_tools(&mut message).then(|| serde_json::to_vec(&message).unwrap())
