@@ -24,7 +24,7 @@
 //! | terminal tasks without a TTL kept | 1 hour | `with_janitor` | [`RETENTION`] |
 //! | `Auto` task stopped before its TTL | at most 5 s | – | [`AUTO_EXPIRY_MARGIN`] |
 //! | one store call made by the layer (then -32603) | 5 s | `with_store_timeout` | [`STORE_TIMEOUT`] |
-//! | reaching the server in `PostgresStore::connect` / `RedisStore::connect` | 5 s | `connect_with_timeout` | [`CONNECT_TIMEOUT`] |
+//! | reaching the server in `PostgresStore::connect` / `RedisStore::connect`, and their `listen` | 5 s | `connect_with_timeout` | [`CONNECT_TIMEOUT`] |
 //! | PostgreSQL `statement_timeout` on the connections of `PostgresStore::connect` | 6 s | a pool of your own (`PostgresStore::new`) | [`STATEMENT_TIMEOUT`] |
 //! | worker lease (a stopped node's tasks failed within 1.25 ×) | 20 s (at least 100 ms) | `with_worker_lease`, `without_worker_leases` | [`WORKER_LEASE`], [`MIN_WORKER_LEASE`] |
 //!
@@ -109,8 +109,8 @@ pub const AUTO_EXPIRY_MARGIN: Duration = Duration::from_secs(5);
 /// The longest one store call made by the layer may take (5 s): past it the call is
 /// dropped and a request gets -32603, so a store outage never hangs a client.
 pub const STORE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long `PostgresStore::connect` and `RedisStore::connect` may take to reach
-/// their server (5 s). A refused connection fails at once, without retries, with the
+/// How long `PostgresStore::connect` and `RedisStore::connect`, and the first
+/// connect of either store's `listen`, may take to reach their server (5 s). A refused connection fails at once, without retries, with the
 /// cause and the server's address; an address that does not answer fails when this
 /// runs out. `connect_with_timeout` on either store sets another.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

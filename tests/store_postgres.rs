@@ -137,6 +137,19 @@ async fn the_listener_comes_back_after_its_connection_is_killed() {
     assert!(wait::changed(&mut feed_a, "b's create after the reconnect").await == task.id);
 }
 
+#[tokio::test]
+async fn listen_to_a_closed_port_fails_at_once_naming_the_server_but_not_the_password() {
+    connect::a_closed_port_fails_at_once(
+        async |url, _| {
+            let pool = PgPoolOptions::new().connect_lazy(&url).unwrap();
+            PostgresStore::new(pool).listen().await
+        },
+        |port| format!("postgres://app:hunter2-secret@127.0.0.1:{port}/tasks"),
+        |port| format!("postgres://app@127.0.0.1:{port}/tasks"),
+    )
+    .await;
+}
+
 /// An owner-scoped read checks the owner in the `SELECT`: a foreign row is never
 /// sent, so its (here unreadable) record is never decoded, and the read costs what
 /// an unknown id costs. The owner's own read does decode it, and fails.

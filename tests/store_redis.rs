@@ -247,6 +247,32 @@ async fn listen_to_a_closed_port_fails_at_once_naming_the_server_but_not_the_pas
     .await;
 }
 
+/// A listener whose server completes the handshake and never answers: `listen`
+/// gives up at the connect timeout (5 s, on paused time) and says so.
+#[tokio::test]
+async fn listen_to_a_server_that_never_answers_fails_at_the_connect_timeout() {
+    let Some(url) = redis_url() else {
+        return;
+    };
+    let (_, conn) = client_and_manager(&url).await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let feed = mcp_tasks::redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let store = RedisStore::new(conn).with_change_feed(feed);
+    tokio::time::pause();
+    let started = tokio::time::Instant::now();
+    let timed_out = store.listen().await.unwrap_err();
+    let took = started.elapsed();
+    let limit = mcp_tasks::defaults::CONNECT_TIMEOUT;
+    assert!(took >= limit && took < limit * 2, "took {took:?}");
+    let text = connect::described(&timed_out);
+    let expected = format!(
+        "could not connect to redis://127.0.0.1:{port}/0 within the connect timeout of {} ms",
+        limit.as_millis()
+    );
+    assert!(text.contains(&expected), "{text}");
+}
+
 /// An owner-scoped read compares the owner on the server: a foreign record never
 /// leaves it, so its (here unreadable) JSON is never decoded, and the read costs
 /// what an unknown id costs. The owner's own read does decode it, and fails.

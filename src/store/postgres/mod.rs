@@ -291,20 +291,11 @@ impl PostgresStore {
     /// # }
     /// ```
     pub async fn connect_with_timeout(url: &str, timeout: Duration) -> Result<Self, StoreError> {
-        use sqlx::{ConnectOptions as _, Connection as _};
         let options: PgConnectOptions = url.parse().map_err(StoreError::backend)?;
         let shown = shown_url(&options, super::connect::url_has_password(url));
         let statement_timeout = format!("{}ms", crate::defaults::STATEMENT_TIMEOUT.as_millis());
         let options = options.options([("statement_timeout", statement_timeout.as_str())]);
-        // One attempt first: the pool retries a refused connection until its acquire
-        // timeout and then reports only that it timed out, not why.
-        match tokio::time::timeout(timeout, options.connect()).await {
-            Ok(Ok(probe)) => {
-                let _ = tokio::time::timeout(timeout, probe.close()).await;
-            }
-            Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
-            Err(_) => return Err(ConnectError::timed_out(shown, timeout)),
-        }
+        probe(&options, &shown, timeout).await?;
         let pool = PgPoolOptions::new()
             .acquire_timeout(timeout.min(crate::defaults::STORE_TIMEOUT))
             .connect_with(options);
@@ -517,6 +508,25 @@ impl fmt::Debug for PostgresStore {
             .field("table", &self.inner.table)
             .field("node", &self.inner.node.as_str())
             .finish_non_exhaustive()
+    }
+}
+
+/// One connection attempt to the server of `options` (shown as `shown`), within
+/// `timeout`, closed at once: a pool retries a refused connection until its acquire
+/// timeout and then reports only that it timed out, not why.
+pub(super) async fn probe(
+    options: &PgConnectOptions,
+    shown: &str,
+    timeout: Duration,
+) -> Result<(), StoreError> {
+    use sqlx::{ConnectOptions as _, Connection as _};
+    match tokio::time::timeout(timeout, options.connect()).await {
+        Ok(Ok(probe)) => {
+            let _ = tokio::time::timeout(timeout, probe.close()).await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(ConnectError::failed(shown.to_owned(), e)),
+        Err(_) => Err(ConnectError::timed_out(shown.to_owned(), timeout)),
     }
 }
 

@@ -10,8 +10,9 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
 
 use super::statements::LogStatements;
-use super::{Feed, PostgresStore, shown_url};
+use super::{Feed, PostgresStore, probe, shown_url};
 use crate::error::StoreError;
+use crate::store::connect::ConnectError;
 use crate::store::feed::relay::{Batch, Change, ChangeLog, Live, Payload, Relay, until_ready};
 use crate::store::{ChangeSender, FEED_CAPACITY};
 use crate::task::TaskId;
@@ -35,7 +36,9 @@ impl PostgresStore {
     /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) starts the listener too, but cannot wait for it: a
     /// change made in the instant before the `LISTEN` took effect is not announced.
     /// Call this once at startup, before building the layer, to close that gap; an
-    /// unreachable database fails here instead of in the background. If the listener
+    /// unreachable database fails here, naming the server (password hidden), within
+    /// [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT), instead of in the
+    /// background. If the listener
     /// was started already and is reconnecting, this waits until it is back.
     ///
     /// ```no_run
@@ -56,9 +59,12 @@ impl PostgresStore {
             Some(ready) => ready,
             None => {
                 let runtime = tokio::runtime::Handle::try_current().map_err(StoreError::backend)?;
-                let listener = connect_listener(&self.listen_options(), &self.inner.channel)
+                let options = self.listen_options();
+                let shown = shown_url(&options, false);
+                probe(&options, &shown, crate::defaults::CONNECT_TIMEOUT).await?;
+                let listener = connect_listener(&options, &self.inner.channel)
                     .await
-                    .map_err(StoreError::backend)?;
+                    .map_err(|e| ConnectError::failed(shown, e))?;
                 let mut feed = self.lock_feed();
                 match &*feed {
                     // Another caller won the race; its listener serves both.

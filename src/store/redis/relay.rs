@@ -30,7 +30,9 @@ impl RedisStore {
     /// listener too, but cannot wait for it: a change made in the instant before the
     /// listener first read the stream is not relayed. Call this once at startup,
     /// before building the layer, to close that gap; an unreachable server fails here,
-    /// naming it, instead of in the background. If the listener was started already
+    /// naming it (password hidden), within
+    /// [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT), instead of in the
+    /// background. If the listener was started already
     /// and is reconnecting, this waits until it is back. A store without a client to
     /// listen with ([`with_change_feed`](Self::with_change_feed)) fails at once.
     ///
@@ -54,9 +56,14 @@ impl RedisStore {
             Some(ready) => ready,
             None => {
                 let runtime = tokio::runtime::Handle::try_current().map_err(StoreError::backend)?;
-                let first = self.change_stream(feed).connect().await.map_err(|e| {
-                    ConnectError::failed(shown_url(feed.client.get_connection_info()), e)
-                })?;
+                let shown = shown_url(feed.client.get_connection_info());
+                let limit = crate::defaults::CONNECT_TIMEOUT;
+                let first =
+                    match tokio::time::timeout(limit, self.change_stream(feed).connect()).await {
+                        Ok(Ok(first)) => first,
+                        Ok(Err(e)) => return Err(ConnectError::failed(shown, e)),
+                        Err(_) => return Err(ConnectError::timed_out(shown, limit)),
+                    };
                 self.start_listener(feed, &runtime, Some(first))
             }
         };
