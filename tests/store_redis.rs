@@ -16,7 +16,7 @@ use mcp_tasks::error::Limit;
 use mcp_tasks::error::StoreError;
 use mcp_tasks::store::TaskStore;
 use mcp_tasks::store::{CreateLimits, Scope, Timestamp};
-use mcp_tasks::{MemoryStore, RedisStore, TaskId, TaskRecord};
+use mcp_tasks::{MemoryStore, Principal, RedisStore, TaskId, TaskRecord};
 use support::connect;
 use support::logs::Logged;
 use support::stores::redis::{
@@ -273,67 +273,53 @@ async fn listen_to_a_server_that_never_answers_fails_at_the_connect_timeout() {
     assert!(text.contains(&expected), "{text}");
 }
 
+/// A scratch store holding one task of alice's (with a TTL), whose hash was then
+/// changed behind the store's back by `command <task key> args…`: the store, the
+/// task's id and the time it was made. `None` without a server.
+async fn alices_task_altered(
+    command: &str,
+    args: &[&str],
+) -> Option<(support::stores::redis::Scratch, TaskId, Timestamp)> {
+    let scratch = scratch().await?;
+    let url = redis_url()?;
+    let now = Timestamp::now();
+    let mut record = TaskRecord::new(TaskId::random(), Some(Principal::from("alice")), now);
+    record.ttl_ms = Some(3_600_000);
+    let id = record.id;
+    let store = scratch.store();
+    store.create(record, CreateLimits::default()).await.unwrap();
+    let (_, mut conn) = client_and_manager(&url).await;
+    let key = format!("{}task:{id}", store.prefix());
+    let _: () = mcp_tasks::redis::cmd(command)
+        .arg(&key)
+        .arg(args)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    Some((scratch, id, now))
+}
+
 /// An owner-scoped read compares the owner on the server: a foreign record never
 /// leaves it, so its (here unreadable) JSON is never decoded, and the read costs
 /// what an unknown id costs. The owner's own read does decode it, and fails.
 #[tokio::test]
 async fn a_foreign_read_never_fetches_nor_decodes_the_record() {
-    use mcp_tasks::Principal;
-
-    let Some(scratch) = scratch().await else {
+    let Some((scratch, id, now)) = alices_task_altered("HSET", &["rec", "not a task"]).await else {
         return;
     };
-    let url = redis_url().unwrap();
-    let store = scratch.store();
-    let now = Timestamp::now();
     let alice = Principal::from("alice");
-    let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
-    record.ttl_ms = Some(3_600_000);
-    let id = record.id;
-    store.create(record, CreateLimits::default()).await.unwrap();
-    let client = mcp_tasks::redis::Client::open(url.as_str()).unwrap();
-    let mut conn = mcp_tasks::redis::aio::ConnectionManager::new(client)
-        .await
-        .unwrap();
-    let key = format!("{}task:{id}", store.prefix());
-    let _: () = mcp_tasks::redis::cmd("HSET")
-        .arg(&key)
-        .arg("rec")
-        .arg("not a task")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    support::stores::only_the_owner_decodes(store, id, &alice, now).await;
+    support::stores::only_the_owner_decodes(scratch.store(), id, &alice, now).await;
 }
 
 /// Records written before the `own` field existed are still checked against the
 /// owner on the server (through the owners hash).
 #[tokio::test]
 async fn records_without_an_owner_field_are_still_owner_checked() {
-    use mcp_tasks::Principal;
-
-    let Some(scratch) = scratch().await else {
+    let Some((scratch, id, now)) = alices_task_altered("HDEL", &["own"]).await else {
         return;
     };
-    let url = redis_url().unwrap();
     let store = scratch.store();
-    let now = Timestamp::now();
     let alice = Principal::from("alice");
-    let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
-    record.ttl_ms = Some(3_600_000);
-    let id = record.id;
-    store.create(record, CreateLimits::default()).await.unwrap();
-    let client = mcp_tasks::redis::Client::open(url.as_str()).unwrap();
-    let mut conn = mcp_tasks::redis::aio::ConnectionManager::new(client)
-        .await
-        .unwrap();
-    let key = format!("{}task:{id}", store.prefix());
-    let _: () = mcp_tasks::redis::cmd("HDEL")
-        .arg(&key)
-        .arg("own")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
     let mine = Scope::Owner(Some(&alice));
     assert!(store.get(&id, mine, now).await.unwrap().is_some());
     assert_eq!(store.visible(&[id], mine, now).await.unwrap(), vec![id]);
@@ -358,8 +344,6 @@ async fn records_without_an_owner_field_are_still_owner_checked() {
 /// however many older expired records other owners left behind.
 #[tokio::test]
 async fn an_owner_at_its_cap_prunes_its_own_expired_records_first() {
-    use mcp_tasks::Principal;
-
     let Some(scratch) = scratch().await else {
         return;
     };

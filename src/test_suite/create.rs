@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::helpers::{
-    HOUR_MS, WRITERS, cleanup, create, get, race, record, require_multi_thread, update,
+    HOUR_MS, WRITERS, cleanup, create, create_accepted, create_refused, get, race, record,
+    require_multi_thread, update,
 };
 use crate::error::{Limit, StoreError};
 use serde_json::json;
@@ -69,12 +70,14 @@ pub async fn create_rejects_duplicate_id<S: TaskStore>(store: S) {
         "[{RULE}] a refused duplicate must leave the existing record untouched"
     );
     let second = record(None, now, Some(HOUR_MS));
-    match store.create(second, limits).await {
-        Ok(()) => {}
-        other => panic!(
-            "[{RULE}] a refused duplicate must not take a row: with max_rows 2 and one record, create must succeed, got {other:?}"
-        ),
-    }
+    create_accepted(
+        RULE,
+        &store,
+        second,
+        limits,
+        "a refused duplicate must not take a row: with max_rows 2 and one record, create must succeed",
+    )
+    .await;
 }
 
 /// `max_rows` holds atomically: of many concurrent creates against a cap of K,
@@ -138,10 +141,14 @@ pub async fn max_rows_enforced_atomically<S: TaskStore>(store: S) {
         CAP,
         "[{RULE}] cleanup must remove the {CAP} expired records"
     );
-    match store.create(record(None, swept, None), limits).await {
-        Ok(()) => {}
-        other => panic!("[{RULE}] rows freed by cleanup must be usable again, got {other:?}"),
-    }
+    create_accepted(
+        RULE,
+        &store,
+        record(None, swept, None),
+        limits,
+        "rows freed by cleanup must be usable again",
+    )
+    .await;
 }
 
 /// The per-owner cap counts each owner (and the anonymous owner) separately, holds
@@ -197,34 +204,37 @@ pub async fn per_owner_cap_enforced<S: TaskStore>(store: S) {
             )
         }
     }
-    match store
-        .create(record(Some(Principal::from("carol")), now, None), limits)
-        .await
-    {
-        Ok(()) => {}
-        other => panic!("[{RULE}] another owner must not be limited by alice's cap, got {other:?}"),
-    }
+    create_accepted(
+        RULE,
+        &store,
+        record(Some(Principal::from("carol")), now, None),
+        limits,
+        "another owner must not be limited by alice's cap",
+    )
+    .await;
     let swept = now.plus_ms(1_000);
     assert_eq!(
         cleanup(RULE, &*store, swept, Duration::ZERO).await,
         2 * PER_OWNER,
         "[{RULE}] cleanup must remove alice's and the anonymous owner's expired records"
     );
-    match store.create(record(Some(alice), swept, None), limits).await {
-        Ok(()) => {}
-        other => panic!(
-            "[{RULE}] a slot freed by cleanup must be usable by its owner again, got {other:?}"
-        ),
-    }
-    match store
-        .create(record(Some(Principal::from("bob")), swept, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
-        other => panic!(
-            "[{RULE}] bob's records did not expire, so bob must still be at his cap, got {other:?}"
-        ),
-    }
+    create_accepted(
+        RULE,
+        &store,
+        record(Some(alice), swept, None),
+        limits,
+        "a slot freed by cleanup must be usable by its owner again",
+    )
+    .await;
+    create_refused(
+        RULE,
+        &store,
+        record(Some(Principal::from("bob")), swept, None),
+        limits,
+        Limit::PerOwner,
+        "bob's records did not expire, so bob must still be at his cap",
+    )
+    .await;
 }
 
 /// Records expired at a new record's `created_at` never count against either cap,
@@ -245,15 +255,15 @@ pub async fn expired_records_never_fill_the_caps<S: TaskStore>(store: S) {
         )
         .await;
     }
-    match store
-        .create(record(Some(alice.clone()), now, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
-        other => panic!(
-            "[{RULE}] alice at her cap of 2 must be refused with LimitReached(Limit::PerOwner), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(alice.clone()), now, None),
+        limits,
+        Limit::PerOwner,
+        "alice at her cap of 2 must be refused with LimitReached(Limit::PerOwner)",
+    )
+    .await;
     create(
         RULE,
         &store,
@@ -261,36 +271,35 @@ pub async fn expired_records_never_fill_the_caps<S: TaskStore>(store: S) {
         limits,
     )
     .await;
-    match store
-        .create(record(Some(Principal::from("carol")), now, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::Rows)) => {}
-        other => panic!(
-            "[{RULE}] a create on a store at max_rows 3 must be refused with LimitReached(Limit::Rows), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(Principal::from("carol")), now, None),
+        limits,
+        Limit::Rows,
+        "a create on a store at max_rows 3 must be refused with LimitReached(Limit::Rows)",
+    )
+    .await;
     // Alice's two records expired at `later`; nothing swept them.
     for _ in 0..2 {
-        match store
-            .create(record(Some(alice.clone()), later, None), limits)
-            .await
-        {
-            Ok(()) => {}
-            other => panic!(
-                "[{RULE}] expired records must not count against the caps: alice's create after her records expired must succeed, got {other:?}"
-            ),
-        }
+        create_accepted(
+            RULE,
+            &store,
+            record(Some(alice.clone()), later, None),
+            limits,
+            "expired records must not count against the caps: alice's create after her records expired must succeed",
+        )
+        .await;
     }
-    match store
-        .create(record(Some(Principal::from("carol")), later, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::Rows)) => {}
-        other => panic!(
-            "[{RULE}] live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(Principal::from("carol")), later, None),
+        limits,
+        Limit::Rows,
+        "live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows)",
+    )
+    .await;
 }
 
 /// Terminal records without a TTL that retired at or before
@@ -327,46 +336,45 @@ pub async fn retired_records_past_retention_never_fill_the_caps<S: TaskStore>(st
     // Within the retention the finished tasks still count.
     let within = finished_at.plus_ms(999);
     let per_owner = CreateLimits::new(None, Some(2)).with_retention(retention);
-    match store
-        .create(record(Some(alice.clone()), within, None), per_owner)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
-        other => panic!(
-            "[{RULE}] alice's two finished tasks, still within their retention, must keep her at her cap of 2 (LimitReached(Limit::PerOwner)), got {other:?}"
-        ),
-    }
-    match store
-        .create(record(Some(Principal::from("carol")), within, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::Rows)) => {}
-        other => panic!(
-            "[{RULE}] finished tasks within their retention must keep counting against max_rows 3 (LimitReached(Limit::Rows)), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(alice.clone()), within, None),
+        per_owner,
+        Limit::PerOwner,
+        "alice's two finished tasks, still within their retention, must keep her at her cap of 2 (LimitReached(Limit::PerOwner))",
+    )
+    .await;
+    create_refused(
+        RULE,
+        &store,
+        record(Some(Principal::from("carol")), within, None),
+        limits,
+        Limit::Rows,
+        "finished tasks within their retention must keep counting against max_rows 3 (LimitReached(Limit::Rows))",
+    )
+    .await;
     // At `finished_at + retention` they are past it; nothing swept them.
     let past = finished_at.plus_ms(1_000);
     for _ in 0..2 {
-        match store
-            .create(record(Some(alice.clone()), past, None), limits)
-            .await
-        {
-            Ok(()) => {}
-            other => panic!(
-                "[{RULE}] finished tasks past their retention must not count against the caps: alice's create must succeed, got {other:?}"
-            ),
-        }
+        create_accepted(
+            RULE,
+            &store,
+            record(Some(alice.clone()), past, None),
+            limits,
+            "finished tasks past their retention must not count against the caps: alice's create must succeed",
+        )
+        .await;
     }
-    match store
-        .create(record(Some(Principal::from("carol")), past, None), limits)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::Rows)) => {}
-        other => panic!(
-            "[{RULE}] live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(Principal::from("carol")), past, None),
+        limits,
+        Limit::Rows,
+        "live records keep counting: three live records at max_rows 3 must refuse with LimitReached(Limit::Rows)",
+    )
+    .await;
     // Without a retention in the limits, retired records count until `cleanup`.
     let dave = Principal::from("dave");
     let one = CreateLimits::new(None, Some(1));
@@ -374,15 +382,15 @@ pub async fn retired_records_past_retention_never_fill_the_caps<S: TaskStore>(st
     let id = r.id;
     create(RULE, &store, r, one).await;
     update(RULE, &store, &id, Scope::Any, &Transition::Cancel, past).await;
-    match store
-        .create(record(Some(dave), past.plus_ms(HOUR_MS), None), one)
-        .await
-    {
-        Err(StoreError::LimitReached(Limit::PerOwner)) => {}
-        other => panic!(
-            "[{RULE}] without CreateLimits::retention a retired record keeps counting until cleanup: dave at his cap of 1 must be refused with LimitReached(Limit::PerOwner), got {other:?}"
-        ),
-    }
+    create_refused(
+        RULE,
+        &store,
+        record(Some(dave), past.plus_ms(HOUR_MS), None),
+        one,
+        Limit::PerOwner,
+        "without CreateLimits::retention a retired record keeps counting until cleanup: dave at his cap of 1 must be refused with LimitReached(Limit::PerOwner)",
+    )
+    .await;
 }
 
 /// `visible` answers, in one call, which of many ids `get` would find: existing,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tokio::sync::Barrier;
 
+use crate::error::{Limit, StoreError};
 use crate::store::{CreateLimits, TaskStore, Updated};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -65,6 +66,35 @@ pub(super) async fn create<S: TaskStore + ?Sized>(
 ) {
     if let Err(e) = store.create(record, limits).await {
         panic!("[{rule}] create of a fresh record failed: {e}");
+    }
+}
+
+/// Asserts that `create` of `record` succeeds; `why` says why the rule expects it.
+pub(super) async fn create_accepted<S: TaskStore + ?Sized>(
+    rule: &str,
+    store: &S,
+    record: TaskRecord,
+    limits: CreateLimits,
+    why: &str,
+) {
+    if let Err(e) = store.create(record, limits).await {
+        panic!("[{rule}] {why}, got {e:?}");
+    }
+}
+
+/// Asserts that `create` of `record` is refused at `limit`; `why` says why the rule
+/// expects it.
+pub(super) async fn create_refused<S: TaskStore + ?Sized>(
+    rule: &str,
+    store: &S,
+    record: TaskRecord,
+    limits: CreateLimits,
+    limit: Limit,
+    why: &str,
+) {
+    match store.create(record, limits).await {
+        Err(StoreError::LimitReached(refused)) if refused == limit => {}
+        other => panic!("[{rule}] {why}: LimitReached({limit:?}) expected, got {other:?}"),
     }
 }
 
