@@ -78,8 +78,9 @@ const WRITE_STRIPES: usize = 128;
 ///   unknown one costs (one round trip, nothing decoded).
 /// - **Other nodes.** Every write appends `<node>:<task id>` to the stream
 ///   `<prefix>changes` in the same script (`XADD … MAXLEN ~ 100000`).
-///   [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) starts (once, on the current tokio runtime) a listener
-///   on its own connection (named [`feed_connection_name`](Self::feed_connection_name)
+///   [`listen`](Self::listen) (or else the first
+///   [`TaskStore::subscribe`](crate::store::TaskStore::subscribe)) starts, once, on
+///   the current tokio runtime, a listener on its own connection (named [`feed_connection_name`](Self::feed_connection_name)
 ///   with `CLIENT SETNAME`) that reads the stream from the last entry it saw and
 ///   forwards the ids written by other `RedisStore` instances. When its connection
 ///   drops it reconnects with backoff and goes on from that entry, so a change made
@@ -222,8 +223,9 @@ impl RedisStore {
     pub const DEFAULT_PREFIX: &'static str = "mcp-tasks:";
 
     /// Connects to the server at `url` (e.g. `redis://127.0.0.1:6379`), with a
-    /// reconnecting connection for the records and, once [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) is
-    /// called, a second one for the change feed. Keys go under
+    /// reconnecting connection for the records and, once [`listen`](Self::listen) or
+    /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) is called, a
+    /// second one for the change feed. Keys go under
     /// [`DEFAULT_PREFIX`](Self::DEFAULT_PREFIX), `mcp-tasks:`.
     ///
     /// ```no_run
