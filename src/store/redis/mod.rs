@@ -80,10 +80,10 @@ const WRITE_STRIPES: usize = 128;
 ///   `<prefix>changes` in the same script (`XADD … MAXLEN ~ 100000`).
 ///   [`listen`](Self::listen) (or else the first
 ///   [`TaskStore::subscribe`](crate::store::TaskStore::subscribe)) starts, once, on
-///   the current tokio runtime, a listener on its own connection (named [`feed_connection_name`](Self::feed_connection_name)
-///   with `CLIENT SETNAME`) that reads the stream from the last entry it saw and
-///   forwards the ids written by other `RedisStore` instances. When its connection
-///   drops it reconnects with backoff and goes on from that entry, so a change made
+///   the current tokio runtime, a listener on its own connection (named
+///   [`feed_connection_name`](Self::feed_connection_name) with `CLIENT SETNAME`)
+///   that reads the stream from the last entry it saw and forwards the ids written
+///   by other `RedisStore` instances. When its connection drops it reconnects with backoff and goes on from that entry, so a change made
 ///   while it was away is delivered all the same; if the stream was trimmed past
 ///   it meanwhile, it reports [`FeedEvent::Missed`](super::FeedEvent::Missed) and
 ///   the layer re-reads every task it waits on. Clones of one `RedisStore` are one

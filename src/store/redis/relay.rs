@@ -29,12 +29,12 @@ impl RedisStore {
     /// [`TaskStore::subscribe`](crate::store::TaskStore::subscribe) starts the
     /// listener too, but cannot wait for it: a change made in the instant before the
     /// listener first read the stream is not relayed. Call this once at startup,
-    /// before building the layer, to close that gap; an unreachable server fails here,
-    /// naming it (password hidden), within
+    /// before building the layer, to close that gap; an unreachable server fails
+    /// here, naming it (password hidden), within
     /// [`CONNECT_TIMEOUT`](crate::defaults::CONNECT_TIMEOUT), instead of in the
-    /// background. If the listener was started already
-    /// and is reconnecting, this waits until it is back. A store without a client to
-    /// listen with ([`with_change_feed`](Self::with_change_feed)) fails at once.
+    /// background. If the listener was started already and is reconnecting, this
+    /// waits until it is back. A store without a client to listen with
+    /// ([`with_change_feed`](Self::with_change_feed)) fails at once.
     ///
     /// ```no_run
     /// use mcp_tasks::{RedisStore, TasksLayer};
