@@ -79,15 +79,15 @@ const WRITE_STRIPES: usize = 128;
 /// - **Other nodes.** Every write appends `<node>:<task id>` to the stream
 ///   `<prefix>changes` in the same script (`XADD … MAXLEN ~ 100000`).
 ///   [`listen`](Self::listen) (or else the first
-///   [`TaskStore::subscribe`](crate::store::TaskStore::subscribe)) starts, once, on
-///   the current tokio runtime, a listener on its own connection (named
-///   [`feed_connection_name`](Self::feed_connection_name) with `CLIENT SETNAME`)
-///   that reads the stream from the last entry it saw and forwards the ids written
-///   by other `RedisStore` instances. When its connection drops it reconnects with backoff and goes on from that entry, so a change made
-///   while it was away is delivered all the same; if the stream was trimmed past
-///   it meanwhile, it reports [`FeedEvent::Missed`](super::FeedEvent::Missed) and
-///   the layer re-reads every task it waits on. Clones of one `RedisStore` are one
-///   node.
+///   [`TaskStore::subscribe`](crate::store::TaskStore::subscribe)) starts, once, on the
+///   current tokio runtime, a listener on its own connection (named
+///   [`feed_connection_name`](Self::feed_connection_name) with `CLIENT SETNAME`) that
+///   reads the stream from the last entry it saw and forwards the ids written by other
+///   `RedisStore` instances. When its connection drops it reconnects with backoff and
+///   goes on from that entry, so a change made while it was away is delivered all the
+///   same; if the stream was trimmed past it meanwhile, it reports
+///   [`FeedEvent::Missed`](super::FeedEvent::Missed) and the layer re-reads every task
+///   it waits on. Clones of one `RedisStore` are one node.
 ///
 /// Every key starts with the prefix, so several deployments (or tests) can share a
 /// server. The scripts touch several keys, so on a Redis Cluster the prefix must
