@@ -89,7 +89,8 @@ pub const MAX_LISTEN_STREAMS: usize = 1_000;
 pub const MAX_LISTEN_BYTES_PER_OWNER: usize = 32 * 1024 * 1024;
 /// Most bytes of task notifications all listen streams of the layer hold before
 /// their readers take them (256 MiB); past it, as for
-/// [`MAX_LISTEN_BYTES_PER_OWNER`].
+/// [`MAX_LISTEN_BYTES_PER_OWNER`], except that a change of a principal holding less
+/// than another first ends the streams of the principal holding the most.
 pub const MAX_LISTEN_BYTES: usize = 256 * 1024 * 1024;
 /// How long the layer waits for the inner service's listen stream to start with its
 /// acknowledgment (5 s); after it, the client gets the layer's own acknowledgment

@@ -156,6 +156,153 @@ async fn a_listen_whose_snapshot_passes_the_bound_is_refused() {
     assert_eq!(accepted.next_message().await["params"]["taskId"], small);
 }
 
+/// A listen stream of `principal`'s naming `tasks`, opened in process on `service`
+/// (no socket to absorb what it is sent): read up to its acknowledgment, and then
+/// only as the test says.
+async fn open_in_process<S>(service: &S, principal: &str, tasks: &[TaskId]) -> ListenBody
+where
+    S: tower::Service<
+            http::Request<http_body_util::Full<bytes::Bytes>>,
+            Response = http::Response<
+                mcp_tasks::body::ResponseBody<http_body_util::Full<bytes::Bytes>>,
+            >,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt as _;
+    let ids: Vec<String> = tasks.iter().map(TaskId::to_string).collect();
+    let request = support::requests::Call::new("subscriptions/listen")
+        .params(json!({"notifications": {"taskIds": ids}}))
+        .principal(principal)
+        .build();
+    let response = service.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = ListenBody(response.into_body(), String::new());
+    let ack = body.next_text().await.expect("the acknowledgment");
+    assert!(ack.contains("taskIds"), "{ack}");
+    body
+}
+
+/// The body of a listen stream opened in process, and what it sent of an event
+/// not yet whole.
+struct ListenBody(
+    mcp_tasks::body::ResponseBody<http_body_util::Full<bytes::Bytes>>,
+    String,
+);
+
+impl ListenBody {
+    /// The text of the next whole SSE event; `None` once the stream ended.
+    async fn next_text(&mut self) -> Option<String> {
+        use http_body_util::BodyExt as _;
+        loop {
+            if let Some(end) = self.1.find("\n\n") {
+                let event = self.1[..end].to_owned();
+                self.1.drain(..end + 2);
+                return Some(event);
+            }
+            let frame = within("a frame of the stream", self.0.frame())
+                .await?
+                .unwrap();
+            if let Ok(data) = frame.into_data() {
+                self.1.push_str(std::str::from_utf8(&data).unwrap());
+            }
+        }
+    }
+}
+
+/// Two greedy principals that never read fill the layer's total bound between them
+/// (each within its own); then alice, who reads, gets a change that would pass the
+/// total. The largest holder's stream ends, not alice's: she gets her notification,
+/// and the total is never passed.
+#[tokio::test]
+async fn at_the_total_bound_the_largest_holder_pays_not_a_reader() {
+    use mcp_tasks::store::{CreateLimits, Timestamp};
+    use mcp_tasks::{Principal, TaskRecord};
+    use tower::Layer as _;
+
+    const PER_OWNER: usize = 1024 * 1024;
+    const TOTAL: usize = 3 * PER_OWNER / 2;
+    const RESULT: usize = 256 * 1024;
+    let store = Arc::new(MemoryStore::new());
+    let layer = listen_builder(store.clone())
+        .with_max_listen_bytes_per_owner(PER_OWNER)
+        .with_max_listen_bytes(TOTAL)
+        .build()
+        .unwrap();
+    let not_found = tower::service_fn(|_: http::Request<mcp_tasks::body::RequestBody<_>>| async {
+        let error = json!({"jsonrpc": "2.0", "id": 1,
+            "error": {"code": -32601, "message": "Method not found"}});
+        let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(
+            error.to_string(),
+        )));
+        *response.status_mut() = http::StatusCode::NOT_FOUND;
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok::<_, std::convert::Infallible>(response)
+    });
+    let service = layer.layer(not_found);
+    let tasks = layer.tasks();
+    let listen = layer.listen_notifier();
+    let task_of = async |owner: &str| {
+        let record = TaskRecord::new(
+            TaskId::random(),
+            Some(Principal::from(owner)),
+            Timestamp::now(),
+        );
+        let id = record.id;
+        store.create(record, CreateLimits::default()).await.unwrap();
+        id
+    };
+    let result = json!({"content": [{"type": "text", "text": "x".repeat(RESULT)}]});
+
+    let alices = task_of("alice").await;
+    let mut alice = open_in_process(&service, "alice", &[alices]).await;
+    let mut greedy = Vec::new();
+    for (name, count) in [("g1", 3), ("g2", 2)] {
+        let mut ids = Vec::new();
+        for _ in 0..count {
+            ids.push(task_of(name).await);
+        }
+        let stream = open_in_process(&service, name, &ids).await;
+        for id in &ids {
+            tasks.complete(id, result.clone()).await.unwrap();
+        }
+        greedy.push(stream);
+    }
+    let (held, peak) = listen.held_bytes();
+    assert!(
+        held > TOTAL - RESULT,
+        "the greedy streams fill the total: {held}"
+    );
+    assert!(peak <= TOTAL, "{peak}");
+
+    // Alice's result would pass the total.
+    tasks.complete(&alices, result).await.unwrap();
+    let note = loop {
+        let text = alice.next_text().await.expect("alice's stream goes on");
+        if text.contains("notifications/tasks") && text.contains("completed") {
+            break text;
+        }
+    };
+    assert!(note.contains(&alices.to_string()), "{note}");
+    assert!(listen.held_bytes().1 <= TOTAL);
+    // The largest holder's stream was ended: read now, it finishes with the listen
+    // result, and the other greedy one's is still open.
+    let mut last = None;
+    while let Some(text) = greedy[0].next_text().await {
+        last = Some(text);
+    }
+    let last = last.expect("the listen result");
+    assert!(last.contains(r#""resultType":"complete""#), "{last}");
+    let next = greedy[1]
+        .next_text()
+        .await
+        .expect("the other greedy stream goes on");
+    assert!(next.contains("notifications/tasks"), "{next}");
+}
+
 /// Tasks of the principal whose listens are refused.
 const REFUSED_TASKS: usize = 40;
 /// Their results: together more than the principal's bound.

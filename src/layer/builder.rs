@@ -516,7 +516,11 @@ impl TasksLayerBuilder {
     /// before their readers take them (default [`defaults::MAX_LISTEN_BYTES`],
     /// 256 MiB); past it, as for
     /// [`with_max_listen_bytes_per_owner`](Self::with_max_listen_bytes_per_owner),
-    /// with `{"limit": "listen_bytes_total"}`. Zero is refused.
+    /// with `{"limit": "listen_bytes_total"}`. The principal whose streams hold the
+    /// most pays for this bound: when a change of another principal's, who holds
+    /// less, would pass it, the largest holder's streams end first (dropping what
+    /// they hold queued) and the change is delivered if it then fits. Zero is
+    /// refused.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};

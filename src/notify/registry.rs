@@ -189,6 +189,18 @@ impl Budget {
         }
     }
 
+    /// The principal whose streams hold the most bytes, if that is not `owner` and
+    /// it holds more than `owner` does.
+    fn largest_other_than(&self, owner: &Option<Principal>) -> Option<Option<Principal>> {
+        let held = self.lock();
+        let mine = held.per_owner.get(owner).copied().unwrap_or(0);
+        held.per_owner
+            .iter()
+            .filter(|(other, bytes)| *other != owner && **bytes > mine)
+            .max_by_key(|(_, bytes)| **bytes)
+            .map(|(other, _)| other.clone())
+    }
+
     fn release(&self, owner: &Option<Principal>, bytes: usize) {
         let mut held = self.lock();
         held.total = held.total.saturating_sub(bytes);
@@ -392,7 +404,11 @@ impl Registry {
             .filter_map(|slot| slot.take_older(&record.id, record.revision))
             .collect();
         drop(replaced);
-        match self.change(record, None) {
+        let change = match self.change(record, None) {
+            Err(ByteLimit::Total) => self.change_after_ending_the_largest(record),
+            other => other,
+        };
+        match change {
             Ok(Some(change)) => {
                 for slot in &slots {
                     slot.offer(&change);
@@ -405,6 +421,31 @@ impl Registry {
                 }
             }
         }
+    }
+
+    /// `record`'s change once the layer's total bound made room for it: when another
+    /// principal's streams hold more bytes than its owner's, that principal's streams
+    /// are ended, dropping what they hold queued, and the change is tried again. So
+    /// the principal holding the most pays for the total, not one whose small change
+    /// arrived last.
+    fn change_after_ending_the_largest(
+        &self,
+        record: &TaskRecord,
+    ) -> Result<Option<Arc<Change>>, ByteLimit> {
+        let Some(largest) = self.budget.largest_other_than(&record.owner) else {
+            return Err(ByteLimit::Total);
+        };
+        let theirs: Vec<Arc<Slot>> = self
+            .lock()
+            .streams
+            .values()
+            .filter(|slot| slot.principal == largest)
+            .cloned()
+            .collect();
+        for slot in &theirs {
+            slot.shed(ByteLimit::Total);
+        }
+        self.change(record, None)
     }
 
     /// Queues `records` for `subscription` alone (its snapshot), each sharing the
@@ -915,6 +956,61 @@ mod tests {
             late.snapshot(vec![big(a, "o", 1, 6_000)], None).err(),
             Some(ByteLimit::Total)
         );
+    }
+
+    /// At the layer's total bound the principal holding the most pays, not the one
+    /// whose small change arrived last: the largest holder's streams are ended, which
+    /// frees what they held, and the small change is delivered. A change of the
+    /// largest holder's own that would pass the total ends its own stream, as
+    /// before, and one that still does not fit once the largest holder's queued
+    /// bytes are gone (they sit in frames its connection holds) ends both.
+    #[test]
+    fn at_the_total_bound_the_largest_holder_is_ended_not_a_small_one() {
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 15_000);
+        let ids: Vec<TaskId> = (0..6).map(|_| TaskId::random()).collect();
+        let greedy = registry.register(Some(Principal::from("g")), &ids[0..2]);
+        let middle = registry.register(Some(Principal::from("m")), &ids[2..3]);
+        let small = registry.register(Some(Principal::from("s")), &ids[3..4]);
+        registry.deliver(&big(ids[0], "g", 1, 5_000));
+        registry.deliver(&big(ids[1], "g", 1, 4_000));
+        registry.deliver(&big(ids[2], "m", 1, 4_000));
+        // 13 000 held of 15 000: the small principal's 3 000 would pass the total.
+        registry.deliver(&big(ids[3], "s", 1, 3_000));
+        assert!(greedy.is_ending(), "the largest holder is ended");
+        assert!(!middle.is_ending() && !small.is_ending());
+        let (held, peak) = registry.held_bytes();
+        assert!(
+            (7_000..8_000).contains(&held),
+            "the middle's and the small's: {held}"
+        );
+        assert!(peak <= 15_000, "the total was never passed: {peak}");
+        assert_eq!(small.take_or_wait(Waker::noop()).map(|v| v.len()), Some(1));
+
+        // The largest holder's own change ends its own stream only.
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 15_000);
+        let greedy = registry.register(Some(Principal::from("g")), &ids[0..2]);
+        let small = registry.register(Some(Principal::from("s")), &ids[3..4]);
+        registry.deliver(&big(ids[0], "g", 1, 8_000));
+        registry.deliver(&big(ids[3], "s", 1, 5_000));
+        registry.deliver(&big(ids[1], "g", 1, 2_500));
+        assert!(greedy.is_ending());
+        assert!(!small.is_ending());
+
+        // Bytes already taken by the largest holder's connection are not freed by
+        // ending it: the small change still does not fit, and both end.
+        let registry = Arc::new(Registry::default());
+        registry.set_byte_bounds(10_000, 15_000);
+        let greedy = registry.register(Some(Principal::from("g")), &ids[0..2]);
+        let small = registry.register(Some(Principal::from("s")), &ids[3..5]);
+        registry.deliver(&big(ids[0], "g", 1, 9_000));
+        let in_flight = greedy.take_or_wait(Waker::noop()).unwrap();
+        registry.deliver(&big(ids[3], "s", 1, 4_000));
+        registry.deliver(&big(ids[4], "s", 1, 3_000));
+        assert!(greedy.is_ending() && small.is_ending());
+        assert!(registry.held_bytes().1 <= 15_000);
+        drop(in_flight);
     }
 
     /// Polls `future` once, without a runtime.
