@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::engine::Engine;
+use crate::outage::Outage;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
 use crate::task::TaskId;
 
@@ -45,75 +46,6 @@ const HOLDS_CHECK_EVERY: u32 = 8;
 
 /// The shortest pause between two sweeps.
 const SWEEP_MIN: Duration = Duration::from_millis(10);
-
-/// During an outage, the least time between two warnings of one loop: the first
-/// failure is told at once, the rest in a summary at most this often, and the end
-/// of the outage in one line.
-const OUTAGE_SUMMARY_EVERY: Duration = Duration::from_secs(30);
-
-/// The warnings of one loop whose store calls keep failing (renewing the lease,
-/// reading the leases): without it, an outage logged a line for every retry,
-/// several a second with a short lease.
-#[derive(Debug)]
-struct Failures {
-    /// What failed, as in "could not {doing}".
-    doing: &'static str,
-    /// Since when it fails, and how often it failed since.
-    since: Option<(Instant, u64)>,
-    /// When the last warning went out.
-    told: Instant,
-}
-
-impl Failures {
-    fn new(doing: &'static str) -> Self {
-        Failures {
-            doing,
-            since: None,
-            told: Instant::now(),
-        }
-    }
-
-    /// One more failure, with its cause (`None`: the call timed out).
-    fn failed(&mut self, cause: Option<&crate::error::StoreError>) {
-        let now = Instant::now();
-        let cause = cause.map(|e| crate::error::Chain(e).to_string());
-        let cause = cause
-            .as_deref()
-            .unwrap_or("the store did not answer in time");
-        match &mut self.since {
-            None => {
-                self.since = Some((now, 1));
-                self.told = now;
-                tracing::warn!(error = %cause, "mcp-tasks: could not {}; retrying", self.doing);
-            }
-            Some((since, failures)) => {
-                *failures += 1;
-                if now.saturating_duration_since(self.told) >= OUTAGE_SUMMARY_EVERY {
-                    self.told = now;
-                    tracing::warn!(
-                        error = %cause,
-                        failures = *failures,
-                        failing_for_s = now.saturating_duration_since(*since).as_secs(),
-                        "mcp-tasks: still could not {}; retrying",
-                        self.doing
-                    );
-                }
-            }
-        }
-    }
-
-    /// A success: ends the outage, if there was one, with one line.
-    fn succeeded(&mut self) {
-        if let Some((since, failures)) = self.since.take() {
-            tracing::info!(
-                failures,
-                failed_for_ms = since.elapsed().as_millis() as u64,
-                "mcp-tasks: could {} again",
-                self.doing
-            );
-        }
-    }
-}
 
 /// One node's leases, as the builder configured them.
 #[derive(Clone, Debug)]
@@ -213,7 +145,7 @@ impl Leasing {
         let mut replace = true;
         let mut held = Held::default();
         let mut retries = renew_retries(self.renew_every());
-        let mut failures = Failures::new("renew this node's worker lease");
+        let mut failures = Outage::new("renew this node's worker lease");
         if let Some(engine) = engine.upgrade() {
             engine.node().start_leasing();
         }
@@ -292,7 +224,7 @@ impl Leasing {
         let mut seen: HashMap<LeaseId, Watch> = HashMap::new();
         let mut every = self.bound / 8;
         let mut holds_checked = Instant::now();
-        let mut failures = Failures::new("read the worker leases");
+        let mut failures = Outage::new("read the worker leases");
         loop {
             tokio::time::sleep(every.max(SWEEP_MIN)).await;
             let Some(engine) = engine.upgrade() else {
@@ -318,7 +250,7 @@ impl Leasing {
         engine: &Engine,
         health: &Mutex<Health>,
         seen: &mut HashMap<LeaseId, Watch>,
-        failures: &mut Failures,
+        failures: &mut Outage,
     ) -> (usize, Duration) {
         let leases = match tokio::time::timeout(self.renew_timeout(), self.store.leases()).await {
             Ok(Ok(leases)) => {

@@ -37,6 +37,7 @@ mod layer;
 mod lease;
 pub mod notify;
 pub mod observe;
+mod outage;
 mod routes;
 mod service;
 mod spawn;

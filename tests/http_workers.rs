@@ -186,3 +186,90 @@ async fn a_cancelled_worker_is_refused_further_writes_and_is_not_failed() {
         "cancelled stays cancelled: {task}"
     );
 }
+
+/// Fails every read while `down` is set.
+#[derive(Debug, Default)]
+struct ReadsDown(std::sync::atomic::AtomicBool);
+
+impl mcp_tasks::test_suite::StoreHooks for ReadsDown {
+    fn before(
+        &self,
+        call: mcp_tasks::test_suite::StoreCall<'_>,
+    ) -> Result<(), mcp_tasks::error::StoreError> {
+        let down = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        match call {
+            mcp_tasks::test_suite::StoreCall::Get { .. } if down => {
+                Err(mcp_tasks::error::StoreError::backend("reads are down"))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Many workers wait through a read outage far longer than the summary interval
+/// (95 s against 30 s, on paused time), each retrying its read with backoff: the
+/// outage is told once, then in a summary at most every 30 s, and its end in one
+/// line; not a warning per worker and retry. Every worker still sees its task end.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn waiting_workers_tell_a_read_outage_once_not_once_each() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
+    use mcp_tasks::test_suite::Intercept;
+    use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
+    use support::logs::Logged;
+
+    const WORKERS: usize = 50;
+    const OUTAGE: Duration = Duration::from_secs(95);
+    let hooks = Arc::new(ReadsDown::default());
+    let store = Arc::new(Intercept::new(MemoryStore::new(), hooks.clone()));
+    let tasks = TasksLayer::builder(store.clone())
+        .without_janitor()
+        .without_worker_leases()
+        .build()
+        .unwrap()
+        .tasks();
+    let mut ids = Vec::with_capacity(WORKERS);
+    for _ in 0..WORKERS {
+        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+        ids.push(record.id);
+        store.create(record, CreateLimits::default()).await.unwrap();
+    }
+    let (logged, _guard) = Logged::capture(tracing::Level::INFO);
+    let (ended_tx, mut ended) = mpsc::unbounded_channel();
+    for id in &ids {
+        let (tasks, id, ended_tx) = (tasks.clone(), *id, ended_tx.clone());
+        tokio::spawn(async move {
+            let end = tasks.ended(&id).await;
+            let _ = ended_tx.send(end);
+        });
+    }
+    // Every worker parks after its first read.
+    tokio::task::yield_now().await;
+
+    hooks.0.store(true, Ordering::Relaxed);
+    // Each change wakes its worker, whose read now fails, and fails again at every
+    // retry through the outage.
+    for id in &ids {
+        tasks.progress(id, "step").await.unwrap();
+    }
+    tokio::time::sleep(OUTAGE).await;
+    hooks.0.store(false, Ordering::Relaxed);
+    for id in &ids {
+        tasks.complete(id, text_result("done")).await.unwrap();
+    }
+    for _ in 0..WORKERS {
+        assert_eq!(recv("a worker's end", &mut ended).await, TaskEnd::Completed);
+    }
+    let failing = logged.lines_with("could not read a task a worker waits on");
+    let most = 1 + (OUTAGE.as_secs() / 30) as usize + 1;
+    assert!(
+        !failing.is_empty() && failing.len() <= most,
+        "{} warnings for one outage (at most {most}):\n{}",
+        failing.len(),
+        failing.join("\n")
+    );
+    let again = logged.lines_with("could read a task a worker waits on again");
+    assert_eq!(again.len(), 1, "{}", logged.text());
+}

@@ -15,6 +15,7 @@ use crate::defaults::MAX_TTL;
 use crate::error::StoreError;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::observe;
+use crate::outage::Outage;
 use crate::store::StoreCalls;
 use crate::store::{CreateLimits, TaskStore, Updated};
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
@@ -383,8 +384,8 @@ impl Engine {
     /// Re-reads `ids`, in batches of one store call each, and tells everyone of each
     /// record found; the ids not read. After a failed batch the rest are left for
     /// the retry: the store is down, and each call would only wait out the store
-    /// timeout.
-    async fn recheck(&self, ids: Vec<TaskId>) -> Vec<TaskId> {
+    /// timeout. Failures and the recovery are told through `reads`.
+    async fn recheck(&self, ids: Vec<TaskId>, reads: &mut Outage) -> Vec<TaskId> {
         let mut batches = ids.chunks(RECHECK_BATCH);
         for batch in batches.by_ref() {
             match self
@@ -393,6 +394,7 @@ impl Engine {
                 .await
             {
                 Ok(found) => {
+                    reads.succeeded();
                     let mut gone: std::collections::HashSet<&TaskId> = batch.iter().collect();
                     for record in &found {
                         gone.remove(&record.id);
@@ -403,7 +405,7 @@ impl Engine {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read tasks changed on another node; retrying");
+                    reads.failed(Some(&e));
                     let mut failed = batch.to_vec();
                     failed.extend(batches.flatten());
                     return failed;

@@ -1,6 +1,7 @@
 //! The relay of other nodes' changes into this node's notifier, waiters and runners.
 
 use super::{Engine, RECHECK_BATCH, RETRY};
+use crate::outage::Outage;
 use crate::store::{ChangeFeed, FeedEvent};
 use crate::task::TaskId;
 
@@ -16,6 +17,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
     let mut pending: Vec<TaskId> = Vec::new();
     let mut backoff = RETRY;
     let mut retry_at: Option<tokio::time::Instant> = None;
+    let mut reads = Outage::new("read tasks changed on another node");
     loop {
         let event = tokio::select! {
             event = feed.recv() => event,
@@ -23,7 +25,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
                 retry_at = None;
                 let Some(engine) = engine.upgrade() else { return };
                 let ids = engine.of_interest(std::mem::take(&mut pending));
-                let failed = engine.recheck(ids).await;
+                let failed = engine.recheck(ids, &mut reads).await;
                 if failed.is_empty() {
                     backoff.reset();
                 } else {
@@ -61,7 +63,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
                 None => break,
             }
         }
-        let failed = engine.recheck(engine.of_interest(ids)).await;
+        let failed = engine.recheck(engine.of_interest(ids), &mut reads).await;
         if !failed.is_empty() {
             pending.extend(failed);
             retry_at.get_or_insert_with(|| tokio::time::Instant::now() + backoff.next_delay());

@@ -43,7 +43,7 @@ impl Engine {
             match answered {
                 Ok(answer) => return answer,
                 Err(e) => {
-                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read a task a worker waits on for input; retrying");
+                    self.node.waits.reads.failed(&e);
                     backoff.wait().await;
                 }
             }
@@ -121,7 +121,10 @@ where
                             this.finish();
                             return Poll::Ready(Err(e));
                         }
-                        Poll::Ready(Ok(task)) => task,
+                        Poll::Ready(Ok(task)) => {
+                            engine.node.waits.reads.succeeded();
+                            task
+                        }
                     };
                     if let Some(task) = &task {
                         engine.node.stop_runner(task);
@@ -265,7 +268,7 @@ impl Future for Ended<'_> {
                     return Poll::Ready(end);
                 }
                 Poll::Ready(Err(e)) => {
-                    tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not read a task a worker waits on; retrying");
+                    this.wait.engine.node.waits.reads.failed(&e);
                     let delay = this.retry.next_delay();
                     this.backoff = Some(Box::pin(tokio::time::sleep(delay)));
                 }

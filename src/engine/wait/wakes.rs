@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::outage::SharedOutage;
 use crate::task::{TaskId, Timestamp};
 
 /// How often the expiry timer looks through every entry for expiries coming
@@ -22,11 +23,23 @@ const SCAN_EVERY: Duration = Duration::from_secs(30);
 /// expiry is indexed at least one interval before it comes.
 const HORIZON: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Waits {
     state: Mutex<State>,
     /// Wakes the expiry timer: an earlier expiry arrived, or the layer is gone.
     rearm: Arc<Notify>,
+    /// The failed reads of every waiting worker, told as one outage.
+    pub(crate) reads: SharedOutage,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Waits {
+            state: Mutex::default(),
+            rearm: Arc::default(),
+            reads: SharedOutage::new("read a task a worker waits on"),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
