@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::task::TaskRecord;
 
+mod budget;
 pub(crate) mod registry;
 
 use registry::Registry;
