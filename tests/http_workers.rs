@@ -273,3 +273,133 @@ async fn waiting_workers_tell_a_read_outage_once_not_once_each() {
     let again = logged.lines_with("could read a task a worker waits on again");
     assert_eq!(again.len(), 1, "{}", logged.text());
 }
+
+/// A memory store whose reads, while `shut` is set, wait for it to clear; it counts
+/// the reads, those out at once and the most there were.
+#[derive(Debug, Default)]
+struct GatedReads {
+    store: mcp_tasks::MemoryStore,
+    shut: tokio::sync::watch::Sender<bool>,
+    reads: std::sync::atomic::AtomicUsize,
+    out: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl mcp_tasks::store::TaskStore for GatedReads {
+    fn create<'a>(
+        &'a self,
+        record: mcp_tasks::TaskRecord,
+        limits: mcp_tasks::store::CreateLimits,
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<(), mcp_tasks::error::StoreError>> {
+        self.store.create(record, limits)
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a mcp_tasks::TaskId,
+        scope: mcp_tasks::store::Scope<'a>,
+        now: mcp_tasks::store::Timestamp,
+    ) -> mcp_tasks::store::BoxFuture<
+        'a,
+        Result<Option<mcp_tasks::TaskRecord>, mcp_tasks::error::StoreError>,
+    > {
+        use std::sync::atomic::Ordering;
+        Box::pin(async move {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let out = self.out.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(out, Ordering::SeqCst);
+            let _ = self.shut.subscribe().wait_for(|shut| !*shut).await;
+            self.out.fetch_sub(1, Ordering::SeqCst);
+            self.store.get(id, scope, now).await
+        })
+    }
+
+    fn update<'a>(
+        &'a self,
+        id: &'a mcp_tasks::TaskId,
+        scope: mcp_tasks::store::Scope<'a>,
+        transition: &'a mcp_tasks::store::Transition,
+        now: mcp_tasks::store::Timestamp,
+    ) -> mcp_tasks::store::BoxFuture<
+        'a,
+        Result<Option<mcp_tasks::store::Updated>, mcp_tasks::error::StoreError>,
+    > {
+        self.store.update(id, scope, transition, now)
+    }
+
+    fn cleanup<'a>(
+        &'a self,
+        now: mcp_tasks::store::Timestamp,
+        retention: Duration,
+    ) -> mcp_tasks::store::BoxFuture<'a, Result<usize, mcp_tasks::error::StoreError>> {
+        self.store.cleanup(now, retention)
+    }
+
+    fn subscribe(&self) -> Option<mcp_tasks::store::ChangeFeed> {
+        None
+    }
+}
+
+/// 200 workers are woken at once (each task changes) while the store's reads hang:
+/// their re-reads reach the store at most 64 at a time, and the rest queue; once
+/// the store answers, every worker sees its task end.
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_of_woken_workers_reads_the_store_a_bounded_number_at_a_time() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
+    use mcp_tasks::{TaskId, TaskRecord, TasksLayer};
+
+    const WORKERS: usize = 200;
+    const AT_ONCE: usize = 64;
+    let store = Arc::new(GatedReads::default());
+    let tasks = TasksLayer::builder(store.clone())
+        .without_janitor()
+        .without_worker_leases()
+        .build()
+        .unwrap()
+        .tasks();
+    let mut ids = Vec::with_capacity(WORKERS);
+    for _ in 0..WORKERS {
+        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+        ids.push(record.id);
+        store.create(record, CreateLimits::default()).await.unwrap();
+    }
+    let (ended_tx, mut ended) = mpsc::unbounded_channel();
+    for id in &ids {
+        let (tasks, id, ended_tx) = (tasks.clone(), *id, ended_tx.clone());
+        tokio::spawn(async move {
+            let _ = ended_tx.send(tasks.ended(&id).await);
+        });
+    }
+    support::wait::until("every worker parks after its first read", || {
+        store.reads.load(Ordering::SeqCst) >= WORKERS && store.out.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    store.most.store(0, Ordering::SeqCst);
+
+    store.shut.send_replace(true);
+    for id in &ids {
+        tasks.progress(id, "step").await.unwrap();
+    }
+    support::wait::until("the first reads are out", || {
+        store.out.load(Ordering::SeqCst) >= AT_ONCE
+    })
+    .await;
+    for _ in 0..WORKERS {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        store.most.load(Ordering::SeqCst),
+        AT_ONCE,
+        "the woken workers' reads out at once"
+    );
+    store.shut.send_replace(false);
+    for id in &ids {
+        tasks.complete(id, text_result("done")).await.unwrap();
+    }
+    for _ in 0..WORKERS {
+        assert_eq!(recv("a worker's end", &mut ended).await, TaskEnd::Completed);
+    }
+}

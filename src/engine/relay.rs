@@ -10,9 +10,9 @@ use crate::task::TaskId;
 /// custom notifier) and tells this node's notifier, waiting workers and `Auto`
 /// runners. The changes waiting in the feed are read together, in one store call.
 /// A read that fails is retried with a bounded backoff, so a store outage delays a
-/// change but never loses it. After missed changes every waiter re-reads its task,
-/// and the tasks of every runner and listen stream of this node are re-read. Ends
-/// when the layer is gone or the feed closes.
+/// change but never loses it. After missed changes every waiter re-reads its task
+/// (at most 64 reads out at once), and the tasks of every runner and listen stream
+/// of this node are re-read. Ends when the layer is gone or the feed closes.
 pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut feed: ChangeFeed) {
     let mut pending: Vec<TaskId> = Vec::new();
     let mut backoff = RETRY;

@@ -283,12 +283,23 @@ impl std::fmt::Debug for Ended<'_> {
     }
 }
 
-/// One read of a waited-on task, boxed: brief, while the wait is long.
+/// One read of a waited-on task, boxed: brief, while the wait is long. A store that
+/// must go out for it is read by at most [`READ_SLOTS`](wakes::READ_SLOTS) waiters
+/// at a time, so a burst of wake-ups (after missed changes, every waiter at once)
+/// reaches the store as a bounded queue, not as one read per waiter at the same
+/// moment.
 fn read<'a>(
     engine: &'a Engine,
     id: &'a TaskId,
 ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-    Box::pin(engine.store.get(id, Scope::Any, Timestamp::now()))
+    let now = Timestamp::now();
+    Box::pin(async move {
+        if let Some(answered) = engine.store.get_now(id, Scope::Any, now) {
+            return answered;
+        }
+        let _slot = engine.node.waits.read_slots.acquire().await;
+        engine.store.get(id, Scope::Any, now).await
+    })
 }
 
 #[cfg(test)]

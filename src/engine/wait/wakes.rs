@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::outage::SharedOutage;
 use crate::task::{TaskId, Timestamp};
@@ -30,7 +30,13 @@ pub(crate) struct Waits {
     rearm: Arc<Notify>,
     /// The failed reads of every waiting worker, told as one outage.
     pub(crate) reads: SharedOutage,
+    /// The waiters' reads that may be out at the store at once.
+    pub(crate) read_slots: Semaphore,
 }
+
+/// How many waiting workers' reads go out to the store at once; the rest queue, in
+/// the order they woke.
+pub(crate) const READ_SLOTS: usize = 64;
 
 impl Default for Waits {
     fn default() -> Self {
@@ -38,6 +44,7 @@ impl Default for Waits {
             state: Mutex::default(),
             rearm: Arc::default(),
             reads: SharedOutage::new("read a task a worker waits on"),
+            read_slots: Semaphore::new(READ_SLOTS),
         }
     }
 }
