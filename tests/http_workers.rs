@@ -187,6 +187,42 @@ async fn a_cancelled_worker_is_refused_further_writes_and_is_not_failed() {
     );
 }
 
+/// `workers` tasks stored in `store`, each with a worker waiting in the background
+/// for its end: the layer's worker handle, the tasks' ids, and their ends as the
+/// workers see them.
+async fn waiting_workers<S: mcp_tasks::store::TaskStore>(
+    store: std::sync::Arc<S>,
+    workers: usize,
+) -> (
+    mcp_tasks::worker::Tasks,
+    Vec<mcp_tasks::TaskId>,
+    mpsc::UnboundedReceiver<TaskEnd>,
+) {
+    use mcp_tasks::store::{CreateLimits, Timestamp};
+    use mcp_tasks::{TaskId, TaskRecord, TasksLayer};
+
+    let tasks = TasksLayer::builder(store.clone())
+        .without_janitor()
+        .without_worker_leases()
+        .build()
+        .unwrap()
+        .tasks();
+    let mut ids = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
+        ids.push(record.id);
+        store.create(record, CreateLimits::default()).await.unwrap();
+    }
+    let (ended_tx, ended) = mpsc::unbounded_channel();
+    for id in &ids {
+        let (tasks, id, ended_tx) = (tasks.clone(), *id, ended_tx.clone());
+        tokio::spawn(async move {
+            let _ = ended_tx.send(tasks.ended(&id).await);
+        });
+    }
+    (tasks, ids, ended)
+}
+
 /// Fails every read while `down` is set.
 #[derive(Debug, Default)]
 struct ReadsDown(std::sync::atomic::AtomicBool);
@@ -215,36 +251,16 @@ async fn waiting_workers_tell_a_read_outage_once_not_once_each() {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
-    use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
+    use mcp_tasks::MemoryStore;
     use mcp_tasks::test_suite::Intercept;
-    use mcp_tasks::{MemoryStore, TaskId, TaskRecord, TasksLayer};
     use support::logs::Logged;
 
     const WORKERS: usize = 50;
     const OUTAGE: Duration = Duration::from_secs(95);
     let hooks = Arc::new(ReadsDown::default());
     let store = Arc::new(Intercept::new(MemoryStore::new(), hooks.clone()));
-    let tasks = TasksLayer::builder(store.clone())
-        .without_janitor()
-        .without_worker_leases()
-        .build()
-        .unwrap()
-        .tasks();
-    let mut ids = Vec::with_capacity(WORKERS);
-    for _ in 0..WORKERS {
-        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-        ids.push(record.id);
-        store.create(record, CreateLimits::default()).await.unwrap();
-    }
     let (logged, _guard) = Logged::capture(tracing::Level::INFO);
-    let (ended_tx, mut ended) = mpsc::unbounded_channel();
-    for id in &ids {
-        let (tasks, id, ended_tx) = (tasks.clone(), *id, ended_tx.clone());
-        tokio::spawn(async move {
-            let end = tasks.ended(&id).await;
-            let _ = ended_tx.send(end);
-        });
-    }
+    let (tasks, ids, mut ended) = waiting_workers(store, WORKERS).await;
     // Every worker parks after its first read.
     tokio::task::yield_now().await;
 
@@ -348,31 +364,10 @@ async fn a_burst_of_woken_workers_reads_the_store_a_bounded_number_at_a_time() {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
-    use mcp_tasks::store::{CreateLimits, TaskStore, Timestamp};
-    use mcp_tasks::{TaskId, TaskRecord, TasksLayer};
-
     const WORKERS: usize = 200;
     const AT_ONCE: usize = 64;
     let store = Arc::new(GatedReads::default());
-    let tasks = TasksLayer::builder(store.clone())
-        .without_janitor()
-        .without_worker_leases()
-        .build()
-        .unwrap()
-        .tasks();
-    let mut ids = Vec::with_capacity(WORKERS);
-    for _ in 0..WORKERS {
-        let record = TaskRecord::new(TaskId::random(), None, Timestamp::now());
-        ids.push(record.id);
-        store.create(record, CreateLimits::default()).await.unwrap();
-    }
-    let (ended_tx, mut ended) = mpsc::unbounded_channel();
-    for id in &ids {
-        let (tasks, id, ended_tx) = (tasks.clone(), *id, ended_tx.clone());
-        tokio::spawn(async move {
-            let _ = ended_tx.send(tasks.ended(&id).await);
-        });
-    }
+    let (tasks, ids, mut ended) = waiting_workers(store.clone(), WORKERS).await;
     support::wait::until("every worker parks after its first read", || {
         store.reads.load(Ordering::SeqCst) >= WORKERS && store.out.load(Ordering::SeqCst) == 0
     })
