@@ -184,7 +184,13 @@ async fn redis_changes_made_while_the_feed_is_cut_still_arrive() {
     // The layer starts A's feed; wait until its connection is named.
     let _feed = a.subscribe();
     let cut = async || {
-        let feed_id = wait::poll(async || feed_client_id(&mut admin, &name).await).await;
+        let feed_id = wait::poll(async || {
+            support::stores::redis::connections_named(&mut admin, &name)
+                .await
+                .first()
+                .copied()
+        })
+        .await;
         let feed_id = feed_id.expect("A's feed connection shows in CLIENT LIST");
         let killed: i64 = mcp_tasks::redis::cmd("CLIENT")
             .arg("KILL")
@@ -196,25 +202,6 @@ async fn redis_changes_made_while_the_feed_is_cut_still_arrive() {
         assert_eq!(killed, 1, "A's one feed connection is killed");
     };
     changes_made_while_the_feed_is_cut_still_arrive(a, Arc::new(b), &proxy, cut, "redis").await;
-}
-
-/// The id of the client connection named `name`, if one is connected.
-async fn feed_client_id(
-    admin: &mut mcp_tasks::redis::aio::MultiplexedConnection,
-    name: &str,
-) -> Option<u64> {
-    let list: String = mcp_tasks::redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(admin)
-        .await
-        .ok()?;
-    list.lines().find_map(|line| {
-        let mut fields = line.split(' ');
-        let id = fields.next()?.strip_prefix("id=")?.parse().ok()?;
-        fields
-            .any(|field| field.strip_prefix("name=") == Some(name))
-            .then_some(id)
-    })
 }
 
 /// Hooks giving the layer a feed the test drives.

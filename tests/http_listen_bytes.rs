@@ -177,34 +177,33 @@ where
         .build();
     let response = service.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), 200);
-    let mut body = ListenBody(response.into_body(), String::new());
+    let mut body = ListenBody(response.into_body(), support::sse::EventReader::new());
     let ack = body.next_text().await.expect("the acknowledgment");
     assert!(ack.contains("taskIds"), "{ack}");
     body
 }
 
-/// The body of a listen stream opened in process, and what it sent of an event
-/// not yet whole.
+/// The body of a listen stream opened in process, cut into events.
 struct ListenBody(
     mcp_tasks::body::ResponseBody<http_body_util::Full<bytes::Bytes>>,
-    String,
+    support::sse::EventReader,
 );
 
 impl ListenBody {
-    /// The text of the next whole SSE event; `None` once the stream ended.
+    /// The data of the next event that has some; `None` once the stream ended.
     async fn next_text(&mut self) -> Option<String> {
         use http_body_util::BodyExt as _;
         loop {
-            if let Some(end) = self.1.find("\n\n") {
-                let event = self.1[..end].to_owned();
-                self.1.drain(..end + 2);
-                return Some(event);
+            while let Some(event) = self.1.next_event() {
+                if event.data.is_some() {
+                    return event.data;
+                }
             }
             let frame = within("a frame of the stream", self.0.frame())
                 .await?
                 .unwrap();
             if let Ok(data) = frame.into_data() {
-                self.1.push_str(std::str::from_utf8(&data).unwrap());
+                self.1.push(&data);
             }
         }
     }

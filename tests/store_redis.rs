@@ -20,7 +20,7 @@ use mcp_tasks::{MemoryStore, Principal, RedisStore, TaskId, TaskRecord};
 use support::connect;
 use support::logs::Logged;
 use support::stores::redis::{
-    nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
+    connections_named, nodes, redis_url, scratch, scratch_on_store_clock, two_nodes, unique_prefix,
 };
 use support::wait::{self, within};
 
@@ -167,25 +167,6 @@ async fn a_store_without_a_change_feed_client_does_not_subscribe() {
     assert!(!format!("{listening:?}").is_empty());
 }
 
-/// The names of the Redis connections open now (`CLIENT LIST`), asked on a
-/// connection of the test's own.
-async fn connection_names(url: &str) -> Vec<String> {
-    let client = mcp_tasks::redis::Client::open(url).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let list: String = mcp_tasks::redis::cmd("CLIENT")
-        .arg("LIST")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    list.lines()
-        .filter_map(|line| {
-            line.split(' ')
-                .find_map(|field| field.strip_prefix("name="))
-        })
-        .map(str::to_owned)
-        .collect()
-}
-
 /// `listen` opens the listener itself, before anything subscribes, and returns
 /// once it reads the stream: the next change another node makes is heard. A second
 /// `listen` reuses the running listener.
@@ -198,12 +179,14 @@ async fn listen_returns_once_the_listener_reads_so_the_next_change_is_heard() {
         return;
     };
     let name = a.store().feed_connection_name();
-    assert!(!connection_names(&url).await.contains(&name));
+    let (client, _) = client_and_manager(&url).await;
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    assert!(connections_named(&mut admin, &name).await.is_empty());
     within("a listens", a.store().listen()).await.unwrap();
     within("a listens again", a.store().listen()).await.unwrap();
-    let open = connection_names(&url).await;
+    let open = connections_named(&mut admin, &name).await;
     assert_eq!(
-        open.iter().filter(|open| **open == name).count(),
+        open.len(),
         1,
         "one listener connection after two listens: {open:?}"
     );

@@ -50,6 +50,23 @@ impl StoreCalls {
         timed("get", self.timeout, self.store.get(id, scope, now)).await
     }
 
+    /// [`get`](Self::get), where a read that must go out to the store first takes
+    /// one of `slots` (held until it answers); an answer the store has at once needs
+    /// none. Waiting for a slot does not count against the store timeout.
+    pub(crate) async fn get_in_turn(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        now: Timestamp,
+        slots: &tokio::sync::Semaphore,
+    ) -> Result<Option<TaskRecord>, StoreError> {
+        if let Some(out) = self.get_now(id, scope, now) {
+            return out;
+        }
+        let _slot = slots.acquire().await;
+        timed("get", self.timeout, self.store.get(id, scope, now)).await
+    }
+
     /// [`TaskStore::get_now`], timed as `get`: `None` when the store would have
     /// the caller await.
     pub(crate) fn get_now(

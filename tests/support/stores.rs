@@ -217,6 +217,30 @@ pub(crate) mod redis {
     use mcp_tasks::store::Clock;
     use mcp_tasks::test_suite::{Intercept, StoreHooks};
 
+    /// The ids of the client connections named `name` on `admin`'s server now
+    /// (`CLIENT LIST`); none when the list cannot be read.
+    pub(crate) async fn connections_named(
+        admin: &mut mcp_tasks::redis::aio::MultiplexedConnection,
+        name: &str,
+    ) -> Vec<u64> {
+        let Ok(list) = mcp_tasks::redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async::<String>(admin)
+            .await
+        else {
+            return Vec::new();
+        };
+        list.lines()
+            .filter_map(|line| {
+                let mut fields = line.split(' ');
+                let id = fields.next()?.strip_prefix("id=")?.parse().ok()?;
+                fields
+                    .any(|field| field.strip_prefix("name=") == Some(name))
+                    .then_some(id)
+            })
+            .collect()
+    }
+
     /// The server from `REDIS_URL`, or `None` (after saying so) when the tests
     /// should be skipped.
     pub(crate) fn redis_url() -> Option<String> {

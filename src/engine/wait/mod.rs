@@ -292,14 +292,12 @@ fn read<'a>(
     engine: &'a Engine,
     id: &'a TaskId,
 ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-    let now = Timestamp::now();
-    Box::pin(async move {
-        if let Some(answered) = engine.store.get_now(id, Scope::Any, now) {
-            return answered;
-        }
-        let _slot = engine.node.waits.read_slots.acquire().await;
-        engine.store.get(id, Scope::Any, now).await
-    })
+    let slots = &engine.node.waits.read_slots;
+    Box::pin(
+        engine
+            .store
+            .get_in_turn(id, Scope::Any, Timestamp::now(), slots),
+    )
 }
 
 #[cfg(test)]

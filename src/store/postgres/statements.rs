@@ -201,30 +201,23 @@ mod tests {
         let sql = Statements::new("mcp_tasks");
         let owned = sql.select_owned.as_str();
         assert!(owned.contains("owner IS NOT DISTINCT FROM $2"), "{owned}");
-        for statement in [
+        let reads_and_writes = [
             &sql.select,
             &sql.select_owned,
             &sql.visible,
             &sql.select_many,
             &sql.select_within,
             &sql.write,
-            &sql.insert,
-        ] {
+        ];
+        for statement in reads_and_writes.iter().chain([&&sql.insert]) {
             let text = statement.as_str();
             assert!(text.contains("clock_timestamp()"), "{text}");
         }
-        for statement in [
-            &sql.select,
-            &sql.select_owned,
-            &sql.visible,
-            &sql.select_many,
-            &sql.select_within,
-            &sql.write,
-        ] {
+        for statement in reads_and_writes {
+            let text = statement.as_str();
             assert!(
-                statement
-                    .as_str()
-                    .contains("expires_at > (SELECT now FROM clock)")
+                text.contains("expires_at > (SELECT now FROM clock)"),
+                "{text}"
             );
         }
         assert!(sql.prune_all.as_str().contains("retired_at <="));
