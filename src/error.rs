@@ -195,6 +195,10 @@ pub enum StoreError {
     Contention,
     /// The backend failed; the cause is its [`source`](std::error::Error::source).
     Backend(BoxError),
+    /// The store does not implement this call (named): a store of your own that
+    /// leaves out an optional one, such as
+    /// [`TaskStore::list`](crate::store::TaskStore::list).
+    Unsupported(&'static str),
 }
 
 impl StoreError {
@@ -222,6 +226,7 @@ impl fmt::Display for StoreError {
             StoreError::Duplicate => "a task with this id already exists",
             StoreError::Contention => "too much contention on one task",
             StoreError::Backend(_) => "the task store backend failed",
+            StoreError::Unsupported(_) => "the task store does not support this call",
         })
     }
 }

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Budgeted, ChangeFeed, CreateLimits, TaskStore, Updated};
+use super::{Budgeted, ChangeFeed, CreateLimits, ListFrom, ListPage, TaskStore, Updated};
 use crate::error::StoreError;
 use crate::observe;
-use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// The store as the layer calls it: each call bounded by the layer's store timeout,
 /// and timed for the current route's span and the `mcp_tasks_store_call_seconds`
@@ -36,6 +36,17 @@ impl StoreCalls {
         limits: CreateLimits,
     ) -> Result<(), StoreError> {
         timed("create", self.timeout, self.store.create(record, limits)).await
+    }
+
+    #[allow(dead_code)] // until the 2025-11-25 tasks/list route reads it
+    pub(crate) async fn list(
+        &self,
+        owner: Option<&Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<ListPage, StoreError> {
+        timed("list", self.timeout, self.store.list(owner, from, limit, now)).await
     }
 
     pub(crate) async fn get(

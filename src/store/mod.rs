@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::error::StoreError;
 pub use crate::task::{Applied, ErrorObject, Scope, Timestamp, Transition};
-use crate::task::{TaskId, TaskRecord};
+use crate::task::{Principal, TaskId, TaskRecord};
 
 mod calls;
 mod compact;
@@ -34,7 +34,7 @@ pub use janitor::Janitor;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
 pub use rules::retention_cutoff;
 pub(crate) use values::json_len;
-pub use values::{Budgeted, Clock, CreateLimits, Updated, encoded_len};
+pub use values::{Budgeted, Clock, CreateLimits, ListFrom, ListPage, Updated, encoded_len};
 // The in-file tests name the memory store from here; everyone else from the root.
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
@@ -465,6 +465,51 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>>;
 
+    /// One page of the tasks `owner` owns that have not expired at `now`, newest
+    /// first (by `created_at`, then by id, larger first), starting just after
+    /// `from` (at the newest when `None`), at most `limit` records. `next` is
+    /// where the following page starts, `None` when this page holds the last
+    /// record. The 2025-11-25 `tasks/list` reads it, so it must cost in proportion
+    /// to the page, never to every stored task (the built-in stores keep an index
+    /// per owner).
+    ///
+    /// The default is [`StoreError::Unsupported`]: a store of your own that does
+    /// not list serves everything else, and a `tasks/list` gets -32603.
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Timestamp};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let alice = Principal::from("alice");
+    /// for ms in [1_000, 2_000, 3_000] {
+    ///     let record = TaskRecord::new(TaskId::random(), Some(alice.clone()), Timestamp::from_millis(ms));
+    ///     store.create(record, CreateLimits::default()).await?;
+    /// }
+    /// let now = Timestamp::from_millis(4_000);
+    /// let first = store.list(Some(&alice), None, 2, now).await?;
+    /// assert_eq!(first.records[0].created_at, Timestamp::from_millis(3_000));
+    /// let rest = store.list(Some(&alice), first.next, 2, now).await?;
+    /// assert_eq!(rest.records.len(), 1);
+    /// assert!(rest.next.is_none());
+    /// assert!(store.list(None, None, 2, now).await?.records.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        let _ = (owner, from, limit, now);
+        Box::pin(async { Err(StoreError::Unsupported("list")) })
+    }
+
     /// Ids of tasks changed by *other* processes sharing this store, for stores
     /// shared between nodes (`None`, the default, for a single-process store).
     ///
@@ -594,6 +639,16 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
         (**self).cleanup(now, retention)
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        (**self).list(owner, from, limit, now)
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {

@@ -267,3 +267,39 @@ pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     let _ = serde_json::to_writer(&mut count, value);
     count.0
 }
+
+/// Where a page of [`TaskStore::list`](super::TaskStore::list) starts: just after
+/// the task created at `created_at` with id `id`, in the list's order (newest
+/// first, and among tasks created in the same millisecond, the larger id first).
+///
+/// ```
+/// use mcp_tasks::TaskId;
+/// use mcp_tasks::store::{ListFrom, Timestamp};
+///
+/// let from = ListFrom { created_at: Timestamp::from_millis(1_000), id: TaskId::random() };
+/// assert_eq!(from.created_at.as_millis(), 1_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListFrom {
+    /// When the last task of the previous page was created.
+    pub created_at: crate::task::Timestamp,
+    /// That task's id.
+    pub id: crate::task::TaskId,
+}
+
+/// One page of [`TaskStore::list`](super::TaskStore::list): the records, newest
+/// first, and where the next page starts (`None` when there is no more).
+///
+/// ```
+/// use mcp_tasks::store::ListPage;
+///
+/// let page = ListPage::default();
+/// assert!(page.records.is_empty() && page.next.is_none());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListPage {
+    /// The records of this page, newest first.
+    pub records: Vec<TaskRecord>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<ListFrom>,
+}
