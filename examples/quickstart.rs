@@ -74,7 +74,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(NeverSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
-            .with_stateless_protocol_metadata_required(true)
             .with_json_response(true),
     );
 
@@ -182,7 +181,7 @@ impl Demo {
 #[tool_handler(name = "mcp-tasks-quickstart")]
 impl ServerHandler for Demo {
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        Cow::Borrowed(common::PROTOCOL_VERSIONS)
     }
 }
 

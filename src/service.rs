@@ -15,10 +15,12 @@ use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::future::ResponseFuture;
 use crate::observe::{self, Outcome};
+use crate::routes::decide::Era;
 use crate::routes::tasks::TasksNow;
 use crate::routes::{self, Call, Reply, forward, reply};
 use crate::wire::{
-    Envelope, HeaderRoute, RpcError, is_owned_method, names_owned_method, route_by_headers,
+    Envelope, HeaderRoute, MCP_METHOD, RpcError, is_owned_method, names_owned_method,
+    route_by_headers,
 };
 use crate::worker::Tasks;
 
@@ -185,11 +187,9 @@ where
             }
             match route {
                 HeaderRoute::Passthrough => {}
-                HeaderRoute::Legacy => {
-                    req.extensions_mut()
-                        .insert(TaskContext::refused(TaskRefused::LegacyEra));
-                }
-                HeaderRoute::Inspect => {
+                // An earlier revision's request is read too: any may be about tasks
+                // (a `tools/call` with `task`, `tasks/*`, an answer to a question).
+                HeaderRoute::Legacy | HeaderRoute::Inspect => {
                     // The clone may not be ready; keep it and use the polled one.
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);
@@ -318,7 +318,7 @@ where
 async fn dispatch<S, B, ResBody>(
     engine: Arc<Engine>,
     inner: S,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
 ) -> Reply<ResBody, S::Error>
 where
@@ -334,6 +334,12 @@ where
     // service never judges (and never words the refusal of) what claims a method
     // the layer owns.
     let owned_header = names_owned_method(&parts.headers);
+    if !parts.headers.contains_key(MCP_METHOD) && routes::legacy::is_answer(&bytes) {
+        let owner = engine.principal(&parts);
+        if let Some(answered) = routes::legacy::answer(&engine, owner, &bytes).await {
+            return Ok(answered);
+        }
+    }
     let envelope = match Envelope::parse(&bytes) {
         Ok(Some(envelope)) => envelope,
         Ok(None) if owned_header => {
@@ -345,22 +351,19 @@ where
         Ok(None) => return forward(inner, parts, bytes, None).await,
         Err(e) => return Ok(reply(e, None)),
     };
+    if envelope.mixes_eras(&parts.headers) {
+        return Ok(reply(RpcError::mixed_eras(), envelope.id.as_ref()));
+    }
     if envelope.is_legacy(&parts.headers) {
-        if routes::task_tools::handles(&engine, &envelope.method, false) {
-            let call = Call {
-                engine,
-                inner,
-                parts,
-                bytes: &bytes,
-                envelope,
-                declared: false,
-            };
-            return Box::pin(routes::fallback::call(call)).await;
-        }
-        parts
-            .extensions
-            .insert(TaskContext::refused(TaskRefused::LegacyEra));
-        return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
+        let call = Call {
+            engine,
+            inner,
+            parts,
+            bytes: &bytes,
+            envelope,
+            declared: false,
+        };
+        return Box::pin(routes::legacy::call(call)).await;
     }
     let listing_tools = engine.config().task_tools && envelope.method == "tools/list";
     if !is_owned_method(&envelope.method) && !listing_tools {
@@ -419,7 +422,12 @@ where
         return Box::pin(routes::fallback::call(call)).await;
     }
     match &*call.envelope.method {
-        "tools/call" => routes::tools_call::call(call).await,
+        "tools/call" => {
+            let era = Era::Modern {
+                declared: call.declared,
+            };
+            routes::tools_call::call(call, era).await
+        }
         "server/discover" => routes::discover::call(call).await,
         "subscriptions/listen" => Box::pin(routes::listen::call(call)).await,
         _ => call.forward().await,

@@ -48,6 +48,16 @@ pub(crate) fn bearer_principal<B>(mut req: Request<B>) -> Request<B> {
     req
 }
 
+/// The revisions the example servers speak: 2026-07-28, and the earlier ones the
+/// clients most people run speak (the TypeScript SDK v1 is on 2025-11-25). The
+/// layer serves tasks to both eras from one store.
+pub(crate) const PROTOCOL_VERSIONS: &[rmcp::model::ProtocolVersion] = &[
+    rmcp::model::ProtocolVersion::V_2026_07_28,
+    rmcp::model::ProtocolVersion::V_2025_11_25,
+    rmcp::model::ProtocolVersion::V_2025_06_18,
+    rmcp::model::ProtocolVersion::V_2025_03_26,
+];
+
 /// Logs to stderr, filtered by `RUST_LOG` or else `default_filter`.
 pub(crate) fn init_tracing(default_filter: &str) {
     use std::io::IsTerminal as _;

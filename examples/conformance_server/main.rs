@@ -80,7 +80,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(!sse)
-        .with_stateless_protocol_metadata_required(true)
         .with_sse_retry(None)
         .with_sse_keep_alive(Some(Duration::from_secs(15)));
     let rmcp_service = StreamableHttpService::new(
@@ -130,7 +129,7 @@ impl ServerHandler for Fixtures {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        Cow::Borrowed(common::PROTOCOL_VERSIONS)
     }
 
     async fn list_tools(

@@ -172,7 +172,7 @@ impl ServerHandler for Retrofit {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(&[ProtocolVersion::V_2026_07_28])
+        Cow::Borrowed(crate::common::PROTOCOL_VERSIONS)
     }
 
     async fn list_tools(
@@ -250,7 +250,6 @@ pub(crate) fn mcp_service(
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(json)
-            .with_stateless_protocol_metadata_required(true)
             .with_sse_retry(None)
             .disable_allowed_hosts(),
     )

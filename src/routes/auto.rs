@@ -26,8 +26,8 @@ use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 use tower_service::Service;
 
+use super::decide::Shape;
 use super::progress::{self, ProgressSink};
-use super::task_tools::{AsToolResult, task_result};
 use super::{Call, Reply, reply};
 use crate::backoff::Backoff;
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
@@ -39,9 +39,7 @@ use crate::error::TransitionError;
 use crate::observe::{self, Outcome};
 use crate::store::Updated;
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
-use crate::wire::{
-    EXTENSION_ID, META_CLIENT_CAPABILITIES, RawObject, RpcError, result_response, sse,
-};
+use crate::wire::{EXTENSION_ID, META_CLIENT_CAPABILITIES, RawObject, RpcError, sse};
 
 /// Most MRTR rounds one auto task relays before it gives up with -32603.
 const MAX_INPUT_ROUNDS: u32 = 64;
@@ -56,6 +54,7 @@ const RETRY_LAST: Duration = Duration::from_secs(2);
 pub(crate) async fn run<S, B, ResBody>(
     call: Call<'_, S>,
     after: Duration,
+    shape: Shape,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -70,7 +69,7 @@ where
     let Call {
         engine,
         inner,
-        mut parts,
+        parts,
         bytes,
         ..
     } = call;
@@ -79,7 +78,6 @@ where
     if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
         return Ok(reply(e, id.as_ref()));
     }
-    let as_tool = parts.extensions.remove::<AsToolResult>();
     let Some(call) = Resend::new(parts, bytes) else {
         return Ok(reply(RpcError::parse_error(), id.as_ref()));
     };
@@ -96,7 +94,7 @@ where
         expires_at: None,
         reports: progress.subscribe(),
         progress,
-        as_tool,
+        shape,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -447,8 +445,8 @@ struct Runner<S> {
     /// Where the inner server's progress reports go, and the newest of them.
     progress: Arc<ProgressSink>,
     reports: tokio::sync::watch::Receiver<Option<String>>,
-    /// The task is answered as a tool result (a client without the extension).
-    as_tool: Option<AsToolResult>,
+    /// How the task is answered.
+    shape: Shape,
 }
 
 impl<S> Runner<S> {
@@ -467,14 +465,19 @@ impl<S> Runner<S> {
         let request = self.call.request(&self.call.message);
         let first = exchange(inner, request, cap, self.progress.clone());
         tokio::pin!(first);
-        let done = tokio::select! {
-            biased;
-            done = &mut first => Some(done),
-            go = go => match go {
-                Ok(()) => None,
-                // The client left within the budget: the call ends with its request.
-                Err(_) => return,
+        // A client that asked for a task gets one, however soon the tool answers.
+        let race = !self.shape.always_task();
+        let done = match race {
+            true => tokio::select! {
+                biased;
+                done = &mut first => Some(done),
+                go = go => match go {
+                    Ok(()) => None,
+                    // The client left within the budget: the call ends with its request.
+                    Err(_) => return,
+                },
             },
+            false => None,
         };
         if let Some(done) = done {
             tracing::debug!("auto call answered within its budget");
@@ -506,8 +509,10 @@ impl<S> Runner<S> {
         if let Ok(me) = me.await {
             self.engine.node().register_runner(task, me);
         }
-        let created = task_result(&self.engine, &record, self.as_tool);
-        let handle = result_response(self.id.as_ref(), created).map(ResponseBody::full);
+        let handle = self
+            .shape
+            .response(&self.engine, &record, self.id.as_ref())
+            .map(ResponseBody::full);
         if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.
             let _ = self.write(&task, &Transition::Cancel).await;

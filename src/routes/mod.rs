@@ -33,8 +33,10 @@ use crate::wire::{Envelope, RpcError, sse};
 use crate::worker;
 
 pub(crate) mod auto;
+pub(crate) mod decide;
 pub(crate) mod discover;
 pub(crate) mod fallback;
+pub(crate) mod legacy;
 pub(crate) mod listen;
 pub(crate) mod progress;
 pub(crate) mod task_tools;
@@ -94,7 +96,7 @@ impl<S> Call<'_, S> {
     /// `edit` leaves unchanged passes as the inner service wrote it.
     pub(crate) async fn forward_edited<B, ResBody>(
         self,
-        edit: fn(&mut Value) -> bool,
+        edit: impl FnOnce(&mut Value) -> bool,
     ) -> Reply<ResBody, S::Error>
     where
         S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,

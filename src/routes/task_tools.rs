@@ -158,7 +158,7 @@ where
 
 /// Adds the three tools to a `tools/list` response; `false` (nothing changed)
 /// unless it is a last page of tools.
-fn add_tools(message: &mut Value) -> bool {
+pub(crate) fn add_tools(message: &mut Value) -> bool {
     let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
         return false;
     };

@@ -15,23 +15,24 @@ use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tower_service::Service;
 
-use super::task_tools::{AsToolResult, task_result};
+use super::decide::{self, Era, Plan, Shape};
+use super::task_tools;
 use super::{Call, Reply, reply};
-use crate::body::{BoxBody, RequestBody, ResponseBody, read_up_to};
-use crate::config::TaskMode;
-use crate::context::{TaskContext, TaskRefused, TaskSpec};
+use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
+use crate::context::{TaskContext, TaskSpec};
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::observe::{self, Outcome};
 use crate::store::BoxFuture;
 use crate::task::Principal;
+use crate::task::{ErrorObject, Scope, Transition};
+use crate::wire::RpcError;
 use crate::wire::sse::{self, Splitter};
-use crate::wire::{ReplyId, RpcError, result_response};
 
-/// A modern `tools/call`: the tool's [`TaskMode`] and the client's declaration
-/// decide whether it runs as an `Auto` task, is refused, or goes to the handler
-/// with a [`TaskContext`] open or refused.
-pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
+/// A `tools/call` of either era: [`decide::plan`](super::decide::plan) says
+/// whether it is refused, answered by a task tool, run as an `Auto` task, or goes
+/// to the handler with a [`TaskContext`] open or refused.
+pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>, era: Era) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
@@ -40,46 +41,13 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let engine = &call.engine;
-    let tool = call.envelope.param_str("name");
-    let tool = tool.as_deref().unwrap_or("");
-    // The arguments are decoded only for a policy that reads them.
-    let mode = match engine.config().task_policy {
-        Some(_) => {
-            let arguments = call.envelope.param("arguments").unwrap_or(&Value::Null);
-            engine.config().mode_for_call(tool, arguments)
-        }
-        None => engine.config().mode_for(tool),
-    };
-    let declared = call.declared;
-    let draining = engine.node().is_draining();
-    if draining && declared && mode.requires_extension() {
-        return Ok(super::shutting_down(call.id()));
+    match decide::plan(&call, era) {
+        Plan::Refuse(e) => Ok(reply(e, call.id())),
+        Plan::ShuttingDown => Ok(super::shutting_down(call.id())),
+        Plan::TaskTool => Ok(task_tools::answer_tool(call).await),
+        Plan::Auto { after, shape } => Box::pin(super::auto::run(call, after, shape)).await,
+        Plan::Handler { context, shape } => run(call, context, shape).await,
     }
-    if let Some(after) = mode.auto_after()
-        && declared
-    {
-        if !draining {
-            return Box::pin(super::auto::run(call, after)).await;
-        }
-        observe::task_refused("shutting_down");
-    }
-    if mode.requires_extension() && !declared {
-        observe::task_refused("extension_required");
-        return Ok(reply(RpcError::tasks_extension_required(), call.id()));
-    }
-    if mode == TaskMode::Required
-        && let Err(e) = engine.refuse_anonymous(call.principal().as_ref())
-    {
-        return Ok(reply(e, call.id()));
-    }
-    let context = match (mode, declared) {
-        (TaskMode::Never, _) => TaskContext::refused(TaskRefused::ToolNeverTask),
-        (_, false) => TaskContext::refused(TaskRefused::NotDeclared),
-        _ if draining => TaskContext::refused(TaskRefused::ShuttingDown),
-        _ => TaskContext::open(),
-    };
-    run(call, context).await
 }
 
 /// Forwards a `tools/call` with `context` in its extensions; if the handler asked
@@ -88,6 +56,7 @@ where
 pub(crate) async fn run<S, B, ResBody>(
     call: Call<'_, S>,
     context: TaskContext,
+    shape: Shape,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -105,7 +74,6 @@ where
     } = call;
     let engine = &engine;
     let id = envelope.id.as_ref();
-    let as_tool = parts.extensions.remove::<AsToolResult>();
     parts.extensions.insert(context.clone());
     let response = inner
         .call(Request::from_parts(
@@ -132,7 +100,7 @@ where
             spec: spec_on_response,
             owner,
             id: id.cloned(),
-            as_tool,
+            shape,
         };
         let body = DecidingBody::new(Box::pin(body.map_err(Into::into)), decision);
         return Ok(Response::from_parts(
@@ -149,18 +117,22 @@ where
             return Ok(reply(RpcError::internal_error(), id));
         }
     };
-    let Some(spec) = spec_on_response.or_else(|| context.take()) else {
-        return Ok(Response::from_parts(head, read.into_body()));
+    let spec = match spec_on_response.or_else(|| context.take()) {
+        Some(spec) => spec,
+        None if shape.always_task() => match read {
+            ReadOutcome::Complete(bytes) => {
+                let answer = sse::find_response(&bytes, sse::is_event_stream(&head.headers));
+                return Ok(settle(engine, owner, answer, shape, id).await);
+            }
+            overflow => return Ok(Response::from_parts(head, overflow.into_body())),
+        },
+        None => return Ok(Response::from_parts(head, read.into_body())),
     };
     drop(read);
     match super::create_task(engine, owner, spec).await {
         Ok(task) => {
             observe::outcome(Outcome::Task);
-            let response = match as_tool {
-                None => engine.create_task_response(&task, ReplyId::Value(id)),
-                Some(_) => result_response(id, task_result(engine, &task, as_tool)),
-            };
-            Ok(response.map(ResponseBody::full))
+            Ok(shape.response(engine, &task, id).map(ResponseBody::full))
         }
         Err(e) => Ok(reply(e, id)),
     }
@@ -174,8 +146,8 @@ pub(crate) struct Decision {
     pub(crate) spec: Option<TaskSpec>,
     pub(crate) owner: Option<Principal>,
     pub(crate) id: Option<Value>,
-    /// The task is answered as a tool result (a client without the extension).
-    pub(crate) as_tool: Option<AsToolResult>,
+    /// How the task is answered.
+    pub(crate) shape: Shape,
 }
 
 impl Decision {
@@ -187,14 +159,12 @@ impl Decision {
             engine,
             owner,
             id,
-            as_tool,
+            shape,
             ..
         } = self;
         Some(Box::pin(async move {
             let message = match super::create_task(&engine, owner, spec).await {
-                Ok(task) => {
-                    result_response(id.as_ref(), task_result(&engine, &task, as_tool)).into_body()
-                }
+                Ok(task) => shape.response(&engine, &task, id.as_ref()).into_body(),
                 Err(e) => e.to_body(id.as_ref()),
             };
             sse::data_event(&message)
@@ -351,5 +321,60 @@ impl std::fmt::Debug for DecidingBody {
             .field("ready", &self.ready.len())
             .field("deciding", &self.decision.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+/// A call that had to become a task (see [`Shape::always_task`]) whose handler
+/// answered at once: the answer is stored as a task that has already ended, a
+/// result completing it and a JSON-RPC error failing it, and the call is answered
+/// with that task.
+async fn settle<B>(
+    engine: &Arc<Engine>,
+    owner: Option<Principal>,
+    answer: Option<Value>,
+    shape: Shape,
+    id: Option<&Value>,
+) -> Response<ResponseBody<B>> {
+    let end = match answer {
+        Some(Value::Object(mut message)) => {
+            match (message.remove("result"), message.remove("error")) {
+                (Some(result), _) if result.is_object() => Transition::Complete {
+                    result,
+                    message: None,
+                },
+                (_, Some(error)) => match serde_json::from_value::<ErrorObject>(error) {
+                    Ok(error) => Transition::Fail {
+                        error,
+                        message: None,
+                    },
+                    Err(_) => settle_failed("a malformed error"),
+                },
+                _ => settle_failed("no result"),
+            }
+        }
+        _ => settle_failed("no JSON-RPC response"),
+    };
+    let created = match super::create_task(engine, owner, TaskSpec::new()).await {
+        Ok(task) => task,
+        Err(e) => return reply(e, id),
+    };
+    let end = engine.limit_result(end).unwrap_or_else(|refused| refused);
+    let task = match engine.update(&created.id, Scope::Any, &end).await {
+        Ok(Some(updated)) => updated.record,
+        Ok(None) => created,
+        Err(e) => {
+            tracing::error!(error = %crate::error::Chain(&e), "task store failed");
+            return reply(RpcError::internal_error(), id);
+        }
+    };
+    observe::outcome(Outcome::Task);
+    shape.response(engine, &task, id).map(ResponseBody::full)
+}
+
+fn settle_failed(why: &'static str) -> Transition {
+    tracing::warn!("a tool answered a task-augmented call with {why}; the task fails");
+    Transition::Fail {
+        error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Internal error"),
+        message: None,
     }
 }

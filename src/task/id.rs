@@ -118,7 +118,7 @@ static ID_DIGITS: [u8; 256] = {
 impl TaskId {
     /// The text form: ten groups of three bytes as four characters, then the last
     /// two bytes as three (unpadded).
-    pub(super) fn encode(&self) -> [u8; Self::LEN] {
+    pub(crate) fn encode(&self) -> [u8; Self::LEN] {
         let b = &self.0;
         let mut out = [0u8; Self::LEN];
         let sextet = |n: u32, shift: u32| ID_ALPHABET[(n >> shift & 63) as usize];

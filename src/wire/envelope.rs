@@ -343,6 +343,17 @@ impl<'a> Envelope<'a> {
         }
     }
 
+    /// Whether the request mixes the eras, which the layer refuses (-32600, HTTP
+    /// 400) whatever its method: an `Mcp-Session-Id` (sessions ended with
+    /// 2026-07-28) beside any 2026-07-28 marker, an `Mcp-Method` header or a
+    /// `_meta` protocol version. Without the session id, `_meta`'s version decides
+    /// the era, and a version header that disagrees with it is -32020.
+    pub(crate) fn mixes_eras(&self, headers: &HeaderMap) -> bool {
+        headers.contains_key(MCP_SESSION_ID)
+            && (headers.contains_key(MCP_METHOD)
+                || self.meta().is_some_and(|meta| meta.version.is_some()))
+    }
+
     /// Runs steps 1–5 of the validation order on a modern request, returning whether
     /// it declared the tasks extension.
     pub(crate) fn validate(&self, headers: &HeaderMap) -> Result<Declared, RpcError> {

@@ -108,6 +108,24 @@ impl RpcError {
         Self::new(Self::INVALID_REQUEST, message, StatusCode::BAD_REQUEST)
     }
 
+    /// -32600 with HTTP 400: a request that mixes the eras, a 2026-07-28 marker
+    /// (`Mcp-Method`, `_meta`'s protocol version) beside an `Mcp-Session-Id`.
+    ///
+    /// ```
+    /// use mcp_tasks::wire::RpcError;
+    ///
+    /// let e = RpcError::mixed_eras();
+    /// assert_eq!((e.code(), e.http_status().as_u16()), (-32600, 400));
+    /// ```
+    pub fn mixed_eras() -> Self {
+        Self::new(
+            Self::INVALID_REQUEST,
+            "Invalid Request: the request mixes protocol revisions (2026-07-28 headers or \
+             _meta with an Mcp-Session-Id)",
+            StatusCode::BAD_REQUEST,
+        )
+    }
+
     /// -32601 "Method not found" with HTTP 404: the layer's answer to `tasks/list` and
     /// `tasks/result`, which the specification removed.
     ///

@@ -8,7 +8,9 @@ mod error;
 mod headers;
 mod raw;
 mod reply;
+mod rfc3339;
 pub(crate) mod sse;
+pub(crate) mod v2025;
 
 pub(crate) use envelope::Envelope;
 pub use error::RpcError;
@@ -17,8 +19,12 @@ pub(crate) use headers::{
 };
 pub(crate) use raw::RawObject;
 pub(crate) use reply::{
-    ReplyId, ServerInfoMeta, result_response, result_response_with, write_value,
+    Member, ReplyId, ServerInfoMeta, json_response, message_body_raw, result_response,
+    result_response_with, write_value,
 };
+#[cfg(test)]
+pub(crate) use rfc3339::LAST_RFC3339_MS;
+pub(crate) use rfc3339::{RFC3339_LEN, write_rfc3339};
 
 /// The tasks extension's identifier, as declared by clients and advertised by servers.
 pub const EXTENSION_ID: &str = "io.modelcontextprotocol/tasks";

@@ -65,7 +65,7 @@ impl Engine {
     /// Re-reads `id` each time it may have changed (a change in this process or one
     /// relayed from another node, or its expiry) until `ready` gives an answer;
     /// `ready` sees `None` once the task is gone.
-    fn wait_until<'a, R, F>(&'a self, id: &'a TaskId, ready: F) -> WaitUntil<'a, F>
+    pub(crate) fn wait_until<'a, R, F>(&'a self, id: &'a TaskId, ready: F) -> WaitUntil<'a, F>
     where
         F: FnMut(Option<&TaskRecord>) -> Option<R> + Unpin,
     {
@@ -82,7 +82,7 @@ impl Engine {
 /// The future of [`Engine::wait_until`], written by hand so that a parked wait is a
 /// few words: the engine, the id, the wake count it saw and, while it reads, the
 /// boxed read. Its registration with the engine's waits ends when it is dropped.
-struct WaitUntil<'a, F> {
+pub(crate) struct WaitUntil<'a, F> {
     engine: &'a Engine,
     id: &'a TaskId,
     ready: F,

@@ -1,0 +1,190 @@
+//! The 2025-11-25 era (and the revisions before it), answered from the same store
+//! and worker API as 2026-07-28: `initialize` gains the tasks capability,
+//! `tools/list` each tool's `execution.taskSupport`, a `tools/call` with
+//! `params.task` becomes a task in this revision's shape (decided with every other
+//! call in `decide.rs`), and `tasks/get`, `tasks/list`, `tasks/cancel` and
+//! `tasks/result` are answered here (`tasks.rs`, `result.rs`). Answers to the
+//! questions a `tasks/result` stream carried arrive as JSON-RPC responses in any
+//! POST, on any node (`answers.rs`). Anything else passes to the inner service
+//! untouched.
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use serde_json::Value;
+use tower_service::Service;
+
+use super::decide::Era;
+use super::{Call, Reply, forward, task_tools};
+use crate::body::RequestBody;
+use crate::config::TaskMode;
+use crate::context::{TaskContext, TaskRefused};
+use crate::engine::Engine;
+use crate::error::BoxError;
+use crate::task::{TaskRecord, TaskStatus};
+use crate::wire::v2025::{self, Task2025};
+
+mod answers;
+mod result;
+mod tasks;
+
+pub(crate) use answers::{answer, is_answer};
+
+/// A request of an earlier revision whose body the layer read.
+pub(crate) async fn call<S, B, ResBody>(mut call: Call<'_, S>) -> Reply<ResBody, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Body<Data = Bytes> + Send + 'static,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    match &*call.envelope.method {
+        "initialize" => {
+            let declared = call
+                .envelope
+                .param("capabilities")
+                .and_then(|c| c.get("tasks"))
+                .is_some_and(Value::is_object);
+            if !declared {
+                return call.forward().await;
+            }
+            call.forward_edited(advertise).await
+        }
+        "tools/list" => {
+            let engine = call.engine.clone();
+            let task_tools = engine.config().task_tools;
+            call.forward_edited(move |message| {
+                let supported = task_support(&engine, message);
+                let added = task_tools && task_tools::add_tools(message);
+                supported || added
+            })
+            .await
+        }
+        "tools/call" => {
+            let task = call.envelope.raw_param("task").is_some();
+            if task && let Err(e) = tasks::check_task_param(&call.envelope) {
+                return Ok(super::reply(e, call.id()));
+            }
+            super::tools_call::call(call, Era::Legacy { task }).await
+        }
+        "tasks/get" | "tasks/list" | "tasks/cancel" | "tasks/result" => {
+            Box::pin(tasks::call(call)).await
+        }
+        _ => {
+            call.parts
+                .extensions
+                .insert(TaskContext::refused(TaskRefused::LegacyEra));
+            let Call {
+                inner,
+                parts,
+                bytes,
+                envelope,
+                ..
+            } = call;
+            forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await
+        }
+    }
+}
+
+/// Adds `capabilities.tasks` to an `initialize` result.
+fn advertise(message: &mut Value) -> bool {
+    let Some(capabilities) = message
+        .get_mut("result")
+        .and_then(|r| r.get_mut("capabilities"))
+        .and_then(Value::as_object_mut)
+    else {
+        return false;
+    };
+    capabilities.insert("tasks".into(), v2025::server_capability());
+    true
+}
+
+/// Sets each listed tool's `execution.taskSupport` from its [`TaskMode`].
+fn task_support(engine: &Engine, message: &mut Value) -> bool {
+    let Some(tools) = message
+        .get_mut("result")
+        .and_then(|r| r.get_mut("tools"))
+        .and_then(Value::as_array_mut)
+    else {
+        return false;
+    };
+    for tool in tools.iter_mut() {
+        let Some(tool) = tool.as_object_mut() else {
+            continue;
+        };
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+        if task_tools::is_task_tool(name) && engine.config().task_tools {
+            continue;
+        }
+        let support = match engine.config().mode_for(name) {
+            TaskMode::Required | TaskMode::AutoRequired { .. } => "required",
+            TaskMode::Optional | TaskMode::Auto { .. } => "optional",
+            TaskMode::Never => "forbidden",
+        };
+        let execution = tool
+            .entry("execution")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(execution) = execution.as_object_mut() {
+            execution.insert("taskSupport".into(), Value::String(support.into()));
+        } else {
+            *execution = serde_json::json!({ "taskSupport": support });
+        }
+    }
+    true
+}
+
+/// The status a 2025-11-25 client reads: that revision counts a tool error (a
+/// completed `CallToolResult` with `isError: true`) as a failed task.
+pub(crate) fn status_2025(task: &TaskRecord) -> &'static str {
+    let tool_error = task.status == TaskStatus::Completed
+        && task
+            .result
+            .as_ref()
+            .and_then(|r| r.get("isError"))
+            .and_then(Value::as_bool)
+            == Some(true);
+    match tool_error {
+        true => TaskStatus::Failed.as_str(),
+        false => task.status.as_str(),
+    }
+}
+
+/// A record in the 2025-11-25 shape. The id's text lives in `id`, which the
+/// caller keeps.
+pub(crate) fn task_2025_with<'a>(task: &'a TaskRecord, id: &'a [u8]) -> Task2025<'a> {
+    Task2025 {
+        id,
+        status: status_2025(task),
+        status_message: task.status_message.as_deref(),
+        created_ms: task.created_at.as_millis(),
+        updated_ms: task.updated_at.as_millis(),
+        ttl_ms: task.ttl_ms,
+        poll_ms: task.poll_interval_ms,
+    }
+}
+
+/// [`task_2025_with`], keeping the id's text itself.
+pub(crate) struct Owned2025<'a> {
+    task: &'a TaskRecord,
+    id: [u8; crate::task::TaskId::LEN],
+}
+
+impl Owned2025<'_> {
+    pub(crate) fn view(&self) -> Task2025<'_> {
+        task_2025_with(self.task, &self.id)
+    }
+
+    pub(crate) fn write_create_result(&self, out: &mut Vec<u8>) {
+        self.view().write_create_result(out);
+    }
+}
+
+/// A record in the 2025-11-25 shape.
+pub(crate) fn task_2025(task: &TaskRecord) -> Owned2025<'_> {
+    Owned2025 {
+        task,
+        id: task.id.encode(),
+    }
+}
