@@ -188,7 +188,10 @@ pub enum TaskMode {
     #[default]
     Optional,
     /// Task-only: a client that did not declare the extension gets -32021 (HTTP 400)
-    /// before the inner service is called.
+    /// before the inner service is called, and a 2025-11-25 call without `task`
+    /// gets -32601 (its `tools/list` says `taskSupport: "required"`). With
+    /// [`with_task_tools`](crate::TasksLayerBuilder::with_task_tools) both get a task
+    /// instead, answered as a tool result that they follow with `task_status`.
     Required,
     /// Retrofit: the layer makes the task when the inner call runs longer than
     /// `after`, so the inner server needs no change ([above](TaskMode#retrofit-an-existing-server)).

@@ -283,7 +283,9 @@ impl fmt::Debug for TaskSpec {
 pub enum TaskRefused {
     /// The client did not declare `io.modelcontextprotocol/tasks` on this request.
     NotDeclared,
-    /// A legacy-era (2025-11-25 or earlier) request: the extension does not exist there.
+    /// A request of an earlier revision (2025-11-25 or before) that did not ask for
+    /// a task: a 2025-11-25 `tools/call` without `params.task`, or any call of an
+    /// older revision.
     LegacyEra,
     /// Only `tools/call` may become a task.
     NotToolCall,
@@ -304,7 +306,9 @@ impl fmt::Display for TaskRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             TaskRefused::NotDeclared => "the client did not declare the tasks extension",
-            TaskRefused::LegacyEra => "tasks do not exist on the legacy protocol era",
+            TaskRefused::LegacyEra => {
+                "the call, of an earlier protocol revision, did not ask for a task"
+            }
             TaskRefused::NotToolCall => "only tools/call may become a task",
             TaskRefused::ToolNeverTask => "this tool is configured never to become a task",
             TaskRefused::Disabled => "the tasks extension is disabled",

@@ -281,16 +281,12 @@ async fn a_modern_tools_list_passes_through_byte_for_byte() {
 }
 
 #[tokio::test]
-async fn legacy_requests_pass_through_untouched() {
+async fn earlier_revision_calls_without_a_task_pass_through_untouched() {
     let server = Server::standard().await;
     let client = server.client();
     let legacy_call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
         "params": {"name": "work", "arguments": {"then": "complete"}}});
-    let mut declared_call = legacy_call.clone();
-    declared_call["params"]["_meta"] = modern_meta(true);
-    let legacy_get = json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/get",
-        "params": {"taskId": TaskId::random().to_string()}});
-    let cases: [(Value, &[(&str, &str)]); 5] = [
+    let cases: [(Value, &[(&str, &str)]); 3] = [
         (
             legacy_call.clone(),
             &[
@@ -303,8 +299,6 @@ async fn legacy_requests_pass_through_untouched() {
             &[("mcp-protocol-version", "2025-06-18")],
         ),
         (legacy_call, &[]),
-        (declared_call, &[("mcp-session-id", "s-2")]),
-        (legacy_get, &[("mcp-session-id", "s-3")]),
     ];
     for (body, headers) in cases {
         // Pretty-printed, so that any re-serialisation would show.
@@ -325,15 +319,39 @@ async fn legacy_requests_pass_through_untouched() {
         }
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(reply.body, server.inner.last_sent(), "{headers:?}");
-        if body["method"] == "tools/call" {
-            assert_eq!(
-                received.context.as_deref(),
-                Some("TaskContext::Refused(LegacyEra)")
-            );
-            assert_eq!(reply.result(), &sync_fallback("LegacyEra"));
-        } else {
-            assert_eq!(reply.result()["echo"]["method"], "tasks/get");
-        }
+        assert_eq!(
+            received.context.as_deref(),
+            Some("TaskContext::Refused(LegacyEra)")
+        );
+        assert_eq!(reply.result(), &sync_fallback("LegacyEra"));
+    }
+}
+
+#[tokio::test]
+async fn earlier_revision_tasks_requests_and_mixed_eras_never_reach_the_inner_service() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let mut declared_call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "work", "arguments": {"then": "complete"}}});
+    declared_call["params"]["_meta"] = modern_meta(true);
+    let legacy_get = json!({"jsonrpc": "2.0", "id": 6, "method": "tasks/get",
+        "params": {"taskId": TaskId::random().to_string()}});
+    // (body, session id, code, HTTP status)
+    let cases = [
+        (declared_call, "s-2", -32600, StatusCode::BAD_REQUEST),
+        (legacy_get, "s-3", -32602, StatusCode::OK),
+    ];
+    for (body, session, code, status) in cases {
+        let request = Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-session-id", session)
+            .body(Frames::full(Bytes::from(body.to_string())))
+            .unwrap();
+        let reply = client.send(request).await;
+        assert_eq!(reply.status, status, "{}", reply.text());
+        assert_eq!(reply.code(), Some(code), "{}", reply.text());
+        assert_eq!(server.inner.request_count(), 0, "{body}");
     }
 }
 

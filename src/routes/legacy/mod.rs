@@ -40,6 +40,11 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
+    // What the inner service learns of a request it is handed: an earlier
+    // revision's, without a task (a call that makes one gets its own context).
+    call.parts
+        .extensions
+        .insert(TaskContext::refused(TaskRefused::LegacyEra));
     match &*call.envelope.method {
         "initialize" => {
             let declared = call
@@ -73,9 +78,6 @@ where
             Box::pin(tasks::call(call)).await
         }
         _ => {
-            call.parts
-                .extensions
-                .insert(TaskContext::refused(TaskRefused::LegacyEra));
             let Call {
                 inner,
                 parts,
