@@ -104,8 +104,8 @@ pub(crate) fn task_result(
          as task {id}. Follow it with the tool {STATUS} and the arguments \
          {{\"taskId\": \"{id}\"}}: it tells how the task is doing, asks any question the task \
          needs answered, and returns this call's result once the task is done. Check about \
-         every {} seconds. To stop the task, call {CANCEL} with the same arguments.",
-        poll_seconds(task)
+         {}. To stop the task, call {CANCEL} with the same arguments.",
+        every(task)
     );
     tool_result(engine, vec![text_block(text)], false, legacy)
 }
@@ -343,12 +343,28 @@ async fn cancel(
     Ok(Some(ToolAnswer::text(text, false)))
 }
 
-/// About how many seconds to wait between two `task_status` calls.
+/// About how many seconds to wait between two `task_status` calls (at least one).
 fn poll_seconds(task: &TaskRecord) -> u64 {
     task.poll_interval_ms
         .unwrap_or(5_000)
         .div_ceil(1_000)
         .max(1)
+}
+
+/// "every second" or "every N seconds": how often to check `task`.
+fn every(task: &TaskRecord) -> String {
+    match poll_seconds(task) {
+        1 => "every second".to_owned(),
+        n => format!("every {n} seconds"),
+    }
+}
+
+/// "a second" or "N seconds": when to check `task` next.
+fn in_about(task: &TaskRecord) -> String {
+    match poll_seconds(task) {
+        1 => "a second".to_owned(),
+        n => format!("{n} seconds"),
+    }
 }
 
 /// The task as a language model reads it, after `lead`.
@@ -364,9 +380,9 @@ fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
         TaskStatus::Working => {
             let _ = write!(
                 text,
-                "Task {id} is still working.{latest} Call {STATUS} again in about {} seconds; \
-                 call {CANCEL} to stop it.",
-                poll_seconds(task)
+                "Task {id} is still working.{latest} Call {STATUS} again in about {}; call \
+                 {CANCEL} to stop it.",
+                in_about(task)
             );
             ToolAnswer::text(text, false)
         }
