@@ -2,7 +2,9 @@
 //! answers with a tool result naming its task, and `task_status`, `task_answer` and
 //! `task_cancel` follow it — on 2026-07-28 without the extension and on earlier
 //! revisions, sessions included. The texts are what a language model reads, so the
-//! tests read them too.
+//! tests read them too; app code reads the task object beside them (the task tools'
+//! `structuredContent`, checked against their `outputSchema`, and the hand-off's
+//! `_meta`), so the tests read that in every state as well.
 
 #[path = "../examples/common/mod.rs"]
 mod common;
@@ -12,7 +14,9 @@ mod support;
 
 use std::sync::atomic::Ordering;
 
-use mcp_tasks::TasksLayerBuilder;
+use mcp_tasks::input::{InputRequest, InputRequests};
+use mcp_tasks::wire::RpcError;
+use mcp_tasks::{TaskId, TasksLayerBuilder};
 use retrofit_app::{Retrofit, layer_builder, mcp_service};
 use serde_json::{Value, json};
 use support::fixtures::{Server, layer_builder as fixture_builder};
@@ -20,6 +24,18 @@ use support::http::{Client, Reply, serve_layered};
 use support::wait;
 
 const ALICE: Option<&str> = Some("alice");
+
+/// The hand-off's `_meta` key for the task object.
+const HAND_OFF: &str = "mcp-tasks/task";
+
+/// The five task statuses, as the output schema's enum lists them.
+const STATUSES: [&str; 5] = [
+    "working",
+    "input_required",
+    "completed",
+    "failed",
+    "cancelled",
+];
 
 /// The retrofit example's rmcp server behind a layer with task tools.
 struct Retrofitted {
@@ -53,10 +69,13 @@ fn texts(result: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// The task id a "goes on as a task" text names, after checking what it tells.
+/// The task id a "goes on as a task" text names, after checking what it tells and
+/// that the hand-off carries the same id in `_meta`, never as `structuredContent`
+/// (that field is the called tool's, checked against its own `outputSchema`).
 fn started_task(reply: &Reply) -> String {
     let result = reply.ok();
     assert_eq!(result["isError"], false, "{}", reply.text());
+    assert!(result.get("structuredContent").is_none(), "{result}");
     let text = texts(result);
     assert!(
         text.contains("goes on in the background as task "),
@@ -74,7 +93,95 @@ fn started_task(reply: &Reply) -> String {
         text.contains(&format!("{{\"taskId\": \"{id}\"}}")),
         "{text}"
     );
+    let state = &result["_meta"][HAND_OFF];
+    assert_eq!(state["taskId"], id, "{result}");
+    assert!(
+        STATUSES.contains(&state["status"].as_str().unwrap_or("")),
+        "{result}"
+    );
+    assert!(state["pollIntervalMs"].is_u64(), "{result}");
     id
+}
+
+/// Checks `value` against `schema` for the keywords the task tools' output schema
+/// uses (`type`, `enum`, `minimum`, `properties`, `required`,
+/// `additionalProperties`), as a validating client would; `Err` names the first
+/// place that fails.
+fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    let fail = |what: &str| Err(format!("{at}: {what} (value {value})"));
+    let typed = match schema["type"].as_str() {
+        None => true,
+        Some("object") => value.is_object(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("array") => value.is_array(),
+        Some(other) => return fail(&format!("unknown type {other}")),
+    };
+    if !typed {
+        return fail(&format!("not of type {}", schema["type"]));
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(value)
+    {
+        return fail("not in the enum");
+    }
+    if let (Some(min), Some(n)) = (schema["minimum"].as_f64(), value.as_f64())
+        && n < min
+    {
+        return fail("below the minimum");
+    }
+    let Some(object) = value.as_object() else {
+        return Ok(());
+    };
+    for key in schema["required"].as_array().into_iter().flatten() {
+        if !object.contains_key(key.as_str().unwrap_or("")) {
+            return fail(&format!("missing {key}"));
+        }
+    }
+    for (key, field) in object {
+        let at = format!("{at}.{key}");
+        match schema["properties"].get(key) {
+            Some(property) => conforms(property, field, &at)?,
+            None => match &schema["additionalProperties"] {
+                Value::Bool(false) => return fail(&format!("unexpected {key}")),
+                extra @ Value::Object(_) => conforms(extra, field, &at)?,
+                _ => {}
+            },
+        }
+    }
+    Ok(())
+}
+
+/// The task tools' output schema, from a `tools/list` without the extension, after
+/// checking that all three declare the same one.
+async fn output_schema(client: &Client) -> Value {
+    let list = client
+        .request("tools/list")
+        .params(json!({}))
+        .declare(false)
+        .send()
+        .await;
+    let tools = list.ok()["tools"].as_array().unwrap();
+    let schemas: Vec<&Value> = ["task_status", "task_answer", "task_cancel"]
+        .iter()
+        .map(|name| {
+            let tool = tools.iter().find(|t| t["name"] == *name).unwrap();
+            &tool["outputSchema"]
+        })
+        .collect();
+    assert!(schemas.iter().all(|s| s == &schemas[0]), "{schemas:?}");
+    schemas[0].clone()
+}
+
+/// The task object of a task tool's answer, after checking it against `schema`.
+fn structured<'a>(answer: &'a Value, schema: &Value) -> &'a Value {
+    let state = &answer["structuredContent"];
+    if let Err(e) = conforms(schema, state, "structuredContent") {
+        panic!("{e}; answer: {answer}");
+    }
+    state
 }
 
 /// Calls one of the task tools as `principal`, without the extension.
@@ -145,6 +252,28 @@ async fn tools_list_gains_the_task_tools_only_for_clients_without_the_extension(
         let status = &without.ok()["tools"][5];
         assert!(status["description"].as_str().unwrap().contains("result"));
         assert_eq!(status["inputSchema"]["required"], json!(["taskId"]));
+        for tool in &without.ok()["tools"].as_array().unwrap()[5..] {
+            let schema = &tool["outputSchema"];
+            assert_eq!(schema["type"], "object", "{tool}");
+            assert_eq!(schema["required"], json!(["taskId", "status"]), "{tool}");
+            assert_eq!(schema["properties"]["status"]["enum"], json!(STATUSES));
+            for field in [
+                "taskId",
+                "pollIntervalMs",
+                "statusMessage",
+                "inputRequests",
+                "result",
+                "error",
+            ] {
+                assert!(schema["properties"][field].is_object(), "{field}: {tool}");
+            }
+        }
+        // The inner server's own tools stay as they were.
+        assert!(
+            without.ok()["tools"].as_array().unwrap()[..5]
+                .iter()
+                .all(|t| t.get("outputSchema").is_none())
+        );
 
         let with = list(true).await;
         assert_eq!(
@@ -323,8 +452,10 @@ async fn earlier_revisions_get_the_task_tools_too() {
                 json!({"name": tool, "arguments": {"then": "complete"}}),
             )
             .await;
+            // No `resultType` and no `serverInfo`: `_meta` holds the task alone.
             assert!(reply.ok().get("resultType").is_none(), "{}", reply.text());
-            assert!(reply.ok().get("_meta").is_none(), "{}", reply.text());
+            let meta = reply.ok()["_meta"].as_object().unwrap();
+            assert_eq!(meta.keys().collect::<Vec<_>>(), [HAND_OFF], "{n}");
             let id = started_task(&reply);
             let mut last = Value::Null;
             let done = wait::poll(async || {
@@ -339,6 +470,14 @@ async fn earlier_revisions_get_the_task_tools_too() {
             .await
             .unwrap_or_else(|| panic!("never completed: {last}"));
             assert!(texts(&done).ends_with("done"), "{done}");
+            assert!(done.get("resultType").is_none(), "{done}");
+            assert!(done.get("_meta").is_none(), "{done}");
+            assert_eq!(done["structuredContent"]["taskId"], id, "{done}");
+            assert_eq!(done["structuredContent"]["status"], "completed", "{done}");
+            assert_eq!(
+                done["structuredContent"]["result"]["content"][0]["text"], "done",
+                "{done}"
+            );
         }
         // A tool that makes no task passes as before.
         let greet = legacy("tools/call", json!({"name": "greet", "arguments": {}})).await;
@@ -396,4 +535,168 @@ async fn the_task_tools_refuse_anonymous_callers_when_a_principal_is_required() 
     );
     let allowed = task_tool(client, "task_status", json!({"taskId": id}), ALICE).await;
     assert!(texts(&allowed).contains("There is no task"), "{allowed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_tools_answer_the_task_as_structured_content_in_every_state() {
+    let server = Server::with_layer(fixture_builder().with_task_tools()).await;
+    let client = server.client();
+    let schema = output_schema(&client).await;
+    let tool =
+        async |name: &str, arguments: Value| task_tool(&client, name, arguments, ALICE).await;
+
+    // The hand-off: the task object in `_meta`, beside the layer's `serverInfo`.
+    let reply = client
+        .call_tool(
+            "work",
+            json!({"poll_ms": 1000, "message": "Queued"}),
+            false,
+            ALICE,
+        )
+        .await;
+    let id = started_task(&reply);
+    let handed = reply.ok();
+    assert_eq!(handed["resultType"], "complete");
+    assert_eq!(
+        handed["_meta"][HAND_OFF],
+        json!({"taskId": id, "status": "working", "pollIntervalMs": 1000,
+            "statusMessage": "Queued"})
+    );
+    assert!(handed["_meta"]["io.modelcontextprotocol/serverInfo"].is_object());
+    assert!(
+        texts(handed).contains(" Check about every second. "),
+        "{handed}"
+    );
+    let task: TaskId = id.parse().unwrap();
+
+    // working
+    let working = tool("task_status", json!({"taskId": id})).await;
+    assert_eq!(working["isError"], false);
+    assert_eq!(
+        structured(&working, &schema),
+        &json!({"taskId": id, "status": "working", "pollIntervalMs": 1000,
+            "statusMessage": "Queued"})
+    );
+    assert!(
+        texts(&working).contains("Call task_status again in about a second;"),
+        "{working}"
+    );
+
+    // input_required: the outstanding questions, as stored
+    let ask = InputRequests::new()
+        .with(
+            "confirm-1",
+            InputRequest::confirm("Delete a.txt?", "confirm"),
+        )
+        .with_status_message("Waiting for confirmation");
+    server.tasks.require_input(&task, ask).await.unwrap();
+    let stored = server.tasks.status(&task).await.unwrap();
+    let asking = tool("task_status", json!({"taskId": id})).await;
+    assert_eq!(asking["isError"], false);
+    let state = structured(&asking, &schema);
+    assert_eq!(
+        state,
+        &json!({"taskId": id, "status": "input_required", "pollIntervalMs": 1000,
+            "statusMessage": "Waiting for confirmation",
+            "inputRequests": stored.input_requests})
+    );
+    assert_eq!(
+        state["inputRequests"]["confirm-1"]["method"],
+        "elicitation/create"
+    );
+    assert_eq!(
+        state["inputRequests"]["confirm-1"]["params"]["message"],
+        "Delete a.txt?"
+    );
+
+    // task_answer: the task as the answers left it
+    let answered = tool(
+        "task_answer",
+        json!({"taskId": id, "answers": {"confirm-1": {"action": "accept",
+            "content": {"confirm": true}}}}),
+    )
+    .await;
+    assert_eq!(answered["isError"], false);
+    assert_eq!(
+        structured(&answered, &schema),
+        &json!({"taskId": id, "status": "working", "pollIntervalMs": 1000})
+    );
+
+    // completed: the tool's whole result, its own structuredContent inside it
+    let result = json!({"content": [{"type": "text", "text": "3 rows"}],
+        "structuredContent": {"rows": 3}, "isError": false});
+    server.tasks.complete(&task, result).await.unwrap();
+    let stored = server.tasks.status(&task).await.unwrap().result.unwrap();
+    assert_eq!(stored["structuredContent"], json!({"rows": 3}));
+    let done = tool("task_status", json!({"taskId": id})).await;
+    assert_eq!(done["isError"], false);
+    assert_eq!(
+        structured(&done, &schema),
+        &json!({"taskId": id, "status": "completed", "pollIntervalMs": 1000,
+            "result": stored})
+    );
+    assert!(texts(&done).ends_with("\n3 rows"), "{done}");
+    // Cancelling it changes nothing, and says so with the same object.
+    let late = tool("task_cancel", json!({"taskId": id})).await;
+    assert!(texts(&late).contains("had already ended"), "{late}");
+    assert_eq!(structured(&late, &schema), &done["structuredContent"]);
+
+    // failed: the JSON-RPC error (an error answer, with the object all the same)
+    let reply = client.call_tool("work", json!({}), false, ALICE).await;
+    let id = started_task(&reply);
+    assert_eq!(reply.ok()["_meta"][HAND_OFF]["pollIntervalMs"], 5000);
+    assert!(
+        texts(reply.ok()).contains(" Check about every 5 seconds. "),
+        "{}",
+        reply.text()
+    );
+    let working = tool("task_status", json!({"taskId": id})).await;
+    assert!(
+        texts(&working).contains("Call task_status again in about 5 seconds;"),
+        "{working}"
+    );
+    let task: TaskId = id.parse().unwrap();
+    server
+        .tasks
+        .fail(&task, RpcError::internal("backend crashed"))
+        .await
+        .unwrap();
+    let failed = tool("task_status", json!({"taskId": id})).await;
+    assert_eq!(failed["isError"], true);
+    let state = structured(&failed, &schema);
+    assert_eq!(state["status"], "failed");
+    assert_eq!(
+        state["error"],
+        json!({"code": -32603, "message": "backend crashed"})
+    );
+    assert!(state.get("result").is_none() && state.get("inputRequests").is_none());
+    assert!(
+        texts(&failed).contains("backend crashed (error -32603)"),
+        "{failed}"
+    );
+
+    // cancelled, by task_cancel and as task_status reads it after
+    let reply = client.call_tool("work", json!({}), false, ALICE).await;
+    let id = started_task(&reply);
+    let cancelled = tool("task_cancel", json!({"taskId": id})).await;
+    let expected = json!({"taskId": id, "status": "cancelled", "pollIntervalMs": 5000,
+        "statusMessage": "Cancelled by the client"});
+    assert_eq!(cancelled["isError"], false);
+    assert_eq!(structured(&cancelled, &schema), &expected);
+    let status = tool("task_status", json!({"taskId": id})).await;
+    assert_eq!(structured(&status, &schema), &expected);
+
+    // No task, no object: an error answer, which the schema rule exempts.
+    for (name, arguments) in [
+        (
+            "task_status",
+            json!({"taskId": TaskId::random().to_string()}),
+        ),
+        ("task_cancel", json!({})),
+        ("task_answer", json!({"taskId": id})),
+    ] {
+        let refused = tool(name, arguments).await;
+        assert_eq!(refused["isError"], true, "{refused}");
+        assert!(refused.get("structuredContent").is_none(), "{refused}");
+    }
 }

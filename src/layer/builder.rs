@@ -222,6 +222,19 @@ impl TasksLayerBuilder {
     /// [`with_max_request_bytes`](Self::with_max_request_bytes)), to find the calls
     /// it answers.
     ///
+    /// Beside each text, written for a language model, app code gets the task as
+    /// JSON: `{taskId, status, pollIntervalMs, statusMessage?}`, plus `inputRequests`
+    /// (key → `{method, params}`) when `input_required`, `result` (the tool's
+    /// `CallToolResult`) when `completed`, `error` (the JSON-RPC error) when `failed`.
+    /// The three tools answer it as `structuredContent` and declare it as their
+    /// `outputSchema`; errors that report no task (an unknown id, say) are
+    /// `isError: true` without it. The hand-off carries it in `_meta` under
+    /// `"mcp-tasks/task"`, never as `structuredContent`, which clients check against
+    /// the called tool's own `outputSchema`. A tool that declares an `outputSchema`
+    /// gets a hand-off such validating clients refuse (it has no `structuredContent`
+    /// matching that schema), so leave such a tool [`TaskMode::Never`] if those
+    /// clients call it.
+    ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///

@@ -1,14 +1,42 @@
 //! Tasks for clients without the extension
 //! ([`with_task_tools`](crate::TasksLayerBuilder::with_task_tools)): a call that
-//! becomes a task answers with an ordinary tool result that says so, and the
-//! client's `tools/list` gains `task_status`, `task_answer` and `task_cancel`,
-//! answered here from the store with the caller's owner scope. The texts are
-//! written for a language model to act on. `fallback.rs` routes the requests here.
+//! becomes a task answers with an ordinary tool result that says so (the hand-off),
+//! and the client's `tools/list` gains `task_status`, `task_answer` and
+//! `task_cancel`, answered here from the store with the caller's owner scope.
+//! `fallback.rs` routes the requests here.
+//!
+//! Every answer has two readers. Its text is written for a language model to act
+//! on; app code gets the same facts as one JSON object ([`task_state`]), so that it
+//! never parses English: `taskId`, `status`, `pollIntervalMs` (the task's, else
+//! [`DEFAULT_POLL_MS`], as the text has it), `statusMessage` when there is one, and
+//! by status `inputRequests` (the outstanding questions as stored, key →
+//! `{method, params}`), `result` (the tool's stored `CallToolResult`) or `error` (the
+//! JSON-RPC error object).
+//!
+//! - The task tools answer it as `structuredContent`, and their `tools/list` entries
+//!   declare its `outputSchema`, so a client that validates results (the TypeScript
+//!   and Python SDKs do) accepts them. Every answer about a task carries it, a failed
+//!   task's (`isError: true`) too; only the errors that report no task (an unknown
+//!   or foreign id, missing or refused arguments, a store outage) go without, which
+//!   `isError: true` allows.
+//! - The hand-off carries it in `_meta` under [`HAND_OFF_META`], never as
+//!   `structuredContent`: that field belongs to the tool that was called, and a
+//!   validating client checks it against that tool's own `outputSchema`, which the
+//!   layer does not see. There the object would fail the check, or, worse, pass a
+//!   loose schema and be read as the tool's output. `_meta` is checked against no
+//!   schema on any revision, and hosts do not hand it to the model in place of the
+//!   text. A tool that declares an `outputSchema` stays a limit the layer cannot
+//!   mend: those clients want matching `structuredContent` in every result of it that
+//!   is not an error, so they refuse its hand-off, whatever `_meta` holds.
+//!
+//! Clients of a revision before 2026-07-28 get no `resultType` and no `serverInfo`
+//! in `_meta`; their hand-off's `_meta` holds the task object alone.
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use tower_service::Service;
 
@@ -18,13 +46,29 @@ use crate::engine::Engine;
 use crate::error::{BoxError, StoreError, TransitionError};
 use crate::observe::{self, Outcome};
 use crate::store::Applied;
-use crate::task::{Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
-use crate::wire::{HeaderRoute, MCP_METHOD, result_response};
+use crate::task::{ErrorObject, Scope, TaskId, TaskRecord, TaskStatus, Timestamp, Transition};
+use crate::wire::{HeaderRoute, MCP_METHOD, RpcError, result_response};
 
 /// The tools the layer adds.
 const STATUS: &str = "task_status";
 const ANSWER: &str = "task_answer";
 const CANCEL: &str = "task_cancel";
+
+/// The hand-off's `_meta` key for the task object: the layer's own prefix, as
+/// `_meta` keys outside the specification take one.
+const HAND_OFF_META: &str = "mcp-tasks/task";
+
+/// The poll interval the texts and `pollIntervalMs` give for a task that has none.
+const DEFAULT_POLL_MS: u64 = 5_000;
+
+/// Every status, in the order the output schema lists them.
+const STATUSES: [TaskStatus; 5] = [
+    TaskStatus::Working,
+    TaskStatus::InputRequired,
+    TaskStatus::Completed,
+    TaskStatus::Failed,
+    TaskStatus::Cancelled,
+];
 
 /// Put in a `tools/call`'s extensions when a task it makes must be answered as a
 /// tool result, not a `CreateTaskResult`.
@@ -89,7 +133,8 @@ pub(crate) fn as_tool_result(legacy: bool) -> AsToolResult {
 }
 
 /// What a call that became a task answers: a `CreateTaskResult`, or for a client
-/// without the extension, a tool result saying how to follow the task.
+/// without the extension, a tool result saying how to follow the task, with the
+/// task object in `_meta` (the module doc says why not in `structuredContent`).
 pub(crate) fn task_result(
     engine: &Engine,
     task: &TaskRecord,
@@ -104,16 +149,54 @@ pub(crate) fn task_result(
          as task {id}. Follow it with the tool {STATUS} and the arguments \
          {{\"taskId\": \"{id}\"}}: it tells how the task is doing, asks any question the task \
          needs answered, and returns this call's result once the task is done. Check about \
-         every {} seconds. To stop the task, call {CANCEL} with the same arguments.",
-        poll_seconds(task)
+         {}. To stop the task, call {CANCEL} with the same arguments.",
+        every(task)
     );
-    tool_result(engine, vec![text_block(text)], false, legacy)
+    let mut result = tool_result(engine, vec![text_block(text)], false, legacy);
+    // Beside `serverInfo` on 2026-07-28, alone before.
+    let meta = result.entry("_meta").or_insert(Value::Null);
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Value::Object(meta) = meta {
+        meta.insert(HAND_OFF_META.into(), task_state(task));
+    }
+    result
+}
+
+/// The `outputSchema` of the three tools: the task object of [`task_state`].
+fn output_schema() -> Value {
+    let statuses = STATUSES.map(TaskStatus::as_str);
+    json!({
+        "type": "object",
+        "properties": {
+            "taskId": {"type": "string", "description": "The task's id"},
+            "status": {"type": "string", "enum": statuses},
+            "pollIntervalMs": {"type": "integer", "minimum": 0,
+                "description": "About how long to wait between two task_status calls"},
+            "statusMessage": {"type": "string", "description": "The task's latest news"},
+            "inputRequests": {"type": "object",
+                "description": "With input_required: the questions the task waits on, by \
+                    the key task_answer answers them under",
+                "additionalProperties": {"type": "object", "properties": {
+                    "method": {"type": "string"}, "params": {"type": "object"}},
+                    "required": ["method"]}},
+            "result": {"type": "object",
+                "description": "With completed: the original tool's CallToolResult"},
+            "error": {"type": "object",
+                "description": "With failed: the JSON-RPC error the task ended with",
+                "properties": {"code": {"type": "integer"}, "message": {"type": "string"}},
+                "required": ["code", "message"]},
+        },
+        "required": ["taskId", "status"],
+    })
 }
 
 /// The three tools' definitions.
 fn definitions() -> [Value; 3] {
     let task_id = json!({"type": "string",
         "description": "The task id from the tool result that started the task"});
+    let output = output_schema();
     [
         json!({
             "name": STATUS,
@@ -122,6 +205,7 @@ fn definitions() -> [Value; 3] {
                 original tool's result.",
             "inputSchema": {"type": "object", "properties": {"taskId": task_id},
                 "required": ["taskId"]},
+            "outputSchema": output.clone(),
         }),
         json!({
             "name": ANSWER,
@@ -133,6 +217,7 @@ fn definitions() -> [Value; 3] {
                     e.g. {\"confirm\": {\"action\": \"accept\", \"content\": {\"confirm\": true}}}; \
                     {\"action\": \"decline\"} refuses a question"},
             }, "required": ["taskId", "answers"]},
+            "outputSchema": output.clone(),
         }),
         json!({
             "name": CANCEL,
@@ -140,6 +225,7 @@ fn definitions() -> [Value; 3] {
                 stays as it is.",
             "inputSchema": {"type": "object", "properties": {"taskId": task_id},
                 "required": ["taskId"]},
+            "outputSchema": output,
         }),
     ]
 }
@@ -176,7 +262,8 @@ pub(crate) fn add_tools(message: &mut Value) -> bool {
     true
 }
 
-/// What one of the three tools answers: its content and whether it is an error.
+/// What one of the three tools answers: its content, the task object (`None` only
+/// for an error about no task) and whether it is an error.
 struct ToolAnswer {
     content: Vec<Value>,
     structured: Option<Value>,
@@ -184,12 +271,68 @@ struct ToolAnswer {
 }
 
 impl ToolAnswer {
-    fn text(text: String, is_error: bool) -> ToolAnswer {
+    /// An error that concerns no task: text only, as `isError` allows.
+    fn error(text: String) -> ToolAnswer {
         ToolAnswer {
             content: vec![text_block(text)],
             structured: None,
+            is_error: true,
+        }
+    }
+
+    /// A text about `task`, with its task object.
+    fn about(task: &TaskRecord, text: String, is_error: bool) -> ToolAnswer {
+        ToolAnswer {
+            content: vec![text_block(text)],
+            structured: Some(task_state(task)),
             is_error,
         }
+    }
+}
+
+/// The task as app code reads it: the `structuredContent` of the task tools and the
+/// hand-off's `_meta` entry, as [`output_schema`] describes it.
+fn task_state(task: &TaskRecord) -> Value {
+    let mut state = Map::with_capacity(6);
+    state.insert("taskId".into(), Value::String(task.id.to_string()));
+    state.insert("status".into(), Value::String(task.status.as_str().into()));
+    state.insert("pollIntervalMs".into(), Value::from(poll_ms(task)));
+    if let Some(message) = &task.status_message {
+        state.insert("statusMessage".into(), Value::String(message.clone()));
+    }
+    match task.status {
+        TaskStatus::InputRequired => {
+            let questions = outstanding(task)
+                .map(|(key, request)| (key.clone(), request.clone()))
+                .collect();
+            state.insert("inputRequests".into(), Value::Object(questions));
+        }
+        TaskStatus::Completed => {
+            if let Some(result) = &task.result {
+                state.insert("result".into(), result.clone());
+            }
+        }
+        TaskStatus::Failed => {
+            let error = serde_json::to_value(failure(task)).unwrap_or(Value::Null);
+            state.insert("error".into(), error);
+        }
+        TaskStatus::Working | TaskStatus::Cancelled => {}
+    }
+    Value::Object(state)
+}
+
+/// The questions `task` still waits on, by key.
+fn outstanding(task: &TaskRecord) -> impl Iterator<Item = (&String, &Value)> {
+    task.input_requests
+        .iter()
+        .filter(|(key, _)| !task.input_responses.contains_key(*key))
+}
+
+/// The error a failed task ended with; `tasks/get`'s stand-in when none was kept.
+fn failure(task: &TaskRecord) -> Cow<'_, ErrorObject> {
+    match &task.error {
+        Some(error) => Cow::Borrowed(error),
+        None => Cow::Owned(ErrorObject::new(RpcError::INTERNAL_ERROR, "Task failed")),
     }
 }
 
@@ -232,19 +375,15 @@ fn tool_response<B>(
 /// `task_status`, `task_answer` or `task_cancel`, scoped to the caller.
 async fn answer(engine: &Engine, tool: &str, arguments: &Value, scope: Scope<'_>) -> ToolAnswer {
     let Some(text) = arguments["taskId"].as_str() else {
-        return ToolAnswer::text(
-            format!("{tool} needs the argument taskId, the task id a tool result gave."),
-            true,
-        );
+        return ToolAnswer::error(format!(
+            "{tool} needs the argument taskId, the task id a tool result gave."
+        ));
     };
     let unknown = || {
-        ToolAnswer::text(
-            format!(
-                "There is no task {text}: the id is wrong, or the task has expired. Task ids \
-                 come from the tool result that started the task."
-            ),
-            true,
-        )
+        ToolAnswer::error(format!(
+            "There is no task {text}: the id is wrong, or the task has expired. Task ids \
+             come from the tool result that started the task."
+        ))
     };
     let Ok(id) = text.parse::<TaskId>() else {
         return unknown();
@@ -259,10 +398,9 @@ async fn answer(engine: &Engine, tool: &str, arguments: &Value, scope: Scope<'_>
         Ok(None) => unknown(),
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "task store failed");
-            ToolAnswer::text(
-                format!("The task store did not answer; try {tool} again in a few seconds."),
-                true,
-            )
+            ToolAnswer::error(format!(
+                "The task store did not answer; try {tool} again in a few seconds."
+            ))
         }
     }
 }
@@ -286,16 +424,13 @@ async fn answer_questions(
     answers: &Value,
 ) -> Result<Option<ToolAnswer>, StoreError> {
     let Some(responses) = answers.as_object() else {
-        return Ok(Some(ToolAnswer::text(
-            format!(
-                "{ANSWER} needs the argument answers, an object with one entry per question \
-                 key, as {STATUS} lists them."
-            ),
-            true,
-        )));
+        return Ok(Some(ToolAnswer::error(format!(
+            "{ANSWER} needs the argument answers, an object with one entry per question key, \
+             as {STATUS} lists them."
+        ))));
     };
     if let Err(e) = super::tasks::check_input_sizes(engine, id, scope, responses).await {
-        return Ok(Some(ToolAnswer::text(e.message().to_owned(), true)));
+        return Ok(Some(ToolAnswer::error(e.message().to_owned())));
     }
     let transition = Transition::Answer {
         responses: responses.clone(),
@@ -310,10 +445,9 @@ async fn answer_questions(
             responses.keys().cloned().collect::<Vec<_>>().join(", ")
         ),
         Err(TransitionError::Invalid(reason)) => {
-            return Ok(Some(ToolAnswer::text(
-                format!("The answers were not accepted: {reason}"),
-                true,
-            )));
+            return Ok(Some(ToolAnswer::error(format!(
+                "The answers were not accepted: {reason}"
+            ))));
         }
         Err(_) => String::new(),
     };
@@ -340,15 +474,33 @@ async fn cancel(
             status.as_str()
         ),
     };
-    Ok(Some(ToolAnswer::text(text, false)))
+    Ok(Some(ToolAnswer::about(task, text, false)))
 }
 
-/// About how many seconds to wait between two `task_status` calls.
+/// The task's poll interval in milliseconds, or [`DEFAULT_POLL_MS`].
+fn poll_ms(task: &TaskRecord) -> u64 {
+    task.poll_interval_ms.unwrap_or(DEFAULT_POLL_MS)
+}
+
+/// About how many seconds to wait between two `task_status` calls (at least one).
 fn poll_seconds(task: &TaskRecord) -> u64 {
-    task.poll_interval_ms
-        .unwrap_or(5_000)
-        .div_ceil(1_000)
-        .max(1)
+    poll_ms(task).div_ceil(1_000).max(1)
+}
+
+/// "every second" or "every N seconds": how often to check `task`.
+fn every(task: &TaskRecord) -> String {
+    match poll_seconds(task) {
+        1 => "every second".to_owned(),
+        n => format!("every {n} seconds"),
+    }
+}
+
+/// "a second" or "N seconds": when to check `task` next.
+fn in_about(task: &TaskRecord) -> String {
+    match poll_seconds(task) {
+        1 => "a second".to_owned(),
+        n => format!("{n} seconds"),
+    }
 }
 
 /// The task as a language model reads it, after `lead`.
@@ -364,11 +516,11 @@ fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
         TaskStatus::Working => {
             let _ = write!(
                 text,
-                "Task {id} is still working.{latest} Call {STATUS} again in about {} seconds; \
-                 call {CANCEL} to stop it.",
-                poll_seconds(task)
+                "Task {id} is still working.{latest} Call {STATUS} again in about {}; call \
+                 {CANCEL} to stop it.",
+                in_about(task)
             );
-            ToolAnswer::text(text, false)
+            ToolAnswer::about(task, text, false)
         }
         TaskStatus::InputRequired => {
             let _ = write!(
@@ -376,10 +528,8 @@ fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
                 "Task {id} is waiting for answers before it can go on.{latest} Questions, by \
                  key:"
             );
-            for (key, request) in &task.input_requests {
-                if !task.input_responses.contains_key(key) {
-                    let _ = write!(text, "\n- {key}: {}", question(request));
-                }
+            for (key, request) in outstanding(task) {
+                let _ = write!(text, "\n- {key}: {}", question(request));
             }
             let _ = write!(
                 text,
@@ -387,7 +537,7 @@ fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
                  {{\"<key>\": {{\"action\": \"accept\", \"content\": {{<the requested fields>}}}}}}}}; \
                  {{\"action\": \"decline\"}} refuses a question."
             );
-            ToolAnswer::text(text, false)
+            ToolAnswer::about(task, text, false)
         }
         TaskStatus::Completed => {
             let _ = write!(text, "Task {id} has completed. The tool's result follows.");
@@ -396,25 +546,26 @@ fn describe(task: &TaskRecord, lead: String) -> ToolAnswer {
             if let Some(Value::Array(blocks)) = result.and_then(|r| r.get("content")) {
                 content.extend(blocks.iter().cloned());
             }
+            // The tool's own `structuredContent` stays inside `result`: this
+            // tool's schema is the task object's.
             ToolAnswer {
                 content,
-                structured: result.and_then(|r| r.get("structuredContent")).cloned(),
+                structured: Some(task_state(task)),
                 is_error: result.is_some_and(|r| r["isError"] == true),
             }
         }
         TaskStatus::Failed => {
-            let error = task.error.as_ref();
+            let error = failure(task);
             let _ = write!(
                 text,
                 "Task {id} failed: {} (error {}). It has no result.",
-                error.map_or("no reason given", |e| e.message.as_str()),
-                error.map_or(0, |e| e.code),
+                error.message, error.code,
             );
-            ToolAnswer::text(text, true)
+            ToolAnswer::about(task, text, true)
         }
         TaskStatus::Cancelled => {
             let _ = write!(text, "Task {id} was cancelled; it has no result.");
-            ToolAnswer::text(text, false)
+            ToolAnswer::about(task, text, false)
         }
     }
 }
