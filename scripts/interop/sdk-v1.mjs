@@ -692,7 +692,7 @@ async function everything(url) {
     assert.equal(more[0].ttl, 300_000, "the server's ttl, not the requested one");
     const first = await client.experimental.tasks.listTasks();
     assert.equal(first.tasks.length, 10);
-    assert.equal(typeof first.nextCursor, "string");
+    assert.equal(first.nextCursor, first.tasks.at(-1).taskId, "nextCursor: the page's last taskId");
     const { ids, pages } = await listAll(client);
     const expected = [created.taskId, cancelled.taskId, ...more.map((task) => task.taskId)];
     assert.deepEqual(ids, expected, "every task, in creation order");
