@@ -267,10 +267,19 @@ class Wire {
     )?.message;
   }
 
-  /** The client's POSTs that carried a response (to a request of the server) with `id`. */
-  answers(id) {
+  /**
+   * The POSTs of the client that received the question on `carrier` which carried a
+   * response with `id` (ids may repeat across sessions, so only later ones count).
+   */
+  answers(carrier, id) {
     return this.exchanges.filter(
-      (ex) => ex.httpMethod === "POST" && ex.rpc && !("method" in ex.rpc) && ex.rpc.id === id,
+      (ex) =>
+        ex.n > carrier.n &&
+        ex.label === carrier.label &&
+        ex.httpMethod === "POST" &&
+        ex.rpc &&
+        !("method" in ex.rpc) &&
+        ex.rpc.id === id,
     );
   }
 }
@@ -366,7 +375,6 @@ async function connect(label, url, { principal, route } = {}) {
   client.label = label;
   client.asked = [];
   client.statusNotes = [];
-  client.transportErrors = [];
   client.answer = async () => {
     throw new McpError(ErrorCode.InvalidRequest, `${label} expected no question`);
   };
@@ -377,7 +385,12 @@ async function connect(label, url, { principal, route } = {}) {
   client.setNotificationHandler(TaskStatusNotificationSchema, (notification) => {
     client.statusNotes.push(notification.params);
   });
-  client.onerror = (error) => client.transportErrors.push(error);
+  // What the SDK reports besides the calls' own outcomes (a GET stream refused, an
+  // unknown response id, a reconnect): into the transcript.
+  client.onerror = (error) => {
+    const said = String(error?.message ?? error).replace(/\s+/g, " ").slice(0, 300);
+    wire.line(`${wire.stamp()} !! [${label}] SDK onerror: ${said}`);
+  };
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     fetch: wire.fetchFor(label, route),
     ...(principal === undefined
@@ -506,7 +519,7 @@ function assertQuestionOnWire(taskId, { answeredTo } = {}) {
   assert.equal(ex.rpc?.method, "tasks/result", `the question came on the stream of #${ex.n} ${ex.httpMethod} ${ex.rpc?.method ?? ""}`);
   assert.equal(ex.rpc.params.taskId, taskId, "the question came on another task's tasks/result");
   assert.deepEqual(message.params._meta[RELATED_TASK], { taskId }, "related-task _meta");
-  const answers = wire.answers(message.id);
+  const answers = wire.answers(ex, message.id);
   assert.equal(answers.length, 1, `answer POSTs for the request id ${JSON.stringify(message.id)}`);
   const answer = answers[0];
   assert.equal(answer.status, 202, `the answer POST #${answer.n} got ${answer.status}`);
@@ -951,7 +964,8 @@ async function twoNodes(urlA, urlB, alice, open) {
 
   await check("deploy created on A, its question asked and answered on B's tasks/result", async () => {
     const task = await start(alice, "deploy", { target: "b" });
-    await pollTask(aliceB, task.taskId, (t) => t.status !== "working");
+    const waiting = await pollTask(aliceB, task.taskId, (t) => t.status !== "working");
+    assert.equal(waiting.status, "input_required", "tasks/get on B while the question waits");
     aliceB.answer = async () => ({ action: "accept", content: { confirm: true } });
     const result = await aliceB.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema);
     assert.equal(text(result), "Deployed to b");
