@@ -95,11 +95,38 @@ class Wire {
     this.path = path;
     this.t0 = Date.now();
     this.exchanges = [];
+    this.changed = Promise.withResolvers();
     if (path) writeFileSync(path, `# sdk-v1.mjs wire transcript, ${new Date().toISOString()}\n`);
   }
 
   line(text) {
     if (this.path) appendFileSync(this.path, `${text}\n`);
+  }
+
+  /** Wakes whoever waits in `until`: an exchange got its status, an event or its end. */
+  touch() {
+    this.changed.resolve();
+    this.changed = Promise.withResolvers();
+  }
+
+  /**
+   * Waits until `found()` gives something, or `ms` passed: the SDK reads its copy of a
+   * body and this log reads the other, so the log may lag the SDK by a moment.
+   */
+  async until(found, ms = 5000) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const value = found();
+      if (value || Date.now() >= deadline) return value;
+      let timer;
+      await Promise.race([
+        this.changed.promise,
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, deadline - Date.now());
+        }),
+      ]);
+      clearTimeout(timer);
+    }
   }
 
   note(text) {
@@ -156,6 +183,7 @@ class Wire {
       } catch (error) {
         ex.ended = `fetch failed: ${error.message}`;
         this.line(`${this.stamp()} #${ex.n} !! ${ex.ended}`);
+        this.touch();
         throw error;
       }
       ex.status = response.status;
@@ -170,6 +198,7 @@ class Wire {
           .map(([k, v]) => `${k}: ${v}`)
           .join(" | ")}}`,
       );
+      this.touch();
       if (!response.body) {
         ex.ended = "no body";
         return response;
@@ -216,6 +245,7 @@ class Wire {
       if (ex.text) this.line(`${this.stamp()} #${ex.n} <- body ${ex.text}`);
     }
     this.line(`${this.stamp()} #${ex.n} .. ${ex.ended}`);
+    this.touch();
   }
 
   event(ex, raw) {
@@ -239,6 +269,7 @@ class Wire {
     }
     ex.events.push(event);
     this.line(`${this.stamp()} #${ex.n} <= sse ${JSON.stringify(raw)}`);
+    this.touch();
   }
 
   /** The exchanges that POSTed a request of `method`, optionally filtered. */
@@ -260,11 +291,14 @@ class Wire {
   }
 
   /** The JSON-RPC response the server sent for the request POSTed in `ex`. */
-  responseIn(ex) {
-    return this.messages().find(
-      ({ ex: carrier, message }) =>
-        carrier === ex && message.id === ex.rpc.id && ("result" in message || "error" in message),
-    )?.message;
+  async responseIn(ex) {
+    return this.until(
+      () =>
+        this.messages().find(
+          ({ ex: carrier, message }) =>
+            carrier === ex && message.id === ex.rpc.id && ("result" in message || "error" in message),
+        )?.message,
+    );
   }
 
   /**
@@ -331,10 +365,10 @@ async function refused(promise, code, what) {
 }
 
 /** The raw error message of the last response to a `method` request with `params.taskId`. */
-function wireError(method, taskId) {
+async function wireError(method, taskId) {
   const ex = wire.requests(method, (e) => e.rpc.params?.taskId === taskId).at(-1);
   assert.ok(ex, `no ${method} for ${taskId} on the wire`);
-  const response = wire.responseIn(ex);
+  const response = await wire.responseIn(ex);
   assert.ok(response?.error, `the ${method} response on the wire is no error: ${JSON.stringify(response)}`);
   return response.error;
 }
@@ -484,12 +518,12 @@ function assertPolledWithTaskParam(taskId) {
 }
 
 /** The initialize exchange of `client` on the wire, and the negotiated version checks. */
-function assertInitialized(client) {
+async function assertInitialized(client) {
   const init = wire.requests("initialize", (ex) => ex.label === client.label).at(-1);
   assert.ok(init, "no initialize on the wire");
   assert.equal(init.rpc.params.protocolVersion, LATEST_PROTOCOL_VERSION);
   assert.deepEqual(init.rpc.params.capabilities, CLIENT_CAPABILITIES);
-  const response = wire.responseIn(init);
+  const response = await wire.responseIn(init);
   assert.ok(response?.result, `initialize answered ${JSON.stringify(response)}`);
   assert.equal(response.result.protocolVersion, PROTOCOL);
   const later = wire.exchanges.filter((ex) => ex.label === client.label && ex.n > init.n);
@@ -504,11 +538,13 @@ function assertInitialized(client) {
  * The question asked during a task, as it travelled: on the SSE stream of which
  * request, with which `_meta` and id, and the client's answer POST.
  */
-function assertQuestionOnWire(taskId, { answeredTo } = {}) {
-  const asked = wire
-    .messages()
-    .filter(({ message }) => message.method === "elicitation/create");
-  const mine = asked.filter(({ message }) => message.params?._meta?.[RELATED_TASK]?.taskId === taskId);
+async function assertQuestionOnWire(taskId, { answeredTo } = {}) {
+  const questions = () =>
+    wire.messages().filter(({ message }) => message.method === "elicitation/create");
+  const isMine = ({ message }) => message.params?._meta?.[RELATED_TASK]?.taskId === taskId;
+  await wire.until(() => questions().some(isMine));
+  const asked = questions();
+  const mine = asked.filter(isMine);
   assert.equal(
     mine.length,
     1,
@@ -522,6 +558,7 @@ function assertQuestionOnWire(taskId, { answeredTo } = {}) {
   const answers = wire.answers(ex, message.id);
   assert.equal(answers.length, 1, `answer POSTs for the request id ${JSON.stringify(message.id)}`);
   const answer = answers[0];
+  await wire.until(() => answer.status !== undefined || answer.ended !== undefined);
   assert.equal(answer.status, 202, `the answer POST #${answer.n} got ${answer.status}`);
   assert.ok(answer.rpc.result, `the answer: ${JSON.stringify(answer.rpc)}`);
   if (answeredTo !== undefined) assert.equal(answer.url, answeredTo, "where the answer was POSTed");
@@ -539,7 +576,7 @@ async function everything(url) {
 
   await check("connect: initialize 2025-11-25 with tasks.requests.elicitation.create", async () => {
     client = await connect("v1", url);
-    const result = assertInitialized(client);
+    const result = await assertInitialized(client);
     assert.equal(result.serverInfo.name, "mcp-servers/everything");
     return `session ${client.transport.sessionId}`;
   });
@@ -591,7 +628,7 @@ async function everything(url) {
     // The CreateTaskResult as it travelled.
     const call = wire.requests("tools/call", (ex) => ex.rpc.params.task !== undefined).at(-1);
     assert.deepEqual(call.rpc.params.task, {}, "the SDK's task param");
-    const response = wire.responseIn(call);
+    const response = await wire.responseIn(call);
     assert.deepEqual(Object.keys(response.result), ["task"], `CreateTaskResult ${JSON.stringify(response.result)}`);
     assert.deepEqual(response.result.task, created);
     assertPolledWithTaskParam(created.taskId);
@@ -604,7 +641,7 @@ async function everything(url) {
     assert.equal(task.taskId, created.taskId);
     assert.equal(task.status, "completed");
     assert.equal(task.createdAt, created.createdAt);
-    const raw = wire.responseIn(wire.requests("tasks/get", (ex) => ex.rpc.params.taskId === created.taskId).at(-1));
+    const raw = await wire.responseIn(wire.requests("tasks/get", (ex) => ex.rpc.params.taskId === created.taskId).at(-1));
     assert.equal(raw.result._meta, undefined, "tasks/get carries no _meta");
     return JSON.stringify(raw.result);
   });
@@ -613,7 +650,7 @@ async function everything(url) {
     const result = await client.experimental.tasks.getTaskResult(created.taskId, CallToolResultSchema);
     assert.deepEqual(result.content, followed.result.content);
     assert.deepEqual(result._meta?.[RELATED_TASK], { taskId: created.taskId });
-    const raw = wire.responseIn(wire.requests("tasks/result", (ex) => ex.rpc.params.taskId === created.taskId).at(-1));
+    const raw = await wire.responseIn(wire.requests("tasks/result", (ex) => ex.rpc.params.taskId === created.taskId).at(-1));
     assert.deepEqual(raw.result._meta, { [RELATED_TASK]: { taskId: created.taskId } });
     return "_meta kept by the SDK";
   });
@@ -632,7 +669,7 @@ async function everything(url) {
     const result = await refused(client.experimental.tasks.getTaskResult(unknown, CallToolResultSchema), ErrorCode.InvalidParams, "tasks/result");
     const cancel = await refused(client.experimental.tasks.cancelTask(unknown), ErrorCode.InvalidParams, "tasks/cancel");
     // The SDK's server puts McpError's own message (code prefix included) on the wire.
-    assert.deepEqual(wireError("tasks/get", unknown), {
+    assert.deepEqual(await wireError("tasks/get", unknown), {
       code: -32602,
       message: "MCP error -32602: Failed to retrieve task: Task not found",
     });
@@ -730,7 +767,7 @@ async function everything(url) {
     const statuses = run.statuses.map((task) => task.status);
     assert.equal(statuses.at(-1), "input_required", `the SDK calls tasks/result on input_required: ${statuses}`);
     assert.match(text(run.result), /# Research Report: python \(snake\)/);
-    const { carrier, message, answer } = assertQuestionOnWire(id, { answeredTo: url });
+    const { carrier, message, answer } = await assertQuestionOnWire(id, { answeredTo: url });
     assert.equal(typeof message.id, "number", "the server's request id");
     assert.equal(extra.requestId, message.id);
     const after = await client.experimental.tasks.getTask(id);
@@ -769,7 +806,7 @@ async function quickstart(urlA, urlB) {
 
   await check("connect alice to A: initialize 2025-11-25", async () => {
     alice = await open("alice@A", urlA, { principal: "alice" });
-    const result = assertInitialized(alice);
+    const result = await assertInitialized(alice);
     return `server ${result.serverInfo.name} ${result.serverInfo.version}`;
   });
 
@@ -799,7 +836,7 @@ async function quickstart(urlA, urlB) {
     assert.equal(text(run.result), "Build finished after 1s");
     assert.equal(run.statuses.at(-1)?.status, "completed");
     const call = wire.requests("tools/call", (ex) => ex.rpc.params.task !== undefined).at(-1);
-    const response = wire.responseIn(call);
+    const response = await wire.responseIn(call);
     assert.ok(response?.result?.task, `CreateTaskResult ${JSON.stringify(response)}`);
     assert.equal(response.result.task.taskId, built.taskId);
     assertPolledWithTaskParam(built.taskId);
@@ -817,7 +854,7 @@ async function quickstart(urlA, urlB) {
   await check("tasks/result: the CallToolResult, _meta related-task", async () => {
     const result = await alice.experimental.tasks.getTaskResult(built.taskId, CallToolResultSchema);
     assert.equal(text(result), "Build finished after 1s");
-    const raw = wire.responseIn(wire.requests("tasks/result", (ex) => ex.rpc.params.taskId === built.taskId).at(-1));
+    const raw = await wire.responseIn(wire.requests("tasks/result", (ex) => ex.rpc.params.taskId === built.taskId).at(-1));
     assert.deepEqual(raw?.result?._meta?.[RELATED_TASK], { taskId: built.taskId }, `on the wire: ${JSON.stringify(raw)}`);
     assert.deepEqual(result._meta?.[RELATED_TASK], { taskId: built.taskId }, "through the SDK");
   });
@@ -827,7 +864,9 @@ async function quickstart(urlA, urlB) {
     assert.equal(text(result), "Build finished after 1s");
     const call = wire.requests("tools/call", (ex) => ex.label === alice.label).at(-1);
     assert.equal(call.rpc.params.task, undefined);
-    assert.equal(wire.responseIn(call)?.result?.task, undefined);
+    const response = await wire.responseIn(call);
+    assert.ok(response?.result, `tools/call answered ${JSON.stringify(response)}`);
+    assert.equal(response.result.task, undefined, "a task came back");
   });
 
   await check("tools/call deploy without task: -32601", async () => {
@@ -913,7 +952,7 @@ async function quickstart(urlA, urlB) {
     assert.equal(request.params.mode ?? "form", "form");
     assert.equal(request.params.requestedSchema.properties.confirm?.type, "boolean");
     assert.equal(whileAsked?.status, "input_required", "tasks/get while the question waits");
-    const { carrier, message, answer } = assertQuestionOnWire(run.task.taskId, { answeredTo: urlA });
+    const { carrier, message, answer } = await assertQuestionOnWire(run.task.taskId, { answeredTo: urlA });
     assert.equal((await alice.experimental.tasks.getTask(run.task.taskId)).status, "completed");
     return `question id ${JSON.stringify(message.id)} on #${carrier.n}, answer #${answer.n} -> ${answer.status}`;
   });
@@ -936,7 +975,7 @@ async function twoNodes(urlA, urlB, alice, open) {
 
   await check("connect alice to B", async () => {
     aliceB = await open("alice@B", urlB, { principal: "alice" });
-    assertInitialized(aliceB);
+    await assertInitialized(aliceB);
   });
 
   await check("build {seconds: 2} created on A: tasks/get, tasks/result on B", async () => {
@@ -970,7 +1009,7 @@ async function twoNodes(urlA, urlB, alice, open) {
     const result = await aliceB.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema);
     assert.equal(text(result), "Deployed to b");
     assert.equal(aliceB.asked.length, 1);
-    const { carrier } = assertQuestionOnWire(task.taskId, { answeredTo: urlB });
+    const { carrier } = await assertQuestionOnWire(task.taskId, { answeredTo: urlB });
     assert.equal(carrier.url, urlB, "asked on B's stream");
   });
 
@@ -985,7 +1024,7 @@ async function twoNodes(urlA, urlB, alice, open) {
     const run = await follow(routed, "deploy", { target: "lb" });
     assert.equal(run.error, undefined, run.error?.message);
     assert.equal(text(run.result), "Deployed to lb");
-    const { carrier } = assertQuestionOnWire(run.task.taskId, { answeredTo: urlB });
+    const { carrier } = await assertQuestionOnWire(run.task.taskId, { answeredTo: urlB });
     assert.equal(carrier.url, urlA, "asked on A's stream");
   });
 }
