@@ -81,6 +81,10 @@ finish() {
   drop_scratch
 }
 trap finish EXIT
+# A signal ends the script at once (the clients run in the background and are waited
+# for, so that it is not held up until they end), and the EXIT trap stops everything.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 free_port() {
   "$NODE" -e '
@@ -137,7 +141,9 @@ start_quickstart() {
 sdk_v1() {
   local name="$1"
   shift
-  "$NODE" "$ROOT/scripts/interop/sdk-v1.mjs" --wire "$OUT/$name.wire.txt" "$@"
+  "$NODE" "$ROOT/scripts/interop/sdk-v1.mjs" --wire "$OUT/$name.wire.txt" "$@" &
+  pids+=("$!")
+  wait "$!"
 }
 
 run_everything() {
