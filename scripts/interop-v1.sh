@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Interop on the 2025-11-25 Tasks wire: the official TypeScript SDK v1 client
+# (@modelcontextprotocol/sdk, `client.experimental.tasks`; version pinned in
+# package.json) runs scripts/interop/sdk-v1.mjs against
+#   everything  @modelcontextprotocol/server-everything (the SDK's own server side: the
+#               reference for scripts/interop/SDK-V1-WIRE.md);
+#   memory      the quickstart example on the memory store;
+#   redis       two quickstart processes on one Redis (REDIS_URL, a fresh key prefix);
+#   postgres    two quickstart processes on one PostgreSQL (DATABASE_URL, a fresh table).
+# Every run goes ahead; the script fails if any failed. Servers listen on 127.0.0.1
+# only and are stopped by PID. Logs and wire transcripts: target/interop-v1/.
+#
+# Usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres]...
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+log() { printf '[interop-v1] %s\n' "$*" >&2; }
+
+runs=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --only)
+      case "${2:-}" in
+        everything | memory | redis | postgres) runs+=("$2") ;;
+        *) echo "interop-v1.sh: --only takes everything, memory, redis or postgres" >&2; exit 2 ;;
+      esac
+      shift 2
+      ;;
+    *) echo "usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres]..." >&2; exit 2 ;;
+  esac
+done
+[[ ${#runs[@]} -gt 0 ]] || runs=(everything memory redis postgres)
+
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
+export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
+
+NODE="$ROOT/node_modules/node/bin/node"
+stamp="$ROOT/node_modules/.package-lock.json"
+if [[ ! -x "$NODE" || ! -f "$stamp" || "$ROOT/package-lock.json" -nt "$stamp" ]]; then
+  log "installing the pinned packages and Node 22 (npm ci)"
+  npm ci --no-audit --no-fund --loglevel=error >&2
+fi
+EVERYTHING="$ROOT/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+OUT="$ROOT/target/interop-v1"
+mkdir -p "$OUT"
+
+# Servers started by this script, stopped at exit (and after each run) by PID.
+pids=()
+stop() {
+  local pid="$1"
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  # The quickstart drains for up to 10 s on SIGTERM; then it is killed.
+  for _ in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+stop_all() {
+  for pid in "${pids[@]}"; do stop "$pid"; done
+  pids=()
+}
+# The scratch Redis prefixes and PostgreSQL tables of the runs, removed at exit.
+prefixes=()
+tables=()
+drop_scratch() {
+  local prefix table
+  for prefix in "${prefixes[@]}"; do
+    redis-cli -u "$REDIS_URL" --scan --pattern "${prefix}*" |
+      xargs -r redis-cli -u "$REDIS_URL" DEL >/dev/null || true
+  done
+  for table in "${tables[@]}"; do
+    psql -q "$DATABASE_URL" -c "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"$table\", \"${table}_leases\", \"${table}_lease_holds\", \"${table}_feed\", \"${table}_counts\"; DROP FUNCTION IF EXISTS \"${table}_feed_fn\"()" \
+      >/dev/null || true
+  done
+}
+finish() {
+  stop_all
+  drop_scratch
+}
+trap finish EXIT
+# A signal ends the script at once (the clients run in the background and are waited
+# for, so that it is not held up until they end), and the EXIT trap stops everything.
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+free_port() {
+  "$NODE" -e '
+    const s = require("net").createServer();
+    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+random_hex() { od -An -tx1 -N6 /dev/urandom | tr -d ' \n'; }
+
+# Waits until `pattern` shows in the log of the server `pid` (it prints it once it
+# listens), within 60 s; fails if the server exits first.
+await_line() {
+  local pid="$1" logfile="$2" pattern="$3"
+  for _ in $(seq 1 600); do
+    if grep -qE "$pattern" "$logfile" 2>/dev/null; then return 0; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "the server exited during startup; its log ($logfile):"
+      tail -n 40 "$logfile" >&2 || true
+      return 1
+    fi
+    sleep 0.1
+  done
+  log "no '$pattern' within 60 s in $logfile"
+  return 1
+}
+
+# server-everything with streamableHttp on a free port (127.0.0.1 through the preload);
+# sets `url`.
+start_everything() {
+  local port logfile="$OUT/everything.log"
+  port="$(free_port)"
+  PORT="$port" "$NODE" --import "$ROOT/scripts/interop/loopback.mjs" "$EVERYTHING" streamableHttp \
+    </dev/null >"$logfile" 2>&1 &
+  pids+=($!)
+  await_line "$!" "$logfile" "listening on port $port" || return 1
+  url="http://127.0.0.1:${port}/mcp"
+}
+
+# One quickstart process named $1 (its log: $OUT/$1.log), with the store settings
+# given as further NAME=VALUE arguments, on 127.0.0.1 and a port the OS picks; sets
+# `url` from the address it prints.
+start_quickstart() {
+  local name="$1" logfile="$OUT/$1.log" pid
+  shift
+  env "$@" MCP_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-info,mcp_tasks=debug}" "$QUICKSTART" \
+    </dev/null >"$logfile" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  await_line "$pid" "$logfile" '^listening on http://' || return 1
+  url="$(grep -m1 -oE '^listening on http://[^ ]+' "$logfile" | sed 's/^listening on //')"
+  log "$name: $url (pid $pid)"
+}
+
+sdk_v1() {
+  local name="$1"
+  shift
+  "$NODE" "$ROOT/scripts/interop/sdk-v1.mjs" --wire "$OUT/$name.wire.txt" "$@" &
+  pids+=("$!")
+  wait "$!"
+}
+
+run_everything() {
+  start_everything || return 1
+  log "everything: $url"
+  sdk_v1 everything --target everything --url "$url"
+}
+
+run_memory() {
+  start_quickstart memory MCP_STORE=memory || return 1
+  sdk_v1 memory --target quickstart --a "$url"
+}
+
+run_redis() {
+  local prefix a b
+  prefix="mcp-tasks-interop-v1:$(random_hex):"
+  prefixes+=("$prefix")
+  start_quickstart redis-a MCP_STORE="$REDIS_URL" MCP_STORE_PREFIX="$prefix" || return 1
+  a="$url"
+  start_quickstart redis-b MCP_STORE="$REDIS_URL" MCP_STORE_PREFIX="$prefix" || return 1
+  b="$url"
+  sdk_v1 redis --target quickstart --a "$a" --b "$b"
+}
+
+run_postgres() {
+  local table a b
+  table="interop_v1_$(random_hex)"
+  tables+=("$table")
+  # One after the other: the first migrates the fresh table.
+  start_quickstart postgres-a MCP_STORE="$DATABASE_URL" MCP_STORE_TABLE="$table" || return 1
+  a="$url"
+  start_quickstart postgres-b MCP_STORE="$DATABASE_URL" MCP_STORE_TABLE="$table" || return 1
+  b="$url"
+  sdk_v1 postgres --target quickstart --a "$a" --b "$b"
+}
+
+if [[ " ${runs[*]} " != " everything " ]]; then
+  log "building the quickstart example (features postgres, redis)"
+  QUICKSTART="$(cargo build --quiet --example quickstart --features postgres,redis \
+    --message-format=json-render-diagnostics | "$NODE" -e '
+      let exe = "";
+      require("readline").createInterface({ input: process.stdin }).on("line", (line) => {
+        const m = JSON.parse(line);
+        if (m.reason === "compiler-artifact" && m.target?.name === "quickstart" && m.executable) exe = m.executable;
+      }).on("close", () => { if (!exe) process.exit(1); console.log(exe); });')"
+fi
+
+log "@modelcontextprotocol/sdk $("$NODE" -p 'require("./node_modules/@modelcontextprotocol/sdk/package.json").version'), server-everything $("$NODE" -p 'require("./node_modules/@modelcontextprotocol/server-everything/package.json").version')"
+failed=()
+for run in "${runs[@]}"; do
+  log "== $run"
+  if "run_$run"; then
+    log "== $run: passed"
+  else
+    log "== $run: FAILED (logs and wire transcript: $OUT/)"
+    failed+=("$run")
+  fi
+  stop_all
+done
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  log "failed: ${failed[*]}"
+  exit 1
+fi
+log "all passed: ${runs[*]}"
