@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Value, json};
-use support::http::{Client, EventStream, Reply, TestServer, authenticate, exchange, serve};
+use support::http::{Client, EventStream, Reply, TestServer, authenticate, serve};
 use support::rmcp_server::{object, text, tools_server};
 use tower::ServiceBuilder;
 
@@ -166,7 +166,9 @@ fn message(message: Value, who: Option<&str>) -> Request<Full<Bytes>> {
 }
 
 async fn send(server: &TestServer, method: &str, params: Value, who: Option<&str>) -> Reply {
-    exchange(server.addr, request(method, params, who)).await
+    Client::new(server.addr)
+        .send(request(method, params, who))
+        .await
 }
 
 async fn create(server: &TestServer, tool: &str, who: &str) -> String {
@@ -182,6 +184,15 @@ async fn result_stream(server: &TestServer, id: &str, who: &str) -> EventStream 
     Client::new(server.addr)
         .open(request("tasks/result", json!({"taskId": id}), Some(who)))
         .await
+}
+
+/// The answer of a `tasks/result`: JSON when the task had already ended, else the
+/// next message of its stream.
+async fn result_of(mut stream: EventStream) -> Value {
+    match support::http::is_event_stream(&stream.headers) {
+        true => stream.next_message().await,
+        false => stream.json().await,
+    }
 }
 
 #[tokio::test]
@@ -241,8 +252,7 @@ async fn a_task_is_created_got_and_resulted_in_this_revisions_shapes() {
     assert!(task.get("resultType").is_none() && created.ok().get("taskId").is_none());
     assert!(support::is_rfc3339(&task["createdAt"]));
     let id = task["taskId"].as_str().unwrap();
-    let mut stream = result_stream(&server, id, "alice").await;
-    let result = stream.next_message().await;
+    let result = result_of(result_stream(&server, id, "alice").await).await;
     assert_eq!(result["id"], 7);
     assert_eq!(result["result"]["content"][0]["text"], "job done");
     assert_eq!(result["result"]["_meta"][RELATED]["taskId"], id);
@@ -266,8 +276,7 @@ async fn a_task_is_created_got_and_resulted_in_this_revisions_shapes() {
 async fn a_tool_error_is_a_failed_task_in_this_revision() {
     let server = server().await;
     let id = create(&server, "broken", "alice").await;
-    let mut stream = result_stream(&server, &id, "alice").await;
-    let result = stream.next_message().await;
+    let result = result_of(result_stream(&server, &id, "alice").await).await;
     assert_eq!(result["result"]["isError"], true);
     let got = send(&server, "tasks/get", json!({"taskId": id}), Some("alice")).await;
     assert_eq!(got.ok()["status"], "failed");
@@ -382,13 +391,14 @@ async fn a_question_goes_out_on_the_result_stream_and_its_answer_comes_back_in_a
     let got = send(&server, "tasks/get", json!({"taskId": id}), Some("alice")).await;
     assert_eq!(got.ok()["status"], "input_required");
 
+    let client = Client::new(server.addr);
     let answer = |who: Option<&str>, id: Value, body: Value| {
         let mut reply = json!({"jsonrpc": "2.0", "id": id});
         reply
             .as_object_mut()
             .unwrap()
             .extend(body.as_object().unwrap().clone());
-        exchange(server.addr, message(reply, who))
+        client.send(message(reply, who))
     };
     let yes = json!({"result": {"action": "accept", "content": {"confirm": true}}});
     // Another principal's answer, a forged id and a malformed answer change nothing.
@@ -504,7 +514,10 @@ async fn requests_that_mix_the_eras_are_refused_and_change_nothing() {
     mixed
         .headers_mut()
         .insert("mcp-protocol-version", "2026-07-28".parse().unwrap());
-    exchange(server.addr, mixed).await.assert_error(-32600, 400);
+    Client::new(server.addr)
+        .send(mixed)
+        .await
+        .assert_error(-32600, 400);
     let got = send(&server, "tasks/get", json!({"taskId": id}), Some("alice")).await;
     assert_eq!(got.ok()["status"], "working");
 }
@@ -513,7 +526,7 @@ async fn requests_that_mix_the_eras_are_refused_and_change_nothing() {
 async fn traffic_that_is_not_about_tasks_passes_through() {
     let server = server().await;
     let ping = send(&server, "ping", json!({}), None).await;
-    assert_eq!(ping.status, 200);
+    assert_eq!(ping.status, 200, "{}", ping.text());
     assert_eq!(ping.ok(), &json!({}));
     let direct = send(
         &server,
@@ -529,8 +542,8 @@ async fn traffic_that_is_not_about_tasks_passes_through() {
 async fn one_record_is_seen_from_both_eras() {
     let server = server().await;
     let id = create(&server, "job", "alice").await;
-    let mut stream = result_stream(&server, &id, "alice").await;
-    stream.next_message().await;
+    let ended = result_of(result_stream(&server, &id, "alice").await).await;
+    assert_eq!(ended["result"]["content"][0]["text"], "job done");
     let modern = Client::new(server.addr).get(&id, Some("alice")).await;
     assert_eq!(modern.ok()["status"], "completed");
     assert_eq!(modern.ok()["result"]["content"][0]["text"], "job done");
