@@ -1,9 +1,10 @@
-//! Rendering results: the `CreateTaskResult`, `serverInfo` meta, and the result size limit.
+//! What results the layer writes share: the `serverInfo` meta and the result size
+//! limit. How a task answers the call that made it is the routes' (`routes/decide.rs`).
 
 use serde_json::{Map, Value};
 
 use super::Engine;
-use crate::task::{ErrorObject, TaskRecord, Transition};
+use crate::task::{ErrorObject, Transition};
 use crate::wire::{RpcError, ServerInfoMeta};
 
 impl Engine {
@@ -13,30 +14,6 @@ impl Engine {
             let meta = serde_json::to_value(ServerInfoMeta(info)).unwrap_or(Value::Null);
             result.insert("_meta".into(), meta);
         }
-    }
-
-    /// The JSON-RPC response carrying the `CreateTaskResult` for `task`, written
-    /// straight into its body.
-    pub(crate) fn create_task_response(
-        &self,
-        task: &TaskRecord,
-        id: crate::wire::ReplyId<'_>,
-    ) -> http::Response<bytes::Bytes> {
-        let server_info = self.config.server_info.as_ref();
-        crate::wire::result_response_with(id, http::HeaderMap::new(), |out| {
-            crate::task::TaskJson::summary(task)
-                .as_result("task", server_info)
-                .write_json(out);
-        })
-    }
-
-    /// The `CreateTaskResult` answering the call that made `task`.
-    pub(crate) fn create_task_result(&self, task: &TaskRecord) -> Map<String, Value> {
-        let mut result = Map::with_capacity(10);
-        result.insert("resultType".into(), Value::String("task".into()));
-        result.extend(task.to_summary_json());
-        self.result_meta(&mut result);
-        result
     }
 }
 

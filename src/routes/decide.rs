@@ -27,7 +27,7 @@ use crate::config::TaskMode;
 use crate::context::{TaskContext, TaskRefused};
 use crate::engine::Engine;
 use crate::observe;
-use crate::task::TaskRecord;
+use crate::task::{TaskJson, TaskRecord};
 use crate::wire::{ReplyId, RpcError, result_response, result_response_with, v2025};
 
 /// Which revision's rules a `tools/call` is decided by.
@@ -66,14 +66,21 @@ impl Shape {
         id: Option<&Value>,
     ) -> Response<Bytes> {
         match self {
-            Shape::Create => engine.create_task_response(task, ReplyId::Value(id)),
+            Shape::Create => {
+                let server_info = engine.config().server_info.as_ref();
+                result_response_with(ReplyId::Value(id), http::HeaderMap::new(), |out| {
+                    TaskJson::summary(task)
+                        .as_result("task", server_info)
+                        .write_json(out);
+                })
+            }
             Shape::Create2025 => {
                 result_response_with(ReplyId::Value(id), http::HeaderMap::new(), |out| {
                     crate::routes::legacy::task_2025(task).write_create_result(out);
                 })
             }
             Shape::ToolResult(as_tool) => {
-                result_response(id, task_tools::task_result(engine, task, Some(as_tool)))
+                result_response(id, task_tools::task_result(engine, task, as_tool))
             }
         }
     }

@@ -138,11 +138,9 @@ pub(crate) fn as_tool_result(legacy: bool) -> AsToolResult {
 pub(crate) fn task_result(
     engine: &Engine,
     task: &TaskRecord,
-    as_tool: Option<AsToolResult>,
+    as_tool: AsToolResult,
 ) -> Map<String, Value> {
-    let Some(AsToolResult { legacy }) = as_tool else {
-        return engine.create_task_result(task);
-    };
+    let AsToolResult { legacy } = as_tool;
     let id = task.id;
     let text = format!(
         "This call takes longer than a direct answer allows, so it goes on in the background \
