@@ -117,6 +117,11 @@ impl ServerHandler for Fixture {
 }
 
 async fn server() -> TestServer {
+    server_replying(true).await
+}
+
+/// The fixture with JSON replies, or (`json: false`) every reply an SSE stream.
+async fn server_replying(json: bool) -> TestServer {
     let layer = TasksLayer::builder(MemoryStore::new())
         .with_tool_mode("ask", TaskMode::Required)
         .with_tool_mode("echo", TaskMode::Never)
@@ -131,7 +136,7 @@ async fn server() -> TestServer {
         Arc::new(NeverSessionManager::default()),
         StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
-            .with_json_response(true)
+            .with_json_response(json)
             .with_sse_keep_alive(None)
             .with_sse_retry(None)
             .disable_allowed_hosts(),
@@ -296,6 +301,20 @@ async fn a_tool_that_answers_at_once_still_answers_a_task_augmented_call_with_a_
     )
     .await;
     assert_eq!(result.ok()["content"][0]["text"], "answered at once");
+}
+
+#[tokio::test]
+async fn an_answer_given_at_once_over_sse_is_stored_as_an_ended_task_too() {
+    let server = server_replying(false).await;
+    let params = json!({"name": "quick", "arguments": {}, "task": {}});
+    let reply = send(&server, "tools/call", params, Some("alice")).await;
+    let id = reply.ok()["task"]["taskId"].as_str().unwrap().to_owned();
+    let result = result_of(result_stream(&server, &id, "alice").await).await;
+    assert_eq!(result["result"]["content"][0]["text"], "answered at once");
+    // A tool that makes a task over SSE answers with that task.
+    let id = create(&server, "job", "alice").await;
+    let result = result_of(result_stream(&server, &id, "alice").await).await;
+    assert_eq!(result["result"]["content"][0]["text"], "job done");
 }
 
 #[tokio::test]

@@ -122,7 +122,8 @@ where
         None if shape.always_task() => match read {
             ReadOutcome::Complete(bytes) => {
                 let answer = sse::find_response(&bytes, sse::is_event_stream(&head.headers));
-                return Ok(settle(engine, owner, answer, shape, id).await);
+                let settled = settle(engine, owner, answer, shape, id).await;
+                return Ok(settled.map(ResponseBody::full));
             }
             overflow => return Ok(Response::from_parts(head, overflow.into_body())),
         },
@@ -152,9 +153,25 @@ pub(crate) struct Decision {
 
 impl Decision {
     /// The SSE event answering the call with a task, or `None` when the handler
-    /// asked for none and its own response stands.
-    fn into_task_event(self) -> Option<BoxFuture<'static, Bytes>> {
-        let spec = self.spec.or_else(|| self.context.take())?;
+    /// asked for none and its own response (`answer`) stands. A call that had to
+    /// become a task stores that answer as an ended task instead.
+    fn into_task_event(self, answer: Option<Value>) -> Option<BoxFuture<'static, Bytes>> {
+        let Some(spec) = self.spec.or_else(|| self.context.take()) else {
+            if !self.shape.always_task() {
+                return None;
+            }
+            let Decision {
+                engine,
+                owner,
+                id,
+                shape,
+                ..
+            } = self;
+            return Some(Box::pin(async move {
+                let settled = settle(&engine, owner, answer, shape, id.as_ref()).await;
+                sse::data_event(settled.body())
+            }));
+        };
         let Decision {
             engine,
             owner,
@@ -208,9 +225,15 @@ impl DecidingBody {
     /// out to be a task.
     fn take_whole_events(&mut self) {
         while let Some(event) = self.events.next_event() {
-            let is_response = || event.json().is_some_and(|m| sse::is_response(&m));
-            if self.decision.is_some() && is_response() {
-                let task = self.decision.take().and_then(Decision::into_task_event);
+            let response = match self.decision.is_some() {
+                true => event.json().filter(sse::is_response),
+                false => None,
+            };
+            if response.is_some() {
+                let task = self
+                    .decision
+                    .take()
+                    .and_then(|decision| decision.into_task_event(response));
                 if let Some(task) = task {
                     // The rest belonged to the answer the task replaces.
                     self.creating = Some(task);
@@ -328,13 +351,13 @@ impl std::fmt::Debug for DecidingBody {
 /// answered at once: the answer is stored as a task that has already ended, a
 /// result completing it and a JSON-RPC error failing it, and the call is answered
 /// with that task.
-async fn settle<B>(
+async fn settle(
     engine: &Arc<Engine>,
     owner: Option<Principal>,
     answer: Option<Value>,
     shape: Shape,
     id: Option<&Value>,
-) -> Response<ResponseBody<B>> {
+) -> Response<Bytes> {
     let end = match answer {
         Some(Value::Object(mut message)) => {
             match (message.remove("result"), message.remove("error")) {
@@ -356,7 +379,10 @@ async fn settle<B>(
     };
     let created = match super::create_task(engine, owner, TaskSpec::new()).await {
         Ok(task) => task,
-        Err(e) => return reply(e, id),
+        Err(e) => {
+            observe::outcome(Outcome::Error(e.code()));
+            return e.to_response(id);
+        }
     };
     let end = engine.limit_result(end).unwrap_or_else(|refused| refused);
     let task = match engine.update(&created.id, Scope::Any, &end).await {
@@ -364,11 +390,12 @@ async fn settle<B>(
         Ok(None) => created,
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "task store failed");
-            return reply(RpcError::internal_error(), id);
+            observe::outcome(Outcome::Error(RpcError::INTERNAL_ERROR));
+            return RpcError::internal_error().to_response(id);
         }
     };
     observe::outcome(Outcome::Task);
-    shape.response(engine, &task, id).map(ResponseBody::full)
+    shape.response(engine, &task, id)
 }
 
 fn settle_failed(why: &'static str) -> Transition {
