@@ -8,6 +8,8 @@
 //!   answers fixed bytes, a `tasks/get` reply of the usual size;
 //! - `get`: `TasksLayer` over a `MemoryStore` holding 1 000 working tasks, answering
 //!   `tasks/get` on them;
+//! - `get2025` (with `FLOOR_METHODS`): the same layer answering a 2025-11-25
+//!   `tasks/get` (no `Mcp-Method`, no `_meta`: the body decides);
 //! - `update`, `cancel`, `create` (with `FLOOR_METHODS`): the same layer answering
 //!   `tasks/update` (an answer to no outstanding question), `tasks/cancel` (the first
 //!   cancel of each task changes it, later ones find it cancelled already) and a
@@ -115,8 +117,10 @@ fn main() {
         .map(str::trim)
         .filter(|m| {
             let (method, size) = m.split_once('@').unwrap_or((m, "1000"));
-            matches!(method, "get" | "update" | "cancel" | "create" | "pass")
-                && size.parse::<usize>().is_ok()
+            matches!(
+                method,
+                "get" | "get2025" | "update" | "cancel" | "create" | "pass"
+            ) && size.parse::<usize>().is_ok()
         })
         .collect();
     let mut sides = vec!["bare".to_owned()];
@@ -435,7 +439,7 @@ impl Load {
         }
         let requests = Requests::new(method, ids);
         let expect: &[u8] = match method {
-            "get" => br#""status":"working""#,
+            "get" | "get2025" => br#""status":"working""#,
             "create" => br#""resultType":"task""#,
             "pass" => br#""result":{}"#,
             _ => br#""resultType":"complete""#,
@@ -603,8 +607,22 @@ impl Events {
     }
 }
 
-/// The raw HTTP/1.1 request for `method` on task `id`, as a modern client sends it.
+/// The raw HTTP/1.1 request for `method` on task `id`, as a modern client sends it
+/// (`get2025`: a `tasks/get` as a 2025-11-25 client sends it, without `_meta` and
+/// `Mcp-Method`).
 fn request(method: &str, id: &TaskId) -> Bytes {
+    if method == "get2025" {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{{"taskId":"{id}"}}}}"#
+        );
+        return Bytes::from(format!(
+            "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+             accept: application/json, text/event-stream\r\n\
+             mcp-protocol-version: 2025-11-25\r\nauthorization: Bearer {PRINCIPAL}\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+    }
     let meta = format!(
         r#""_meta":{{"{META_PROTOCOL_VERSION}":"{PROTOCOL_VERSION}","{META_CLIENT_CAPABILITIES}":{{"extensions":{{"{EXTENSION_ID}":{{}}}}}}}}"#
     );
