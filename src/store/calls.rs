@@ -46,7 +46,12 @@ impl StoreCalls {
         limit: usize,
         now: Timestamp,
     ) -> Result<ListPage, StoreError> {
-        timed("list", self.timeout, self.store.list(owner, from, limit, now)).await
+        timed(
+            "list",
+            self.timeout,
+            self.store.list(owner, from, limit, now),
+        )
+        .await
     }
 
     pub(crate) async fn get(
