@@ -26,6 +26,17 @@ mod shared_dyn_store {
     mcp_tasks::task_store_tests!(shared());
 }
 
+/// `list` at scale: 100 000 tasks of 1 000 owners, one owner's listed page by page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_pages_one_owner_among_many() {
+    mcp_tasks::test_suite::list_pages_one_owner_among_many(
+        mcp_tasks::MemoryStore::new(),
+        100_000,
+        1_000,
+    )
+    .await;
+}
+
 /// A store that keeps the defaults of `TaskStore::visible`, `get_many` and
 /// `get_many_within` (one `get` per id), as a third-party store written before they
 /// existed does.

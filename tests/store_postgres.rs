@@ -56,6 +56,16 @@ mod nodes {
     mcp_tasks::task_store_node_tests!(super::two_nodes());
 }
 
+/// `list` at scale: 10 000 tasks of 100 owners (created 64 at a time), one
+/// owner's listed page by page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_pages_one_owner_among_many() {
+    let Some(store) = scratch().await else {
+        return;
+    };
+    mcp_tasks::test_suite::list_pages_one_owner_among_many(store, 10_000, 100).await;
+}
+
 #[tokio::test]
 async fn invalid_table_names_are_refused_before_any_query() {
     // A lazy pool never connects unless used: no database needed.
@@ -266,6 +276,111 @@ async fn a_table_of_the_previous_layout_is_upgraded_in_place() {
         .create(new(Some(&nul)), CreateLimits::new(Some(4), Some(1)))
         .await
         .expect("a fourth row fits a cap of four, U+0000 in the owner and all");
+    let listed = store.list(Some(&alice), None, 10, now).await.unwrap();
+    let mut alices: Vec<TaskId> = records[..2].iter().map(|r| r.id).collect();
+    alices.sort_by(|a, b| b.cmp(a));
+    assert_eq!(
+        listed.records.iter().map(|r| r.id).collect::<Vec<_>>(),
+        alices,
+        "the upgraded rows list, the larger id first within their millisecond"
+    );
+}
+
+/// A table of the layout before `created_at` (rows written by that version
+/// included) is upgraded in place by `migrate`: the column is filled from each
+/// record's own `created_at`, the index `list` reads is made, and `list` pages
+/// through the upgraded rows in order. A row inserted by a node of that version,
+/// still running, gets the database's time.
+#[tokio::test]
+async fn a_table_without_created_at_is_upgraded_in_place_and_lists() {
+    use mcp_tasks::store::ListFrom;
+    use support::stores::postgres::{DropTable, database_url, node, scratch_table};
+
+    let Some(url) = database_url() else {
+        return;
+    };
+    let table = scratch_table();
+    let _drop = DropTable::new(url.clone(), table.clone());
+    let store = node(&url, &table).await;
+    let now = Timestamp::now();
+    let alice = mcp_tasks::Principal::from("alice");
+    // Created out of order, two in one millisecond.
+    let mut records: Vec<TaskRecord> = [3, 1, 4, 1, 5]
+        .into_iter()
+        .map(|ms| TaskRecord::new(TaskId::random(), Some(alice.clone()), now.plus_ms(ms)))
+        .collect();
+    for record in &records {
+        store
+            .create(record.clone(), CreateLimits::default())
+            .await
+            .unwrap();
+    }
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let run = |statement: String| sqlx::query(sqlx::AssertSqlSafe(statement));
+    // The earlier layout: no column, and with it no index.
+    run(format!("ALTER TABLE \"{table}\" DROP COLUMN created_at"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    store.migrate().await.expect("the upgrade");
+    store.migrate().await.expect("a second run changes nothing");
+    let index: Option<String> =
+        sqlx::query_scalar("SELECT indexdef FROM pg_indexes WHERE indexname = $1")
+            .bind(format!("{table}_list_idx"))
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+    assert!(
+        index.is_some_and(|def| def.contains("(owner, created_at DESC, id DESC)")),
+        "migrate makes the index list reads"
+    );
+    records.sort_by(|a, b| {
+        b.created_at
+            .cmp(&a.created_at)
+            .then_with(|| b.id.cmp(&a.id))
+    });
+    let mut listed = Vec::new();
+    let mut from: Option<ListFrom> = None;
+    loop {
+        let page = store.list(Some(&alice), from, 2, now).await.unwrap();
+        listed.extend(page.records);
+        match page.next {
+            Some(next) => from = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(
+        listed, records,
+        "the upgraded rows list in order, unchanged"
+    );
+    // A node of the earlier version inserts without the column.
+    let early = TaskRecord::new(TaskId::random(), None, Timestamp::from_millis(1));
+    run(format!(
+        "INSERT INTO \"{table}\" (id, owner, revision, status, record) VALUES ($1, NULL, 0, 'working', $2::json)"
+    ))
+    .bind(early.id.as_bytes().as_slice())
+    .bind(serde_json::to_string(&early).unwrap())
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stamped: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT created_at FROM \"{table}\" WHERE id = $1"
+    )))
+    .bind(early.id.as_bytes().as_slice())
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let db_now = i64::try_from(Timestamp::now().as_millis()).unwrap();
+    assert!(
+        (db_now - 600_000..=db_now + 600_000).contains(&stamped),
+        "a row inserted without created_at gets the database's time, not {stamped}"
+    );
+    let anonymous = store.list(None, None, 10, now).await.unwrap();
+    assert_eq!(anonymous.records, [early]);
 }
 
 /// Writes are announced after their commit, in batches: a burst of concurrent

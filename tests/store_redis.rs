@@ -53,6 +53,16 @@ mod redis_store_nodes {
     mcp_tasks::task_store_node_tests!(super::two_nodes());
 }
 
+/// `list` at scale: 10 000 tasks of 100 owners (created 64 at a time), one
+/// owner's listed page by page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_pages_one_owner_among_many() {
+    let Some(store) = scratch().await else {
+        return;
+    };
+    mcp_tasks::test_suite::list_pages_one_owner_among_many(store, 10_000, 100).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_updates_through_four_nodes_are_never_lost() {
     let Some(nodes) = nodes(4).await else {

@@ -38,7 +38,6 @@ impl StoreCalls {
         timed("create", self.timeout, self.store.create(record, limits)).await
     }
 
-    #[allow(dead_code)] // until the 2025-11-25 tasks/list route reads it
     pub(crate) async fn list(
         &self,
         owner: Option<&Principal>,

@@ -85,6 +85,10 @@ impl Stored {
         self.skew_ms
     }
 
+    pub(super) fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
     /// When the record expires by the store's clock, if it has a TTL.
     pub(super) fn expires_at(&self) -> Option<Timestamp> {
         unpack(self.ttl_ms, self.set, HAS_TTL)

@@ -1,4 +1,5 @@
-//! The in-memory store: one process, sharded locks, a time-ordered expiry index.
+//! The in-memory store: one process, sharded locks, a time-ordered expiry index,
+//! and each owner's tasks in list order.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -7,7 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::compact::Stored;
-use super::{BoxFuture, Budgeted, Clock, CreateLimits, TaskStore, Updated, retention_cutoff};
+use super::owned::{Listed, OwnerTasks};
+use super::{
+    BoxFuture, Budgeted, Clock, CreateLimits, ListFrom, ListPage, TaskStore, Updated,
+    retention_cutoff,
+};
 use crate::error::{Limit, StoreError};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
@@ -16,12 +21,20 @@ const SHARDS: usize = 64;
 /// a refused create may do is bounded, and a store without a janitor never stays
 /// full of expired records.
 const PRUNE_BATCH: usize = 256;
+/// Most index entries a `list` reads under the owners' lock at a time, and most
+/// removals taken off the index under it at a time: creates never wait long.
+const INDEX_BATCH: usize = 256;
+
+/// A record taken out of its shard: its owner, and its entry in the owner's list.
+type Removed = (Option<Principal>, Listed);
 
 /// The default store: records in memory, for a single process.
 ///
 /// Records are spread over 64 independently locked shards, so writers on different
 /// tasks rarely meet. Each shard keeps its records ordered by expiry time, so a
-/// cleanup costs O(expired), not O(rows). Locks are never held across an `.await`.
+/// cleanup costs O(expired), not O(rows). Each owner's tasks are also kept in list
+/// order (newest first), so a [`list`](TaskStore::list) page costs O(page), not
+/// O(rows). Locks are never held across an `.await`.
 /// Tasks live as long as the process: `PostgresStore` and `RedisStore` (features
 /// `postgres` and `redis`, in [`store`](crate::store)) keep them across restarts and
 /// share them between nodes.
@@ -52,7 +65,10 @@ const PRUNE_BATCH: usize = 256;
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     rows: AtomicUsize,
-    per_owner: Mutex<HashMap<Option<Principal>, usize>>,
+    /// Each owner's tasks in list order: their number is what the per-owner cap
+    /// counts, and `list` reads its pages there. One map for all shards, so an
+    /// owner with few tasks keeps one small entry, not one in each shard.
+    per_owner: Mutex<HashMap<Option<Principal>, OwnerTasks>>,
     clock: Clock,
 }
 
@@ -192,45 +208,126 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn reserve(&self, owner: &Option<Principal>, limits: CreateLimits) -> Result<(), Limit> {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<Option<Principal>, OwnerTasks>> {
+        // Entries are added and removed whole; a panic elsewhere cannot tear one.
+        self.per_owner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes a row for a new record of `owner` and lists it as `entry`, unless a
+    /// cap is full. Whether the entry is new (`false`: a record with the same id,
+    /// owner and time holds it, and the create is a duplicate).
+    fn reserve(
+        &self,
+        owner: &Option<Principal>,
+        entry: Listed,
+        limits: CreateLimits,
+    ) -> Result<bool, Limit> {
         // Both caps are checked and taken under one lock, so a create refused by
         // one cap never holds a row another create could have had.
-        let mut owners = self
-            .per_owner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut owners = self.owners();
         if limits
             .max_rows
             .is_some_and(|max| self.rows.load(Ordering::Acquire) >= max)
         {
             return Err(Limit::Rows);
         }
-        let count = owners.entry(owner.clone()).or_insert(0);
-        if limits.max_per_owner.is_some_and(|max| *count >= max) {
-            if *count == 0 {
+        let tasks = owners.entry(owner.clone()).or_default();
+        if limits.max_per_owner.is_some_and(|max| tasks.len() >= max) {
+            if tasks.is_empty() {
                 owners.remove(owner);
             }
             return Err(Limit::PerOwner);
         }
-        *count += 1;
+        let listed = tasks.insert(entry);
         self.rows.fetch_add(1, Ordering::AcqRel);
-        Ok(())
+        Ok(listed)
     }
 
-    fn release(&self, owner: &Option<Principal>, removed: usize) {
-        if removed == 0 {
-            return;
+    /// Gives back the row of a create that stored nothing, and its entry if
+    /// [`reserve`](Self::reserve) added one.
+    fn unreserve(&self, owner: &Option<Principal>, entry: Option<Listed>) {
+        let mut owners = self.owners();
+        self.rows.fetch_sub(1, Ordering::AcqRel);
+        if let Some(entry) = entry {
+            Self::unlist(&mut owners, owner, &entry);
         }
-        let mut owners = self
-            .per_owner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.rows.fetch_sub(removed, Ordering::AcqRel);
-        if let Some(count) = owners.get_mut(owner) {
-            *count = count.saturating_sub(removed);
-            if *count == 0 {
+    }
+
+    /// Takes records removed from their shards off the row count and their
+    /// owners' lists, a batch at a time under the lock.
+    fn release(&self, removed: Vec<Removed>) {
+        for batch in removed.chunks(INDEX_BATCH) {
+            let mut owners = self.owners();
+            self.rows.fetch_sub(batch.len(), Ordering::AcqRel);
+            for (owner, entry) in batch {
+                Self::unlist(&mut owners, owner, entry);
+            }
+        }
+    }
+
+    fn unlist(
+        owners: &mut HashMap<Option<Principal>, OwnerTasks>,
+        owner: &Option<Principal>,
+        entry: &Listed,
+    ) {
+        if let Some(tasks) = owners.get_mut(owner) {
+            tasks.remove(entry);
+            if tasks.is_empty() {
                 owners.remove(owner);
             }
+        }
+    }
+
+    /// One page of [`TaskStore::list`]: the owner's entries are read a batch at a
+    /// time under the owners' lock, then each record under its shard's; entries
+    /// whose record expired (or went since) are passed over. One visible record
+    /// past a full page says that a next page exists.
+    fn page(
+        &self,
+        owner: Option<&Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> ListPage {
+        let mut page = ListPage::default();
+        if limit == 0 {
+            return page;
+        }
+        let now = self.decide_at(now);
+        let scope = Scope::Owner(owner);
+        let key = owner.cloned();
+        let mut after = from.map(Listed::from);
+        let mut entries = Vec::new();
+        loop {
+            let want = (limit - page.records.len() + 1).min(INDEX_BATCH);
+            entries.clear();
+            if let Some(tasks) = self.owners().get(&key) {
+                tasks.after(after.as_ref(), want, &mut entries);
+            }
+            for entry in &entries {
+                let shard = Self::lock(self.shard(&entry.id));
+                let Some(stored) = shard
+                    .tasks
+                    .get(&entry.id)
+                    .filter(|r| r.is_visible(scope, now))
+                else {
+                    continue;
+                };
+                if page.records.len() == limit {
+                    page.next = page.records.last().map(|last| ListFrom {
+                        created_at: last.created_at,
+                        id: last.id,
+                    });
+                    return page;
+                }
+                page.records.push(stored.to_record(entry.id));
+            }
+            if entries.len() < want {
+                return page;
+            }
+            after = entries.last().copied();
         }
     }
 }
@@ -245,19 +342,17 @@ impl MemoryStore {
             if removed >= PRUNE_BATCH {
                 break;
             }
-            let owners = {
+            let gone = {
                 let mut shard = Self::lock(&self.shards[(start + k) % SHARDS]);
-                let mut owners = shard.pop_expired(now, PRUNE_BATCH - removed);
+                let mut gone = shard.pop_expired(now, PRUNE_BATCH - removed);
                 if let Some(before) = retired_before {
-                    let room = PRUNE_BATCH - removed - owners.len();
-                    owners.extend(shard.pop_retired(before, room));
+                    let room = PRUNE_BATCH - removed - gone.len();
+                    gone.extend(shard.pop_retired(before, room));
                 }
-                owners
+                gone
             };
-            removed += owners.len();
-            for owner in owners {
-                self.release(&owner, 1);
-            }
+            removed += gone.len();
+            self.release(gone);
         }
         removed
     }
@@ -355,40 +450,46 @@ impl Shard {
         Some(owner)
     }
 
-    /// Removes up to `max` records expired at `now`, oldest first; returns their
-    /// owners.
-    fn pop_expired(&mut self, now: Timestamp, max: usize) -> Vec<Option<Principal>> {
-        let mut owners = Vec::new();
-        while owners.len() < max
+    /// Removes the record of `id`, if stored: its owner and list entry.
+    fn take(&mut self, id: TaskId) -> Option<Removed> {
+        let stored = self.tasks.remove(&id)?;
+        let entry = Listed {
+            created_at: stored.created_at(),
+            id,
+        };
+        Some((stored.into_owner(), entry))
+    }
+
+    /// Removes up to `max` records expired at `now`, oldest first; returns what
+    /// went.
+    fn pop_expired(&mut self, now: Timestamp, max: usize) -> Vec<Removed> {
+        let mut gone = Vec::new();
+        while gone.len() < max
             && let Some(&(at, id)) = self.expiry.first()
         {
             if at > now {
                 break;
             }
             self.expiry.pop_first();
-            if let Some(stored) = self.tasks.remove(&id) {
-                owners.push(stored.into_owner());
-            }
+            gone.extend(self.take(id));
         }
-        owners
+        gone
     }
 
     /// Removes up to `max` terminal records without a TTL retired at or before
-    /// `before`, oldest first; returns their owners.
-    fn pop_retired(&mut self, before: Timestamp, max: usize) -> Vec<Option<Principal>> {
-        let mut owners = Vec::new();
-        while owners.len() < max
+    /// `before`, oldest first; returns what went.
+    fn pop_retired(&mut self, before: Timestamp, max: usize) -> Vec<Removed> {
+        let mut gone = Vec::new();
+        while gone.len() < max
             && let Some(&(at, id)) = self.retired.first()
         {
             if at > before {
                 break;
             }
             self.retired.pop_first();
-            if let Some(stored) = self.tasks.remove(&id) {
-                owners.push(stored.into_owner());
-            }
+            gone.extend(self.take(id));
         }
-        owners
+        gone
     }
 }
 
@@ -399,21 +500,28 @@ impl TaskStore for MemoryStore {
         limits: CreateLimits,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            if let Err(limit) = self.reserve(&record.owner, limits) {
-                // Expired records, and retired ones past their retention, never
-                // block: free some, then try once more.
-                let now = self.decide_at(record.created_at);
-                let retired_before = limits.retention.map(|r| retention_cutoff(now, r));
-                if self.prune(now, retired_before, Self::shard_index(&record.id)) == 0 {
-                    return Err(StoreError::LimitReached(limit));
+            let entry = Listed {
+                created_at: record.created_at,
+                id: record.id,
+            };
+            let listed = match self.reserve(&record.owner, entry, limits) {
+                Ok(listed) => listed,
+                Err(limit) => {
+                    // Expired records, and retired ones past their retention, never
+                    // block: free some, then try once more.
+                    let now = self.decide_at(record.created_at);
+                    let retired_before = limits.retention.map(|r| retention_cutoff(now, r));
+                    if self.prune(now, retired_before, Self::shard_index(&record.id)) == 0 {
+                        return Err(StoreError::LimitReached(limit));
+                    }
+                    self.reserve(&record.owner, entry, limits)
+                        .map_err(StoreError::LimitReached)?
                 }
-                self.reserve(&record.owner, limits)
-                    .map_err(StoreError::LimitReached)?;
-            }
+            };
             let mut shard = Self::lock(self.shard(&record.id));
             if shard.tasks.contains_key(&record.id) {
                 drop(shard);
-                self.release(&record.owner, 1);
+                self.unreserve(&record.owner, listed.then_some(entry));
                 return Err(StoreError::Duplicate);
             }
             record.owner = shard.intern(record.owner.take());
@@ -596,20 +704,31 @@ impl TaskStore for MemoryStore {
             let retired_before = retention_cutoff(now, retention);
             let mut removed_total = 0;
             for shard in self.shards.iter() {
-                let mut removed_owners;
+                let mut gone;
                 {
                     let mut guard = Self::lock(shard);
                     let shard = &mut *guard;
-                    removed_owners = shard.pop_expired(now, usize::MAX);
-                    removed_owners.extend(shard.pop_retired(retired_before, usize::MAX));
+                    gone = shard.pop_expired(now, usize::MAX);
+                    gone.extend(shard.pop_retired(retired_before, usize::MAX));
                 }
-                removed_total += removed_owners.len();
-                for owner in removed_owners {
-                    self.release(&owner, 1);
-                }
+                removed_total += gone.len();
+                self.release(gone);
             }
             Ok(removed_total)
         })
+    }
+
+    /// Reads the owner's entries in list order (kept for every owner, updated
+    /// with each create and removal), then each record under its shard's lock:
+    /// O(page), plus the expired records not swept yet that it passes over.
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        Box::pin(async move { Ok(self.page(owner, from, limit, now)) })
     }
 }
 
@@ -776,6 +895,46 @@ mod tests {
             }
             assert_eq!(store.len(), 2);
         }
+    }
+
+    /// Every way a record leaves the store takes it off its owner's list, and a
+    /// refused duplicate leaves the original's entry: the lists hold exactly the
+    /// stored records, and an owner without any keeps no entry.
+    #[tokio::test]
+    async fn owner_lists_follow_every_create_and_removal() {
+        let store = MemoryStore::new();
+        let alice = Some(Principal::from("alice"));
+        let listed = |store: &MemoryStore| {
+            let owners = store.owners();
+            owners.get(&alice).map_or(0, OwnerTasks::len)
+        };
+        let mut records = Vec::new();
+        for n in 0..20 {
+            // Expires at n + 10.
+            let mut record = task(Some(10), n);
+            record.owner = alice.clone();
+            records.push(record.clone());
+            store.create(record, CreateLimits::default()).await.unwrap();
+        }
+        let again = store.create(records[19].clone(), CreateLimits::default());
+        assert!(matches!(again.await, Err(StoreError::Duplicate)));
+        assert_eq!(listed(&store), 20);
+        let swept = store.cleanup(Timestamp::from_millis(15), Duration::ZERO);
+        assert_eq!(swept.await.unwrap(), 6);
+        assert_eq!(listed(&store), 14);
+        // A create at alice's cap prunes her expired records first.
+        let mut next = task(None, 25);
+        next.owner = alice.clone();
+        let cap = CreateLimits::new(None, Some(14));
+        store.create(next, cap).await.unwrap();
+        assert_eq!(listed(&store), 5, "records 16 to 19 and the new one");
+        let page = store.page(alice.as_ref(), None, 10, Timestamp::from_millis(25));
+        assert_eq!(page.records.len(), 5);
+        assert_eq!(page.next, None);
+        let swept = store.cleanup(Timestamp::from_millis(100), Duration::ZERO);
+        assert_eq!(swept.await.unwrap(), 4);
+        assert_eq!(listed(&store), 1);
+        assert!(store.owners().get(&None).is_none());
     }
 
     /// A record of `owner` in shard 0, created at `at` with `ttl`.

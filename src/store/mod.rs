@@ -21,6 +21,7 @@ mod feed;
 mod janitor;
 mod lease;
 pub(crate) mod memory;
+mod owned;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]

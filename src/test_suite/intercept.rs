@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::StoreError;
-use crate::store::{BoxFuture, Budgeted, ChangeFeed, CreateLimits, TaskStore, Updated};
-use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::store::{
+    BoxFuture, Budgeted, ChangeFeed, CreateLimits, ListFrom, ListPage, TaskStore, Updated,
+};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// One call on an [`Intercept`] store, as [`StoreHooks::before`] sees it: the
 /// method and its arguments.
@@ -99,6 +101,17 @@ pub enum StoreCall<'a> {
         /// How long terminal records without a TTL are kept.
         retention: Duration,
     },
+    /// [`TaskStore::list`].
+    List {
+        /// Whose tasks (`None`: the anonymous ones).
+        owner: Option<&'a Principal>,
+        /// Where the page starts.
+        from: Option<ListFrom>,
+        /// The most records the page may hold.
+        limit: usize,
+        /// The time of the read.
+        now: Timestamp,
+    },
 }
 
 /// What an [`Intercept`] store does around the store it wraps. Every method has a
@@ -128,7 +141,7 @@ pub enum StoreCall<'a> {
 /// ```
 pub trait StoreHooks: Debug + Send + Sync + 'static {
     /// Runs before every `create`, `get`, `get_many`, `get_many_within`, `visible`,
-    /// `update` and `cleanup`. An error is the
+    /// `update`, `cleanup` and `list`. An error is the
     /// call's answer, and the wrapped store is not called at all.
     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
         let _ = call;
@@ -167,6 +180,11 @@ pub trait StoreHooks: Debug + Send + Sync + 'static {
 
     /// Runs once `cleanup` returned `result`.
     fn after_cleanup(&self, result: &Result<usize, StoreError>) {
+        let _ = result;
+    }
+
+    /// Runs once `list` returned `result`.
+    fn after_list(&self, result: &Result<ListPage, StoreError>) {
         let _ = result;
     }
 
@@ -214,6 +232,10 @@ impl<H: StoreHooks + ?Sized> StoreHooks for Arc<H> {
 
     fn after_cleanup(&self, result: &Result<usize, StoreError>) {
         (**self).after_cleanup(result);
+    }
+
+    fn after_list(&self, result: &Result<ListPage, StoreError>) {
+        (**self).after_list(result);
     }
 
     fn subscribe(&self, store: &dyn TaskStore) -> Option<ChangeFeed> {
@@ -412,6 +434,26 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
             self.hooks.before(StoreCall::Cleanup { now, retention })?;
             let result = self.store.cleanup(now, retention).await;
             self.hooks.after_cleanup(&result);
+            result
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        Box::pin(async move {
+            self.hooks.before(StoreCall::List {
+                owner,
+                from,
+                limit,
+                now,
+            })?;
+            let result = self.store.list(owner, from, limit, now).await;
+            self.hooks.after_list(&result);
             result
         })
     }

@@ -3,8 +3,9 @@
 //! Every store, the built-in [`MemoryStore`](crate::MemoryStore) or one of your own,
 //! must keep the same rules: a foreign owner reads exactly like a missing id,
 //! terminal states never change, expired records read as absent before any cleanup,
-//! the row caps hold under concurrent creates, and concurrent writers on one task
-//! never lose an update. This module checks each rule with one public async
+//! the row caps hold under concurrent creates, concurrent writers on one task
+//! never lose an update, and [`TaskStore::list`] pages through one owner's live
+//! tasks, newest first, neither repeating nor skipping one. This module checks each rule with one public async
 //! function, and [`task_store_tests!`](crate::task_store_tests) turns them all into
 //! `#[tokio::test]`s for a store of your choice.
 //!
@@ -135,6 +136,7 @@
 //! writes only the one it needs instead of a whole forwarding [`TaskStore`].
 //!
 //! [`TaskStore`]: crate::store::TaskStore
+//! [`TaskStore::list`]: crate::store::TaskStore::list
 //! [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
 //! [`TaskStore::leases`]: crate::store::TaskStore::leases
 //! [`StoreError::Contention`]: crate::error::StoreError::Contention
@@ -147,6 +149,7 @@ mod helpers;
 mod input;
 mod intercept;
 mod leases;
+mod list;
 mod nodes;
 mod ownership;
 mod transitions;
@@ -172,6 +175,12 @@ pub use leases::{
     nodes_a_node_cut_off_learns_it_lost_its_lease, nodes_a_shared_lease_outage_fails_nothing,
     nodes_leases_count_renewals_and_claim_atomically, nodes_lost_workers_fail_on_the_survivor,
 };
+pub use list::{
+    list_continues_after_a_task_that_is_gone, list_leaves_out_expired_tasks,
+    list_leaves_out_tasks_removed_by_cleanup, list_limit_zero_is_empty,
+    list_newest_first_ties_by_id, list_pages_neither_overlap_nor_skip,
+    list_pages_one_owner_among_many, list_shows_only_the_owners_tasks,
+};
 pub use nodes::{
     nodes_announce_to_the_other_node_only, nodes_concurrent_terminal_writes_one_wins,
     nodes_concurrent_updates_never_lost, nodes_remote_writes_reach_the_layer,
@@ -191,6 +200,10 @@ pub use values::values_round_trip_unchanged;
 /// The argument is an expression evaluating to a future of a fresh, empty store; it
 /// is evaluated once per test. Invoke the macro inside a module of its own, since
 /// each rule becomes a test function named after it.
+///
+/// The `list_*` rules need [`TaskStore::list`](crate::store::TaskStore::list): a
+/// store that keeps its default (`Unsupported`) fails them, and can call the other
+/// rules one by one instead.
 ///
 /// ```no_run
 /// mod memory_store_contract {
@@ -239,6 +252,13 @@ macro_rules! task_store_tests {
             values_round_trip_unchanged,
             concurrent_terminal_writes_one_wins,
             concurrent_updates_never_lost,
+            list_newest_first_ties_by_id,
+            list_pages_neither_overlap_nor_skip,
+            list_shows_only_the_owners_tasks,
+            list_leaves_out_expired_tasks,
+            list_leaves_out_tasks_removed_by_cleanup,
+            list_limit_zero_is_empty,
+            list_continues_after_a_task_that_is_gone,
         );
     };
     (@rules $factory:expr; $($rule:ident),* $(,)?) => {

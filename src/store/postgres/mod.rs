@@ -58,7 +58,9 @@ const MAX_TABLE_LEN: usize = 48;
 /// `expires_at bigint` (milliseconds since the epoch by the store's clock, for
 /// records with a TTL), `retired_at bigint` (when a record without a TTL became
 /// terminal, by the same clock), `record json` (the whole [`TaskRecord`](crate::TaskRecord), as
-/// written) and `shard`, `owner_shard` (the counter shards the row counts in). The
+/// written), `shard`, `owner_shard` (the counter shards the row counts in) and
+/// `created_at bigint` (the record's `created_at`, milliseconds, for the index
+/// `<table>_list_idx` on `(owner, created_at DESC, id DESC)` that `list` reads). The
 /// other columns are copies of fields of `record`, kept for indexes and for operators
 /// reading the table. `record` is `json`, not `jsonb`, and `owner` is `bytea`, not
 /// `text`: PostgreSQL refuses U+0000 in both of those, and `jsonb` rewrites numbers
@@ -74,7 +76,10 @@ const MAX_TABLE_LEN: usize = 48;
 ///
 /// Upgrading from the previous layout (`owner text`, `record jsonb`, no counters)
 /// rewrites the table once, under `migrate`'s lock: stop nodes of the older version
-/// first, since their writes do not fit the new columns.
+/// first, since their writes do not fit the new columns. A table without
+/// `created_at` gets the column, filled from each record's own `created_at`, and
+/// its index; rows a node of that version inserts afterwards get the database's
+/// time.
 ///
 /// # One clock
 ///
@@ -111,6 +116,9 @@ const MAX_TABLE_LEN: usize = 48;
 ///   sizes (`octet_length(record::text)`) in the same statement and sends the
 ///   records only when they fit the budget.
 /// - `cleanup` deletes through the indexes on `expires_at` and `retired_at`.
+/// - `list` reads one range of the index on `(owner, created_at DESC, id DESC)`,
+///   just after the previous page's last task, the expiry checked in the same
+///   `SELECT`: a page costs its rows, not the table's.
 ///
 /// # Several nodes
 ///

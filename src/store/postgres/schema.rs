@@ -75,6 +75,11 @@ impl PostgresStore {
             upgrades.push(&statements.create_counts);
             upgrades.extend(&statements.fill_counts);
         }
+        if type_of("created_at").is_none() {
+            upgrades.extend(&statements.upgrade_created);
+        }
+        // After the upgrades: a table of an earlier layout has its column by now.
+        upgrades.push(&statements.list_index);
         for statement in upgrades {
             run(statement)
                 .execute(&mut *tx)

@@ -45,6 +45,9 @@ pub(super) struct Statements {
     pub(super) select_within: SqlStr,
     pub(super) select: SqlStr,
     pub(super) select_owned: SqlStr,
+    /// A page of `list`, of one owner's tasks or of the anonymous ones.
+    pub(super) list_owned: SqlStr,
+    pub(super) list_unowned: SqlStr,
     pub(super) write: SqlStr,
     pub(super) columns: SqlStr,
     pub(super) exists: SqlStr,
@@ -54,6 +57,8 @@ pub(super) struct Statements {
     pub(super) upgrade_shards: Vec<SqlStr>,
     pub(super) create_counts: SqlStr,
     pub(super) fill_counts: Vec<SqlStr>,
+    pub(super) upgrade_created: Vec<SqlStr>,
+    pub(super) list_index: SqlStr,
 }
 
 impl Statements {
@@ -61,6 +66,12 @@ impl Statements {
         let prune = |filter: &str| {
             sql(
                 include_str!("sql/prune.sql").replace("{filter}", filter),
+                table,
+            )
+        };
+        let list = |owner: &str| {
+            sql(
+                include_str!("sql/list.sql").replace("{owner}", owner),
                 table,
             )
         };
@@ -80,6 +91,8 @@ impl Statements {
             select_within: one(include_str!("sql/select_within.sql"), table),
             select: one(include_str!("sql/select.sql"), table),
             select_owned: one(include_str!("sql/select_owned.sql"), table),
+            list_owned: list("owner = $5"),
+            list_unowned: list("owner IS NULL"),
             write: one(include_str!("sql/write.sql"), table),
             columns: one(include_str!("sql/columns.sql"), table),
             exists: one(include_str!("sql/exists.sql"), table),
@@ -93,6 +106,8 @@ impl Statements {
             ),
             create_counts: one(include_str!("sql/create_counts.sql"), table),
             fill_counts: all(include_str!("sql/fill_counts.sql"), table),
+            upgrade_created: all(include_str!("sql/upgrade_created.sql"), table),
+            list_index: one(include_str!("sql/list_index.sql"), table),
         }
     }
 }
@@ -143,6 +158,8 @@ pub(super) struct Columns {
     pub(super) retired: bool,
     /// `json`, not `jsonb`: kept as written, so `\u0000` and every number survive.
     pub(super) record: String,
+    /// The record's `created_at`, for the index `list` reads.
+    pub(super) created_at: i64,
 }
 
 impl Columns {
@@ -157,6 +174,7 @@ impl Columns {
             ttl: record.ttl_ms.map(millis),
             retired: record.retired_at().is_some(),
             record: serde_json::to_string(record).map_err(StoreError::backend)?,
+            created_at: millis(record.created_at.as_millis()),
         })
     }
 }
@@ -204,6 +222,8 @@ mod tests {
         let reads_and_writes = [
             &sql.select,
             &sql.select_owned,
+            &sql.list_owned,
+            &sql.list_unowned,
             &sql.visible,
             &sql.select_many,
             &sql.select_within,
@@ -221,6 +241,21 @@ mod tests {
             );
         }
         assert!(sql.prune_all.as_str().contains("retired_at <="));
+        // A page is an index range of one owner's rows, in the index's order.
+        for list in [&sql.list_owned, &sql.list_unowned] {
+            let text = list.as_str();
+            assert!(text.contains("(created_at, id) < ($2::bigint, $3::bytea)"));
+            assert!(text.contains("ORDER BY owner, created_at DESC, id DESC LIMIT $4"));
+            let code: String = text.lines().filter(|l| !l.starts_with("--")).collect();
+            assert!(!code.contains("DISTINCT"), "{code}");
+        }
+        assert!(sql.list_owned.as_str().contains("WHERE owner = $5"));
+        assert!(sql.list_unowned.as_str().contains("WHERE owner IS NULL"));
+        assert!(
+            sql.list_index
+                .as_str()
+                .contains("(owner, created_at DESC, id DESC)")
+        );
         // No statement hands PostgreSQL a `jsonb` it would refuse `\u0000` in.
         assert!(!sql.insert.as_str().contains("jsonb") && !sql.write.as_str().contains("jsonb"));
     }
@@ -243,6 +278,7 @@ mod tests {
         // The longest table name still leaves every derived name within 63 bytes.
         let longest = "t".repeat(super::super::MAX_TABLE_LEN);
         for suffix in [
+            "_list_idx",
             "_feed_trg",
             "_feed_fn",
             "_feed_at_idx",

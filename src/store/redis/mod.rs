@@ -13,6 +13,7 @@
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
+//! | `P owner-list:<tag>` | sorted set | one owner's tasks for `list`, scored by `created_at`; the member is the id in an alphabet in byte order, so that tasks created in one millisecond sort as their ids do. |
 //! | `P changes` | stream | an entry `c` = `<node>:<id>` after every write, trimmed to about 100 000 entries (`MAXLEN ~`). |
 //! | `P leases` | set | worker leases: `<incarnation hex>:<node id>` of each. |
 //! | `P lease:<lease>` | hash | one lease's renewal count, lease length (ms) and claim. |
@@ -72,6 +73,10 @@ const WRITE_STRIPES: usize = 128;
 ///   the terminal records retired past [`CreateLimits::retention`](crate::store::CreateLimits::retention): the oldest of
 ///   any owner when the row cap is hit, the owner's own (from per-owner indexes)
 ///   when its cap is, so the per-owner cap is exact.
+/// - **Listing.** `create` adds each task to its owner's sorted set (scored by
+///   `created_at`) in the same script, and every delete takes it out; `list` reads
+///   a page from it by rank in one script, skipping records gone or expired. Tasks
+///   stored by a version without these sets are not listed.
 /// - **Ownership.** Every record keeps its owner tag in a field of its own; an
 ///   owner-scoped `get`, `get_many`, `update` or `visible` compares it in a server-side script
 ///   and gets nothing back for a foreign record, so a foreign id costs what an
@@ -132,6 +137,7 @@ struct Keys {
     /// Prefixes of the per-owner indexes, completed by the owner tag.
     owner_expiry: String,
     owner_retired: String,
+    owner_list: String,
     channel: String,
 }
 
@@ -146,6 +152,7 @@ impl Keys {
             retired: format!("{prefix}retired"),
             owner_expiry: format!("{prefix}owner-expiry:"),
             owner_retired: format!("{prefix}owner-retired:"),
+            owner_list: format!("{prefix}owner-list:"),
             channel: format!("{prefix}changes"),
         }
     }

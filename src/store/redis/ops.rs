@@ -9,7 +9,10 @@ use super::scripts::{CAS_GONE, CAS_WRITTEN, SCRIPTS};
 use super::{RedisStore, decode, encode, optional, owner_tag, retention_ms, unexpected};
 use crate::error::{Limit, StoreError};
 use crate::store::rules::{CompareAndSwap, Written, compare_and_swap};
-use crate::store::{BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, TaskStore, Updated};
+use crate::store::{
+    BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, ListFrom, ListPage, TaskStore,
+    Updated,
+};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// Expired records a full `create` prunes before it gives up.
@@ -137,6 +140,7 @@ impl TaskStore for RedisStore {
                 .key(&keys.retired)
                 .key(format!("{}{tag}", keys.owner_expiry))
                 .key(format!("{}{tag}", keys.owner_retired))
+                .key(format!("{}{tag}", keys.owner_list))
                 .arg(&id)
                 .arg(&tag)
                 .arg(record.revision)
@@ -154,6 +158,8 @@ impl TaskStore for RedisStore {
                 .arg(optional(limits.retention.map(retention_ms)))
                 .arg(&keys.owner_expiry)
                 .arg(&keys.owner_retired)
+                .arg(&keys.owner_list)
+                .arg(record.created_at.as_millis())
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
@@ -318,6 +324,7 @@ impl TaskStore for RedisStore {
                     .arg(CLEANUP_BATCH)
                     .arg(&keys.owner_expiry)
                     .arg(&keys.owner_retired)
+                    .arg(&keys.owner_list)
                     .invoke_async(&mut conn)
                     .await
                     .map_err(StoreError::backend)?;
@@ -326,6 +333,58 @@ impl TaskStore for RedisStore {
                     return Ok(total);
                 }
             }
+        })
+    }
+
+    /// One script: the owner's list (a sorted set scored by `created_at`) read by
+    /// rank from just after `from`, each record checked and fetched on the server,
+    /// those gone or expired skipped, until the page is full and one more visible
+    /// record is seen.
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(ListPage::default());
+            }
+            let keys = &self.keys;
+            let tag = owner_tag(owner);
+            let mut conn = self.conn.clone();
+            let (more, stored): (i64, Vec<String>) = SCRIPTS
+                .list
+                .key(format!("{}{tag}", keys.owner_list))
+                .key(&keys.owners)
+                .key(&keys.expiry)
+                .arg(&tag)
+                .arg(self.clock_arg(now))
+                .arg(&keys.task)
+                // Lua counts in doubles: exact up to 2^53.
+                .arg(limit.min(1 << 53))
+                .arg(optional(from.map(|from| from.created_at.as_millis())))
+                .arg(optional(from.map(|from| from.id)))
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::backend)?;
+            let scope = Scope::Owner(owner);
+            let mut records = Vec::with_capacity(stored.len());
+            for json in stored {
+                let record = decode(&json)?;
+                if self.sees(&record, scope, now) {
+                    records.push(record);
+                }
+            }
+            let next = (more == 1)
+                .then(|| records.last())
+                .flatten()
+                .map(|last| ListFrom {
+                    created_at: last.created_at,
+                    id: last.id,
+                });
+            Ok(ListPage { records, next })
         })
     }
 

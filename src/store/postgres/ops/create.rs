@@ -190,6 +190,7 @@ impl PostgresStore {
             .bind(columns.record.as_str())
             .bind(rows_cap.map_or(0, |(_, rem)| rem))
             .bind(owner_cap.map_or(0, |(_, rem)| rem))
+            .bind(columns.created_at)
             .fetch_one(&mut *tx)
             .await
             .map_err(StoreError::backend)?;

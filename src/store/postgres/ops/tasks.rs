@@ -7,16 +7,23 @@ use std::time::Duration;
 use sqlx::{Row, SqlStr};
 
 use super::super::leases::PgLeases;
-use super::super::statements::{Columns, FEED_RETENTION};
+use super::super::statements::{Columns, FEED_RETENTION, millis};
 use super::super::{Failure, PostgresStore};
 use super::create::PruneGroup;
 use crate::error::StoreError;
 use crate::store::rules::{CompareAndSwap, Written, compare_and_swap};
-use crate::store::{BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, TaskStore, Updated};
-use crate::task::{Scope, TaskId, TaskRecord, Timestamp, Transition};
+use crate::store::{
+    BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, ListFrom, ListPage, TaskStore,
+    Updated,
+};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 
 /// Records one cleanup transaction removes.
 const CLEANUP_BATCH: i64 = 10_000;
+/// Where the first page of `list` starts: after every row, whatever its
+/// `created_at` (at most `i64::MAX`), since no 32-byte id sorts after 33 bytes of
+/// `0xFF`.
+const BEFORE_ALL: (i64, [u8; TaskId::BYTES + 1]) = (i64::MAX, [0xFF; TaskId::BYTES + 1]);
 
 impl PostgresStore {
     /// A batched read of `ids` in `scope`, its first arguments bound: the ids' keys
@@ -251,6 +258,59 @@ impl TaskStore for PostgresStore {
             transition,
             now,
         ))
+    }
+
+    /// One `SELECT`: a range of the index on `(owner, created_at DESC, id DESC)`
+    /// just after `from`, the expiry checked in the database, one row more than the
+    /// page to know whether a next one exists.
+    fn list<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+        from: Option<ListFrom>,
+        limit: usize,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(ListPage::default());
+            }
+            let (created_at, id): (i64, &[u8]) = match &from {
+                Some(from) => (millis(from.created_at.as_millis()), from.id.as_bytes()),
+                None => (BEFORE_ALL.0, &BEFORE_ALL.1),
+            };
+            let sql = &self.inner.sql;
+            let statement = match owner {
+                Some(_) => &sql.list_owned,
+                None => &sql.list_unowned,
+            };
+            let mut query = sqlx::query_scalar(statement.clone())
+                .bind(self.clock_arg(now))
+                .bind(created_at)
+                .bind(id)
+                .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
+            if let Some(owner) = owner {
+                query = query.bind(owner.as_str().as_bytes());
+            }
+            let rows: Vec<String> = query
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(StoreError::backend)?;
+            let more = rows.len() > limit;
+            let mut records = Vec::with_capacity(rows.len().min(limit));
+            for text in rows.into_iter().take(limit) {
+                let record: TaskRecord =
+                    serde_json::from_str(&text).map_err(StoreError::backend)?;
+                // The row's owner matched; a record saying otherwise is never shown.
+                if record.owner.as_ref() == owner {
+                    records.push(record);
+                }
+            }
+            let next = more.then(|| records.last()).flatten().map(|last| ListFrom {
+                created_at: last.created_at,
+                id: last.id,
+            });
+            Ok(ListPage { records, next })
+        })
     }
 
     fn cleanup<'a>(

@@ -6,6 +6,8 @@ CREATE TABLE IF NOT EXISTS "{table}" (
     expires_at bigint,
     retired_at bigint,
     record json NOT NULL,
+    created_at bigint NOT NULL DEFAULT
+        floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint,
     shard smallint NOT NULL DEFAULT 0,
     owner_shard smallint NOT NULL DEFAULT 0)
 

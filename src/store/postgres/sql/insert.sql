@@ -21,12 +21,13 @@ owner_counted AS (
     WHERE $5::bigint IS NULL OR "{table}_counts".n < $5::bigint + ("{table}_counts".shard < $15::smallint)::int
     RETURNING 1),
 inserted AS (
-    INSERT INTO "{table}" (id, owner, revision, status, expires_at, retired_at, record, shard, owner_shard)
+    INSERT INTO "{table}" (id, owner, revision, status, expires_at, retired_at, record, shard, owner_shard,
+        created_at)
     SELECT $6, $7, $8, $9,
         CASE WHEN $10::bigint IS NULL THEN NULL
              WHEN $10::bigint >= 9223372036854775807 - clock.now THEN 9223372036854775807
              ELSE clock.now + $10::bigint END,
-        CASE WHEN $12 THEN clock.now END, $13::json, $1, $4
+        CASE WHEN $12 THEN clock.now END, $13::json, $1, $4, $16
     FROM owner_counted, clock
     ON CONFLICT (id) DO NOTHING RETURNING 1)
 SELECT (SELECT count(*) FROM rows_counted), (SELECT count(*) FROM owner_counted),

@@ -22,7 +22,7 @@ local function prune(set, global, bound)
   for _, id in ipairs(ids) do
     redis.call('ZREM', set, id)
     redis.call('ZREM', global, id)
-    drop(id, ARGV[11], KEYS[2], KEYS[3], ARGV[16], ARGV[17])
+    drop(id, ARGV[11], KEYS[2], KEYS[3], ARGV[16], ARGV[17], ARGV[18])
   end
 end
 local limit = full()
@@ -57,5 +57,6 @@ elseif ARGV[7] ~= '' then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+redis.call('ZADD', KEYS[8], ARGV[19], listed(ARGV[1]))
 redis.call('XADD', ARGV[13], 'MAXLEN', '~', '{maxlen}', '*', 'c', ARGV[14])
 return 'ok'

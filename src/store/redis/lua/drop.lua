@@ -1,4 +1,4 @@
-local function drop(id, task_prefix, owners, counts, owner_expiry, owner_retired)
+local function drop(id, task_prefix, owners, counts, owner_expiry, owner_retired, owner_list)
   redis.call('DEL', task_prefix .. id)
   local tag = redis.call('HGET', owners, id)
   if tag then
@@ -8,5 +8,6 @@ local function drop(id, task_prefix, owners, counts, owner_expiry, owner_retired
     end
     redis.call('ZREM', owner_expiry .. tag, id)
     redis.call('ZREM', owner_retired .. tag, id)
+    redis.call('ZREM', owner_list .. tag, listed(id))
   end
 end

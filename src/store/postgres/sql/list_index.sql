@@ -1,0 +1,1 @@
+CREATE INDEX IF NOT EXISTS "{table}_list_idx" ON "{table}" (owner, created_at DESC, id DESC)
