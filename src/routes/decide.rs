@@ -76,7 +76,7 @@ impl Shape {
             }
             Shape::Create2025 => {
                 result_response_with(ReplyId::Value(id), http::HeaderMap::new(), |out| {
-                    crate::routes::legacy::task_2025(task).write_create_result(out);
+                    crate::task::task_2025(task).write_create_result(out);
                 })
             }
             Shape::ToolResult(as_tool) => {

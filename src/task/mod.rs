@@ -16,11 +16,13 @@ use serde::{Deserialize, Serialize};
 
 mod id;
 mod json;
+mod json_2025;
 mod record;
 mod time;
 
 pub use id::TaskId;
 pub(crate) use json::TaskJson;
+pub(crate) use json_2025::{status_2025, task_2025, task_2025_with};
 pub use record::{Applied, ErrorObject, TaskRecord, TaskStatus, Transition};
 pub(crate) use time::Rfc3339;
 pub use time::Timestamp;

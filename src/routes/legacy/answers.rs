@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
-use super::tasks::store_failed;
+use super::read::store_failed;
 use crate::body::ResponseBody;
 use crate::engine::Engine;
 use crate::error::TransitionError;

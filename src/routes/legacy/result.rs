@@ -20,7 +20,7 @@ use http_body::{Body, Frame};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::tasks::{store_failed, task_id};
+use super::read::{store_failed, task_id};
 use crate::backoff::Backoff;
 use crate::body::ResponseBody;
 use crate::engine::Engine;

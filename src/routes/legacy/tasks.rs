@@ -7,13 +7,14 @@ use http::{Request, Response, StatusCode};
 use serde_json::Value;
 use tower_service::Service;
 
-use super::{Call, Reply, task_2025, task_2025_with};
+use super::read::{store_failed, task_id};
 use crate::body::{RequestBody, ResponseBody};
 use crate::engine::Engine;
-use crate::error::StoreError;
 use crate::observe::{self, Outcome};
+use crate::routes::{Call, Reply};
 use crate::store::{Applied, ListFrom};
 use crate::task::{Principal, Scope, TaskId, Timestamp, Transition};
+use crate::task::{status_2025, task_2025, task_2025_with};
 use crate::wire::v2025::{self, Cursor, LIST_PAGE, owner_tag};
 use crate::wire::{Envelope, ReplyId, RpcError, result_response_with};
 
@@ -92,19 +93,6 @@ fn refused<B>(e: RpcError, id: Option<&str>) -> Response<ResponseBody<B>> {
     e.to_response_raw(id).map(ResponseBody::full)
 }
 
-/// The `taskId` param: `Ok(None)` when it is not one this layer could have made.
-pub(super) fn task_id(envelope: &Envelope<'_>) -> Result<Option<TaskId>, RpcError> {
-    let Some(text) = envelope.param_str("taskId") else {
-        return Err(RpcError::invalid_params("Missing taskId"));
-    };
-    Ok(text.parse().ok())
-}
-
-pub(super) fn store_failed(e: StoreError) -> RpcError {
-    tracing::error!(error = %crate::error::Chain(&e), "task store failed");
-    RpcError::internal_error()
-}
-
 async fn get(
     engine: &Engine,
     envelope: &Envelope<'_>,
@@ -138,7 +126,7 @@ async fn cancel(
     if updated.outcome != Ok(Applied::Changed) {
         return Err(RpcError::invalid_params(format!(
             "Cannot cancel task: already in terminal status '{}'",
-            super::status_2025(&updated.record)
+            status_2025(&updated.record)
         )));
     }
     let mut out = Vec::with_capacity(256);
