@@ -8,6 +8,7 @@ mod support;
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, header};
@@ -56,7 +57,16 @@ impl ServerHandler for Fixture {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let any = object(json!({"type": "object"}));
-        let tools = ["job", "slow", "ask", "echo", "quick", "broken"];
+        let tools = [
+            "job",
+            "slow",
+            "ask",
+            "echo",
+            "quick",
+            "broken",
+            "quick_auto",
+            "quick_auto_required",
+        ];
         Ok(ListToolsResult::with_all_items(
             tools
                 .into_iter()
@@ -77,7 +87,9 @@ impl ServerHandler for Fixture {
         let tasks = self.tasks.clone();
         let spec = match request.name.as_ref() {
             "echo" => return Ok(text("echoed").into()),
-            "quick" => return Ok(text("answered at once").into()),
+            "quick" | "quick_auto" | "quick_auto_required" => {
+                return Ok(text("answered at once").into());
+            }
             "job" => TaskSpec::new().with_start(move |id| {
                 tokio::spawn(async move {
                     tasks.complete(&id, text("job done")).await.unwrap();
@@ -122,9 +134,26 @@ async fn server() -> TestServer {
 
 /// The fixture with JSON replies, or (`json: false`) every reply an SSE stream.
 async fn server_replying(json: bool) -> TestServer {
+    layered(json).await.0
+}
+
+/// The fixture and its layer (to drain it).
+async fn layered(json: bool) -> (TestServer, TasksLayer) {
     let layer = TasksLayer::builder(MemoryStore::new())
         .with_tool_mode("ask", TaskMode::Required)
         .with_tool_mode("echo", TaskMode::Never)
+        .with_tool_mode(
+            "quick_auto",
+            TaskMode::Auto {
+                after: Duration::from_secs(600),
+            },
+        )
+        .with_tool_mode(
+            "quick_auto_required",
+            TaskMode::AutoRequired {
+                after: Duration::from_secs(600),
+            },
+        )
         .without_janitor()
         .build()
         .unwrap();
@@ -143,9 +172,9 @@ async fn server_replying(json: bool) -> TestServer {
     );
     let app = ServiceBuilder::new()
         .map_request(authenticate)
-        .layer(layer)
+        .layer(layer.clone())
         .service(rmcp);
-    serve(app).await
+    (serve(app).await, layer)
 }
 
 /// A 2025-11-25 request (no `_meta`, the version header after `initialize`) as
@@ -315,6 +344,58 @@ async fn an_answer_given_at_once_over_sse_is_stored_as_an_ended_task_too() {
     let id = create(&server, "job", "alice").await;
     let result = result_of(result_stream(&server, &id, "alice").await).await;
     assert_eq!(result["result"]["content"][0]["text"], "job done");
+}
+
+#[tokio::test]
+async fn auto_tools_answer_a_task_augmented_call_with_a_task_at_once() {
+    let server = server().await;
+    // A budget of ten minutes: the task comes at once, not when it runs out.
+    for tool in ["quick_auto", "quick_auto_required"] {
+        let id = create(&server, tool, "alice").await;
+        let result = result_of(result_stream(&server, &id, "alice").await).await;
+        assert_eq!(
+            result["result"]["content"][0]["text"], "answered at once",
+            "{tool}"
+        );
+        let got = send(&server, "tasks/get", json!({"taskId": id}), Some("alice")).await;
+        assert_eq!(got.ok()["status"], "completed");
+    }
+    // Without `task`, an Auto tool answers directly; an AutoRequired one refuses.
+    let direct = json!({"name": "quick_auto", "arguments": {}});
+    let reply = send(&server, "tools/call", direct, Some("alice")).await;
+    assert_eq!(reply.ok()["content"][0]["text"], "answered at once");
+    let required = json!({"name": "quick_auto_required", "arguments": {}});
+    send(&server, "tools/call", required, Some("alice"))
+        .await
+        .assert_error(-32601, 200);
+}
+
+#[tokio::test]
+async fn a_draining_layer_refuses_task_augmented_calls_as_retryable() {
+    let (server, layer) = layered(true).await;
+    let running = create(&server, "slow", "alice").await;
+    let drained = tokio::spawn({
+        let layer = layer.clone();
+        async move { layer.drain(Duration::from_secs(600)).await }
+    });
+    support::wait::poll(async || layer.is_draining().then_some(()))
+        .await
+        .expect("the layer drains");
+    let params = json!({"name": "job", "arguments": {}, "task": {}});
+    let refused = send(&server, "tools/call", params, Some("alice")).await;
+    refused.assert_error(-32603, 503);
+    assert_eq!(refused.headers["retry-after"], "1");
+    assert_eq!(refused.message()["error"]["data"]["retryable"], true);
+    // The running task is still read and cancelled on this era while the layer drains.
+    let cancelled = send(
+        &server,
+        "tasks/cancel",
+        json!({"taskId": running}),
+        Some("alice"),
+    )
+    .await;
+    assert_eq!(cancelled.ok()["status"], "cancelled");
+    assert_eq!(drained.await.unwrap(), 0);
 }
 
 #[tokio::test]
