@@ -198,12 +198,14 @@ impl Leasing {
                     continue;
                 }
                 Ok(Err(e)) => {
+                    crate::observe::lease_renewal_failed();
                     failures.failed(Some(&e));
                     replace = true;
                     lock(health).broken();
                     retries.next_delay()
                 }
                 Err(_) => {
+                    crate::observe::lease_renewal_failed();
                     failures.failed(None);
                     replace = true;
                     lock(health).broken();

@@ -29,7 +29,7 @@
 //! | name | type | labels | moves when |
 //! |---|---|---|---|
 //! | `mcp_tasks_created_total` | counter | | a task is stored |
-//! | `mcp_tasks_refused_total` | counter | `reason`: `rows`, `per_owner`, `shutting_down`, `extension_required`, `principal_required` | a call that would have been a task is refused (a cap, a drain, a `Required` tool called without the extension, an anonymous request under `with_require_principal`) |
+//! | `mcp_tasks_refused_total` | counter | `reason`: `rows`, `per_owner`, `shutting_down`, `extension_required`, `principal_required`, `task_required`, `task_forbidden` | a call that would have been a task is refused (a cap, a drain, a `Required` tool called without the extension, an anonymous request under `with_require_principal`; on 2025-11-25 a `required` tool called without `task`, a `forbidden` one with it) |
 //! | `mcp_tasks_finished_total` | counter | `status`: `completed`, `failed`, `cancelled` | a write of this node moves a task to a terminal status |
 //! | `mcp_tasks_notifications_sent_total` | counter | | a `notifications/tasks` event is written to a listen stream |
 //! | `mcp_tasks_notifications_coalesced_total` | counter | | a pending notification is replaced by a newer state of its task before its stream wrote it |
@@ -43,6 +43,14 @@
 //! | `mcp_tasks_lease_recovered_total` | counter | | this node fails a task held by a lease it claimed (a dead node's work) |
 //! | `mcp_tasks_leases_lost_total` | counter | | this node learns that other nodes claimed its lease (it was cut off longer than its lease) |
 //! | `mcp_tasks_held_tasks` | gauge | | this node's count of leased tasks changes, at each renewal |
+//! | `mcp_tasks_lease_renewals_failed_total` | counter | | a renewal of this node's lease fails or times out (renewals are late: past the lease, its work is failed by others) |
+//! | `mcp_tasks_listen_refused_total` | counter | `limit`: `listen_per_owner`, `listen_total`, `listen_bytes_per_owner`, `listen_bytes_total` | a listen is refused, or a stream ended, at a stream cap or a byte bound |
+//! | `mcp_tasks_max_rows` | gauge | | set once when the layer is built: the row cap (`with_max_rows`), 0 without one |
+//!
+//! Every counter exists from the moment the layer is built, at zero for each of its
+//! labels above, so that an alert on its `rate()` has a series on a fresh node.
+//! `ops/prometheus/` in the repository holds alert rules for these metrics (tested
+//! with `promtool test rules`) and a Grafana dashboard.
 //!
 //! The one histogram is recorded through the facade's `histogram!`;
 //! `metrics-exporter-prometheus` exports it as a summary (quantiles, `_sum`, `_count`)
@@ -285,6 +293,80 @@ pub(crate) fn held_tasks(was: usize, now: usize) {
     metrics::gauge!("mcp_tasks_held_tasks").increment(now as f64 - was as f64);
     #[cfg(not(feature = "metrics"))]
     let _ = (was, now);
+}
+
+/// A renewal of this node's lease failed or timed out.
+pub(crate) fn lease_renewal_failed() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_lease_renewals_failed_total").increment(1);
+}
+
+/// A listen was refused, or a stream ended, at the limit named `limit` (a fixed
+/// word: `listen_per_owner`, `listen_total`, `listen_bytes_per_owner`,
+/// `listen_bytes_total`).
+pub(crate) fn listen_refused(limit: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("mcp_tasks_listen_refused_total", "limit" => limit).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = limit;
+}
+
+/// Registers every counter at zero for each of its labels, and the caps as
+/// gauges, when a layer is built: a fresh node's `/metrics` then has a series for
+/// each alert to read.
+pub(crate) fn register(max_rows: Option<usize>) {
+    #[cfg(feature = "metrics")]
+    {
+        use metrics::{counter, gauge};
+        for name in [
+            "mcp_tasks_created_total",
+            "mcp_tasks_notifications_sent_total",
+            "mcp_tasks_notifications_coalesced_total",
+            "mcp_tasks_janitor_sweeps_total",
+            "mcp_tasks_janitor_removed_total",
+            "mcp_tasks_lease_recovered_total",
+            "mcp_tasks_leases_lost_total",
+            "mcp_tasks_lease_renewals_failed_total",
+        ] {
+            counter!(name).increment(0);
+        }
+        for reason in [
+            "rows",
+            "per_owner",
+            "shutting_down",
+            "extension_required",
+            "principal_required",
+            "task_required",
+            "task_forbidden",
+        ] {
+            counter!("mcp_tasks_refused_total", "reason" => reason).increment(0);
+        }
+        for status in ["completed", "failed", "cancelled"] {
+            counter!("mcp_tasks_finished_total", "status" => status).increment(0);
+        }
+        for op in ["create", "get", "get_many", "visible", "update"] {
+            counter!("mcp_tasks_store_errors_total", "op" => op).increment(0);
+        }
+        for limit in [
+            "listen_per_owner",
+            "listen_total",
+            "listen_bytes_per_owner",
+            "listen_bytes_total",
+        ] {
+            counter!("mcp_tasks_listen_refused_total", "limit" => limit).increment(0);
+        }
+        for name in [
+            "mcp_tasks_listen_streams",
+            "mcp_tasks_runners",
+            "mcp_tasks_workers",
+            "mcp_tasks_held_tasks",
+        ] {
+            gauge!(name).increment(0.0);
+        }
+        gauge!("mcp_tasks_max_rows").set(max_rows.unwrap_or(0) as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = max_rows;
 }
 
 /// The live things a process holds, each a gauge moved up and down by those that

@@ -115,6 +115,21 @@ async fn each_metric_moves_with_the_event_it_counts() {
     let client = server.client();
     let alice = Some("alice");
 
+    // Every counter is there from the start, at zero, with each of its labels.
+    let fresh = metrics.0.render();
+    for series in [
+        "mcp_tasks_leases_lost_total 0",
+        "mcp_tasks_lease_renewals_failed_total 0",
+        "mcp_tasks_janitor_removed_total 0",
+        "mcp_tasks_refused_total{reason=\"rows\"} 0",
+        "mcp_tasks_finished_total{status=\"failed\"} 0",
+        "mcp_tasks_store_errors_total{op=\"update\"} 0",
+        "mcp_tasks_listen_refused_total{limit=\"listen_bytes_total\"} 0",
+        "mcp_tasks_max_rows 10000",
+    ] {
+        assert!(fresh.contains(series), "{series} in {fresh}");
+    }
+
     let held = moved!(metrics, "mcp_tasks_created_total", 1, {
         client.create_task_id("work", json!({}), alice).await
     });
@@ -397,14 +412,16 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
     // Let the other node watch long enough to claim.
     tokio::time::sleep(LEASE * 3).await;
 
-    let (recovered, lost) = (
+    let (recovered, lost, late) = (
         metrics.value("mcp_tasks_lease_recovered_total"),
         metrics.value("mcp_tasks_leases_lost_total"),
+        metrics.value("mcp_tasks_lease_renewals_failed_total"),
     );
     leases.down.store(true, Ordering::Release);
     metrics
         .until("mcp_tasks_lease_recovered_total", recovered + 1.0)
         .await;
+    assert!(metrics.value("mcp_tasks_lease_renewals_failed_total") > late);
     leases.down.store(false, Ordering::Release);
     metrics
         .until("mcp_tasks_leases_lost_total", lost + 1.0)

@@ -132,6 +132,7 @@ impl TasksLayerBuilder {
         }
         let janitor = self.config.janitor;
         let enabled = self.config.enabled;
+        crate::observe::register(self.config.max_rows);
         let leasing = match self.lease_bound {
             Some(bound) => self
                 .lease_store

@@ -510,6 +510,7 @@ impl Slot {
             limit = limit.as_str(),
             "listen stream ended: its reader fell behind by more bytes than the bound allows"
         );
+        crate::observe::listen_refused(limit.as_str());
         if let Some(waker) = waker {
             waker.wake();
         }

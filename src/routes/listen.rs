@@ -115,6 +115,7 @@ where
                 limit = limit.as_str(),
                 "listen refused: too many listen streams"
             );
+            observe::listen_refused(limit.as_str());
             let refused = RpcError::internal("Too many listen streams")
                 .with_data(json!({"limit": limit.as_str()}));
             return Ok(reply(refused, id));
@@ -285,6 +286,7 @@ fn too_many_bytes<B>(limit: ByteLimit, id: Option<&Value>) -> Response<ResponseB
         limit = limit.as_str(),
         "listen refused: the principal's listen streams hold too many bytes"
     );
+    observe::listen_refused(limit.as_str());
     let refused =
         RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
     reply(refused, id)

@@ -28,6 +28,13 @@ impl PostgresStore {
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
+        // `CREATE … IF NOT EXISTS` on a schema that is there already makes a NOTICE
+        // per statement, which the driver logs: a start that changes nothing says
+        // nothing.
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::backend)?;
         sqlx::query(inner.sql.lock.clone())
             .bind(inner.lock_key)
             .bind(i32::MIN)
