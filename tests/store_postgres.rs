@@ -530,3 +530,23 @@ async fn a_store_says_once_which_server_and_table_it_keeps_tasks_on() {
     assert!(said[0].contains("server=postgres://"), "{}", said[0]);
     assert!(!said[0].contains("password"), "{}", said[0]);
 }
+
+/// A start on a schema that is there already logs nothing: the `IF NOT EXISTS`
+/// statements' notices stay in the database.
+#[tokio::test(flavor = "current_thread")]
+async fn migrate_on_an_existing_schema_logs_nothing() {
+    let Some(store) = scratch().await else {
+        return;
+    };
+    let (logged, _guard) = Logged::capture(tracing::Level::INFO);
+    store
+        .store()
+        .migrate()
+        .await
+        .expect("a second run changes nothing");
+    let text = logged.text();
+    assert!(
+        !text.contains("NOTICE") && !text.contains("already exists"),
+        "{text}"
+    );
+}
