@@ -187,6 +187,11 @@ where
             }
             match route {
                 HeaderRoute::Passthrough => {}
+                HeaderRoute::DuplicateMethod => {
+                    let refused = RpcError::header_mismatch("Duplicate Mcp-Method header");
+                    let response = reply(refused, None);
+                    return ResponseFuture::owned(Box::pin(std::future::ready(Ok(response))));
+                }
                 // An earlier revision's request is read too: any may be about tasks
                 // (a `tools/call` with `task`, `tasks/*`, an answer to a question).
                 HeaderRoute::Legacy | HeaderRoute::Inspect => {

@@ -609,3 +609,29 @@ async fn a_legacy_task_outcome_is_refused_with_the_request_id() {
     assert_eq!(reply.code(), Some(-32603));
     assert_eq!(reply.json["id"], 77);
 }
+
+#[tokio::test]
+async fn a_duplicate_mcp_method_is_refused_the_same_way_whichever_comes_first() {
+    let server = Server::standard().await;
+    let client = server.client();
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}});
+    for (first, second) in [("tasks/get", "tools/list"), ("tools/list", "tasks/get")] {
+        let request = Request::post("/mcp")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", first)
+            .header("mcp-method", second)
+            .body(Frames::full(Bytes::from(body.to_string())))
+            .unwrap();
+        let reply = client.send(request).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{first}, {second}: {}",
+            reply.text()
+        );
+        assert_eq!(reply.code(), Some(-32020), "{}", reply.text());
+    }
+    assert_eq!(server.inner.request_count(), 0);
+}

@@ -53,6 +53,9 @@ pub(crate) enum HeaderRoute {
     /// The body must be read, and `Mcp-Method` names a `tasks/*` method, which the
     /// layer answers itself when the body agrees.
     Tasks,
+    /// `Mcp-Method` appears more than once: refused (-32020) before anything is
+    /// read, whatever the values name.
+    DuplicateMethod,
 }
 
 /// Decides from headers only, without touching the body.
@@ -65,7 +68,11 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
     if method != http::Method::POST {
         return HeaderRoute::Passthrough;
     }
-    if let Some(m) = headers.get(MCP_METHOD) {
+    let mut methods = headers.get_all(MCP_METHOD).iter();
+    if let Some(m) = methods.next() {
+        if methods.next().is_some() {
+            return HeaderRoute::DuplicateMethod;
+        }
         let m = m.as_bytes().trim_ascii();
         return match owns(m) {
             true if m.starts_with(b"tasks/") => HeaderRoute::Tasks,
@@ -189,6 +196,17 @@ mod tests {
             h.insert(*k, HeaderValue::from_str(v).unwrap());
         }
         h
+    }
+
+    #[test]
+    fn a_second_mcp_method_is_refused_whatever_either_names() {
+        let post = http::Method::POST;
+        for (first, second) in [("tools/list", "tasks/get"), ("tasks/get", "tools/list")] {
+            let mut h = HeaderMap::new();
+            h.append(MCP_METHOD, HeaderValue::from_static(first));
+            h.append(MCP_METHOD, HeaderValue::from_static(second));
+            assert_eq!(route_by_headers(&post, &h), HeaderRoute::DuplicateMethod);
+        }
     }
 
     #[test]
