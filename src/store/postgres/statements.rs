@@ -63,9 +63,12 @@ pub(super) struct Statements {
 
 impl Statements {
     pub(super) fn new(table: &str) -> Self {
-        let prune = |filter: &str| {
+        let prune = |filter: &str, order: &str, skip: &str| {
             sql(
-                include_str!("sql/prune.sql").replace("{filter}", filter),
+                include_str!("sql/prune.sql")
+                    .replace("{filter}", filter)
+                    .replace("{order}", order)
+                    .replace("{skip}", skip),
                 table,
             )
         };
@@ -83,9 +86,9 @@ impl Statements {
             lock_counts: one(include_str!("sql/lock_counts.sql"), table),
             uncount: one(include_str!("sql/uncount.sql"), table),
             drop_empty: one(include_str!("sql/drop_empty.sql"), table),
-            prune_all: prune("true"),
-            prune_owner: prune("owner = $4"),
-            prune_unowned: prune("owner IS NULL"),
+            prune_all: prune("true", "", "SKIP LOCKED"),
+            prune_owner: prune("owner = $4", "ORDER BY id", ""),
+            prune_unowned: prune("owner IS NULL", "ORDER BY id", ""),
             visible: one(include_str!("sql/visible.sql"), table),
             select_many: one(include_str!("sql/select_many.sql"), table),
             select_within: one(include_str!("sql/select_within.sql"), table),

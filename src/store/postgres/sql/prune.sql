@@ -1,5 +1,10 @@
 -- Rows a sweep at `now` removes: expired, or retired at or before the
--- retention cutoff ($2, the retention in milliseconds; NULL: none).
+-- retention cutoff ($2, the retention in milliseconds; NULL: none). Rows are
+-- locked before they are deleted, so that two prunes of the same rows (the
+-- janitor's sweep and a full create making room) never wait on each other in
+-- opposite orders: the sweep of the whole table skips rows another prune
+-- holds (that one deletes them), and an owner's prune takes its rows in id
+-- order, waiting for a prune that holds them.
 WITH clock AS (SELECT COALESCE($1::bigint,
     floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now), gone AS (
     DELETE FROM "{table}" WHERE id IN (
@@ -7,7 +12,7 @@ WITH clock AS (SELECT COALESCE($1::bigint,
         AND (expires_at <= (SELECT now FROM clock)
              OR ($2::bigint IS NOT NULL AND retired_at <=
                  GREATEST((SELECT now FROM clock) - $2::bigint, 0)))
-        LIMIT $3)
+        {order} LIMIT $3 FOR UPDATE {skip})
     RETURNING shard, owner, owner_shard)
 SELECT scope, shard, count(*) FROM (
     SELECT '\x00'::bytea AS scope, shard FROM gone
