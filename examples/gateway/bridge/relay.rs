@@ -356,13 +356,15 @@ impl Relay {
         response
     }
 
-    /// The upstream's response as the client's.
+    /// The upstream's response as the client's: the 2026-07-28 fields, the cache
+    /// hints a cacheable result needs, and no legacy task support on tools.
     fn modern_response(&self, message: Map<String, Value>) -> Value {
         let mut message = wire::to_modern_response(message, &self.client.id, &self.server_info);
-        if self.client.method == "tools/list"
-            && let Some(Value::Object(result)) = message.get_mut("result")
-        {
-            wire::drop_legacy_task_support(result);
+        if let Some(Value::Object(result)) = message.get_mut("result") {
+            wire::add_cache_hints(&self.client.method, result);
+            if self.client.method == "tools/list" {
+                wire::drop_legacy_task_support(result);
+            }
         }
         Value::Object(message)
     }

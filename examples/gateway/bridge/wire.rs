@@ -41,6 +41,17 @@ const LOG_LEVELS: [&str; 8] = [
 /// How long a client may keep the derived `server/discover` result.
 const DISCOVER_TTL_MS: u64 = 60_000;
 
+/// The methods whose 2026-07-28 results carry the cache hints `ttlMs` and
+/// `cacheScope` (the schema's `CacheableResult`; `server/discover` is answered by
+/// the bridge itself).
+const CACHEABLE_METHODS: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
 /// One event of a Server-Sent Events stream that matters to the bridge.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Event {
@@ -193,6 +204,22 @@ pub(crate) fn to_modern_response(
         }
     }
     message
+}
+
+/// Gives a cacheable result of the upstream the cache hints 2026-07-28 requires of
+/// it, unless it has them: `ttlMs` 0 (stale at once) and `cacheScope` `"private"`.
+/// An older revision says nothing of caching; its lists change (and the bridge
+/// relays no list changes), and they depend on the session's declared
+/// capabilities (server-everything lists its sampling tool only to a client that
+/// declared sampling), so nothing may be reused, nor shared between users.
+pub(crate) fn add_cache_hints(method: &str, result: &mut Map<String, Value>) {
+    if !CACHEABLE_METHODS.contains(&method) {
+        return;
+    }
+    result.entry("ttlMs").or_insert_with(|| 0.into());
+    result
+        .entry("cacheScope")
+        .or_insert_with(|| "private".into());
 }
 
 /// Drops the 2025-11-25 `execution.taskSupport` of each tool in a `tools/list`
@@ -497,6 +524,24 @@ mod tests {
         assert!(relayed_notification(log("info"), &wants).is_none());
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
         assert!(relayed_notification(changed, &wants).is_none());
+    }
+
+    #[test]
+    fn cacheable_results_gain_cache_hints_and_keep_their_own() {
+        let mut list = json!({"tools": []}).as_object().cloned().unwrap();
+        add_cache_hints("tools/list", &mut list);
+        assert_eq!(list["ttlMs"], 0);
+        assert_eq!(list["cacheScope"], "private");
+        let mut read = json!({"contents": [], "ttlMs": 5000, "cacheScope": "public"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        add_cache_hints("resources/read", &mut read);
+        assert_eq!(read["ttlMs"], 5000);
+        assert_eq!(read["cacheScope"], "public");
+        let mut call = json!({"content": []}).as_object().cloned().unwrap();
+        add_cache_hints("tools/call", &mut call);
+        assert!(!call.contains_key("ttlMs") && !call.contains_key("cacheScope"));
     }
 
     #[test]
