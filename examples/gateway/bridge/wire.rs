@@ -41,6 +41,16 @@ const LOG_LEVELS: [&str; 8] = [
 /// How long a client may keep the derived `server/discover` result.
 const DISCOVER_TTL_MS: u64 = 60_000;
 
+/// The server-to-client requests the bridge relays to a client (as MRTR input
+/// requests), each with the client capability it needs. That name is also the
+/// request's key among the result's `inputRequests`, and what an upstream session
+/// declares in `initialize` for a client that declared it.
+pub(crate) const RELAYED_QUESTIONS: [(&str, &str); 3] = [
+    ("elicitation/create", "elicitation"),
+    ("sampling/createMessage", "sampling"),
+    ("roots/list", "roots"),
+];
+
 /// The methods whose 2026-07-28 results carry the cache hints `ttlMs` and
 /// `cacheScope` (the schema's `CacheableResult`; `server/discover` is answered by
 /// the bridge itself).
@@ -248,14 +258,74 @@ pub(crate) fn error_code(message: &Value) -> Option<i64> {
     message.get("error")?.get("code")?.as_i64()
 }
 
-/// The `initialize` request the bridge opens a session with. It declares form
-/// elicitation only: that is the one server-to-client request it relays.
-pub(crate) fn initialize_request(id: u64, name: &str, version: &str) -> Value {
+/// The `initialize` request the bridge opens a session with, declaring
+/// `capabilities` (see [`relayed_capabilities`]).
+pub(crate) fn initialize_request(
+    id: u64,
+    name: &str,
+    version: &str,
+    capabilities: &Value,
+) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
         "protocolVersion": BRIDGED_VERSIONS[0],
-        "capabilities": {"elicitation": {}},
+        "capabilities": capabilities,
         "clientInfo": {"name": name, "version": version},
     }})
+}
+
+/// The capabilities a 2026-07-28 request's `_meta` declares for the requests the
+/// bridge relays (`elicitation`, `sampling`, `roots`), as declared: what its
+/// upstream session declares in `initialize`, so that the upstream offers that
+/// client what it can answer (and asks nothing it cannot). `{}` when it declares
+/// none of them.
+pub(crate) fn relayed_capabilities(message: &Map<String, Value>) -> Value {
+    let declared =
+        &message.get("params").unwrap_or(&Value::Null)["_meta"][META_CLIENT_CAPABILITIES];
+    let relayed = RELAYED_QUESTIONS
+        .iter()
+        .filter_map(|(_, capability)| {
+            let settings = declared.get(capability).filter(|s| s.is_object())?;
+            Some(((*capability).to_owned(), settings.clone()))
+        })
+        .collect();
+    Value::Object(relayed)
+}
+
+/// `value` as JSON text with every object's keys sorted, so that equal values
+/// (whatever their key order) write the same.
+pub(crate) fn canonical(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(key.as_str()).to_string());
+                    out.push(':');
+                    write(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
 }
 
 /// The `server/discover` request that tells a 2026-07-28 upstream from an older one.
@@ -328,16 +398,33 @@ pub(crate) struct Wants {
     pub(crate) log_level: Option<usize>,
     /// It declared the `elicitation` capability.
     pub(crate) elicitation: bool,
+    /// It declared the `sampling` capability.
+    pub(crate) sampling: bool,
+    /// It declared the `roots` capability.
+    pub(crate) roots: bool,
 }
 
 impl Wants {
     /// What the request `message` asked for in its `_meta`.
     pub(crate) fn of(message: &Map<String, Value>) -> Wants {
         let meta = &message.get("params").unwrap_or(&Value::Null)["_meta"];
+        let declared = |capability: &str| meta[META_CLIENT_CAPABILITIES][capability].is_object();
         Wants {
             progress_token: meta.get("progressToken").cloned(),
             log_level: meta[META_LOG_LEVEL].as_str().and_then(log_level),
-            elicitation: meta[META_CLIENT_CAPABILITIES]["elicitation"].is_object(),
+            elicitation: declared("elicitation"),
+            sampling: declared("sampling"),
+            roots: declared("roots"),
+        }
+    }
+
+    /// Whether the request declared `capability`.
+    pub(crate) fn declared(&self, capability: &str) -> bool {
+        match capability {
+            "elicitation" => self.elicitation,
+            "sampling" => self.sampling,
+            "roots" => self.roots,
+            _ => false,
         }
     }
 }
@@ -366,6 +453,15 @@ pub(crate) fn relayed_notification(mut message: Value, wants: &Wants) -> Option<
             (level >= wanted).then_some(message)
         }
         _ => None,
+    }
+}
+
+/// A request of the upstream as an MRTR input request (`{method, params}`, without
+/// `jsonrpc` and `id`): its `params` only when it has some (`roots/list` may not).
+pub(crate) fn input_request(method: &str, params: Option<Value>) -> Value {
+    match params {
+        Some(params) if !params.is_null() => json!({"method": method, "params": params}),
+        _ => json!({"method": method}),
     }
 }
 
@@ -542,6 +638,51 @@ mod tests {
         let mut call = json!({"content": []}).as_object().cloned().unwrap();
         add_cache_hints("tools/call", &mut call);
         assert!(!call.contains_key("ttlMs") && !call.contains_key("cacheScope"));
+    }
+
+    #[test]
+    fn the_relayed_capabilities_are_those_the_client_declared() {
+        let Value::Object(request) = json!({"params": {"_meta": {META_CLIENT_CAPABILITIES: {
+            "roots": {"listChanged": true}, "sampling": {}, "elicitation": {"form": {}},
+            "extensions": {"io.modelcontextprotocol/tasks": {}}, "experimental": {}}}}})
+        else {
+            unreachable!()
+        };
+        let relayed = relayed_capabilities(&request);
+        assert_eq!(
+            relayed,
+            json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {"form": {}}})
+        );
+        let Value::Object(bare) = json!({"params": {}}) else {
+            unreachable!()
+        };
+        assert_eq!(relayed_capabilities(&bare), json!({}));
+        let wants = Wants::of(&request);
+        assert!(wants.declared("sampling") && wants.declared("roots"));
+        assert!(!wants.declared("extensions"));
+        // Equal declarations in another key order are told apart by nothing.
+        let reordered =
+            json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}});
+        assert_eq!(canonical(&relayed), canonical(&reordered));
+        assert_ne!(canonical(&json!({"a": 1})), canonical(&json!({"a": "1"})));
+        assert_eq!(
+            canonical(&json!([{"b": 1, "a": [2, null]}])),
+            r#"[{"a":[2,null],"b":1}]"#
+        );
+    }
+
+    #[test]
+    fn an_input_request_has_params_only_when_the_upstream_sent_some() {
+        assert_eq!(
+            input_request("roots/list", None),
+            json!({"method": "roots/list"})
+        );
+        assert_eq!(
+            input_request("roots/list", Some(Value::Null)),
+            json!({"method": "roots/list"})
+        );
+        let sampling = input_request("sampling/createMessage", Some(json!({"maxTokens": 5})));
+        assert_eq!(sampling["params"]["maxTokens"], 5);
     }
 
     #[test]
