@@ -814,6 +814,20 @@ fn tool_names(result: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Sends the client's `notifications/cancelled` for `request_id`, as `principal`;
+/// the gateway takes a notification with HTTP 202.
+async fn send_cancelled(client: &Client, request_id: Value, principal: Option<&str>) {
+    let message = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+        "requestId": request_id, "reason": "changed my mind", "_meta": declaring(json!({}))}});
+    let reply = client
+        .request("notifications/cancelled")
+        .raw_body(message.to_string())
+        .principal_opt(principal)
+        .send()
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+}
+
 /// A long upstream call without the extension (so not a task), made in the
 /// background with the client's id `id`; resolves to its whole reply.
 fn call_in_background(
@@ -1031,4 +1045,75 @@ async fn anonymous_callers_never_share_a_session() {
     // when the gateway learnt the upstream's era).
     let initialize = stack.recorder.seen_method("initialize");
     assert_eq!(initialize.len(), 3, "{initialize:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_reaches_only_the_callers_own_request() {
+    let Some(stack) = Stack::start().await else {
+        return;
+    };
+    let client = stack.client();
+    let cancelled = |upstream_id: &Value| {
+        stack
+            .recorder
+            .seen_method("notifications/cancelled")
+            .into_iter()
+            .filter(|s| s.message["params"]["requestId"] == *upstream_id)
+            .collect::<Vec<_>>()
+    };
+
+    // An anonymous call, and another anonymous caller that names it, by the
+    // client's id and by the upstream's: neither reaches the upstream.
+    let theirs = call_in_background(&client, json!(1), 2, None);
+    let call = stack
+        .recorder
+        .until_seen("the anonymous call upstream", |s| {
+            s.message["method"] == "tools/call"
+        })
+        .await;
+    let upstream_id = call.message["id"].clone();
+    send_cancelled(&client, json!(1), None).await;
+    send_cancelled(&client, upstream_id.clone(), None).await;
+    assert_eq!(
+        stack.recorder.seen_method("notifications/cancelled").len(),
+        0,
+        "{:?}",
+        stack.recorder.seen_method("notifications/cancelled")
+    );
+    let reply = wait::within("the anonymous call", theirs).await.unwrap();
+    assert!(
+        texts(reply.ok()).starts_with("Long running operation completed"),
+        "{}",
+        reply.text()
+    );
+
+    // Alice's call: bob naming it, by her id or by the upstream's, cancels nothing.
+    let alices = call_in_background(&client, json!("alice-call"), 30, ALICE);
+    let call = stack
+        .recorder
+        .until_seen("alice's call upstream", |s| {
+            s.message["method"] == "tools/call" && s.message["id"] != upstream_id
+        })
+        .await;
+    let alice_id = call.message["id"].clone();
+    send_cancelled(&client, json!("alice-call"), Some("bob")).await;
+    send_cancelled(&client, alice_id.clone(), Some("bob")).await;
+    assert!(
+        cancelled(&alice_id).is_empty(),
+        "{:?}",
+        cancelled(&alice_id)
+    );
+
+    // Alice's own cancellation goes upstream under the id the upstream knows, on
+    // her call's session.
+    send_cancelled(&client, json!("alice-call"), ALICE).await;
+    let sent = stack
+        .recorder
+        .until_seen("alice's cancellation upstream", |s| {
+            s.message["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(sent.message["params"]["requestId"], alice_id, "{:?}", sent);
+    assert_eq!(sent.session, call.session);
+    alices.abort();
 }

@@ -23,12 +23,14 @@
 //!   on the same session while the request is still open ([`relay`]). `ping` is
 //!   answered; any other server-to-client request gets a JSON-RPC error;
 //! - a client that leaves (or a task cancelled) sends `notifications/cancelled`
-//!   upstream for the request.
+//!   upstream for the request; a client's own `notifications/cancelled` reaches
+//!   only its principal's request, under the bridge's id ([`cancel`]).
 //!
 //! Requests of the older era itself (a session id, an older `MCP-Protocol-Version`,
 //! or no `_meta` and no version header), and every `GET` or `DELETE`, pass to the
 //! proxy untouched whatever the upstream speaks.
 
+mod cancel;
 mod relay;
 mod session;
 mod upstream;

@@ -6,7 +6,8 @@
 //! upstream request stays open; the client's retry carries the answer, which goes
 //! upstream as the JSON-RPC response to the question, and the retry is answered
 //! from the rest of the same stream. A client's notification goes on its
-//! principal's session.
+//! principal's session; its `notifications/cancelled` names its own request, and
+//! is translated to the bridge's id of it upstream ([`cancel`](super::cancel)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use mcp_tasks::wire::RpcError;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::cancel::Registered;
 use super::session::{Capabilities, Owner, SessionError};
 use super::upstream::{self, InFlight, MAX_MESSAGE_BYTES, params};
 use super::wire::{self, Event, Events, Kind, Wants};
@@ -89,6 +91,8 @@ struct Relay {
     delivery: Option<Delivery>,
     /// Whether that head reached the client.
     delivered: watch::Receiver<bool>,
+    /// The request, noted for its principal's cancellations while it runs upstream.
+    registered: Option<Registered>,
 }
 
 /// The next thing for the client.
@@ -146,6 +150,7 @@ pub(crate) async fn bridge(
         server_info: legacy.server_info.clone(),
         delivery: Some(delivery),
         delivered,
+        registered: None,
     };
     let state = params(&message)
         .and_then(|p| p.get("requestState"))
@@ -184,6 +189,7 @@ async fn send(
     let mut inflight = InFlight::new(shared.upstream.clone(), lease, id, headers);
     let mut renewed = false;
     loop {
+        relay.register(&inflight);
         let response = shared
             .upstream
             .post(inflight.headers.clone(), &request)
@@ -249,6 +255,7 @@ async fn resume(
     };
     let headers = up.inflight.lease.session.headers(base);
     let reply = json!({"jsonrpc": "2.0", "id": question, "result": answer});
+    relay.register(&up.inflight);
     relay.up = Some(up);
     let response = relay.shared.upstream.post(headers, &reply).await;
     if !response.status().is_success() {
@@ -265,9 +272,11 @@ async fn resume(
     respond(relay).await
 }
 
-/// A notification of the client, sent on the principal's session for what it
-/// declared (an anonymous caller's is dropped: its sessions end with its
-/// requests).
+/// A notification of the client. `notifications/cancelled` cancels the
+/// principal's own request it names, under the bridge's id for it on its session
+/// (an anonymous caller's, or one naming no request of the principal in flight,
+/// is dropped); any other goes on the principal's session for what it declared
+/// (an anonymous caller's is dropped: its sessions end with its requests).
 async fn notify(
     shared: &Shared,
     owner: &Owner,
@@ -276,8 +285,21 @@ async fn notify(
     message: Map<String, Value>,
 ) -> Response<ProxyBody> {
     let method = message.get("method").and_then(Value::as_str).unwrap_or("");
-    if owner.is_none() {
+    let Some(principal) = owner else {
         tracing::debug!(%method, "dropping a notification of an anonymous caller");
+        return accepted();
+    };
+    if method == "notifications/cancelled" {
+        let named = params(&message)
+            .and_then(|p| p.get("requestId"))
+            .unwrap_or(&Value::Null);
+        let running = shared.sessions.calls.running(principal, named);
+        if running.is_empty() {
+            tracing::debug!(request = %named, "a cancellation names no request in flight");
+        }
+        for (id, headers) in running {
+            shared.upstream.cancel(headers, id).await;
+        }
         return accepted();
     }
     let message = Value::Object(wire::to_legacy_request(message, None));
@@ -379,6 +401,22 @@ impl Relay {
             response.extensions_mut().insert(delivery);
         }
         response
+    }
+
+    /// Notes the request (sent upstream as `inflight`) for its principal's
+    /// cancellations, in place of what was noted before; an anonymous caller's
+    /// requests are not noted.
+    fn register(&mut self, inflight: &InFlight) {
+        self.registered = None;
+        if let Some(principal) = &self.client.owner {
+            self.registered = Some(self.shared.sessions.calls.register(
+                principal.clone(),
+                &self.client.id,
+                inflight.id,
+                inflight.headers.clone(),
+                self.delivered.clone(),
+            ));
+        }
     }
 
     /// The upstream's response as the client's: the 2026-07-28 fields, the cache
@@ -499,8 +537,10 @@ impl Relay {
 
     /// Holds the request open upstream and returns the `input_required` result
     /// that puts `request` (the question under the upstream's id `question`) to the
-    /// client under `key`.
+    /// client under `key`. The client's request is answered with it, so nothing
+    /// of the client's names the upstream request until a retry takes it back.
     fn park(&mut self, question: Value, key: &'static str, request: Value) -> (Value, StatusCode) {
+        self.registered = None;
         let Some(up) = self.up.take() else {
             let fail = self.fail("The request is no longer open upstream");
             let Next::Answer(message, status) = fail else {

@@ -5,7 +5,7 @@
 //! one, opened again when the upstream forgot them, closed (`DELETE`) after an idle
 //! time. An anonymous request gets a session of its own, closed when the request
 //! ends (its question answered, if it asked one): nothing tells two anonymous
-//! callers apart, so no session may pass between them.
+//! callers apart, so no session, and no cancellation, may pass between them.
 //! Their number is bounded: a new principal (or anonymous request) takes the
 //! place of the session idle longest, and is refused when every session has a
 //! request in flight.
@@ -22,6 +22,7 @@ use mcp_tasks::Principal;
 use mcp_tasks::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use serde_json::{Value, json};
 
+use super::cancel::Calls;
 use super::upstream::{Exchanged, Upstream};
 use super::wire;
 use crate::proxy::ProxyBody;
@@ -300,7 +301,7 @@ impl Drop for Claim {
     }
 }
 
-/// Every upstream session.
+/// Every upstream session, and the requests running on them.
 #[derive(Debug)]
 pub(crate) struct Sessions {
     upstream: Arc<Upstream>,
@@ -308,6 +309,8 @@ pub(crate) struct Sessions {
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     /// The anonymous requests' own sessions open (or being opened) now.
     own: Arc<AtomicUsize>,
+    /// The principals' requests in flight, for their clients' cancellations.
+    pub(crate) calls: Calls,
     max: usize,
     idle: Duration,
 }
@@ -318,6 +321,7 @@ impl Sessions {
             upstream,
             slots: Mutex::default(),
             own: Arc::default(),
+            calls: Calls::default(),
             max: max.max(1),
             idle,
         }
