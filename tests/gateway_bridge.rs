@@ -795,3 +795,325 @@ async fn a_client_of_the_older_revision_passes_through_untouched() {
     );
     assert!(!session.is_empty());
 }
+
+/// The `_meta` of a 2026-07-28 request that declares `capabilities`.
+fn declaring(capabilities: Value) -> Value {
+    json!({META_PROTOCOL_VERSION: PROTOCOL_VERSION, META_CLIENT_CAPABILITIES: capabilities})
+}
+
+/// The names of the tools of a `tools/list` result.
+fn tool_names(result: &Value) -> Vec<String> {
+    result["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sends the client's `notifications/cancelled` for `request_id`, as `principal`;
+/// the gateway takes a notification with HTTP 202.
+async fn send_cancelled(client: &Client, request_id: Value, principal: Option<&str>) {
+    let message = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {
+        "requestId": request_id, "reason": "changed my mind", "_meta": declaring(json!({}))}});
+    let reply = client
+        .request("notifications/cancelled")
+        .raw_body(message.to_string())
+        .principal_opt(principal)
+        .send()
+        .await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+}
+
+/// A long upstream call without the extension (so not a task), made in the
+/// background with the client's id `id`; resolves to its whole reply.
+fn call_in_background(
+    client: &Client,
+    id: Value,
+    seconds: u64,
+    principal: Option<&str>,
+) -> tokio::task::JoinHandle<support::http::Reply> {
+    let client = client.clone();
+    let principal = principal.map(str::to_owned);
+    tokio::spawn(async move {
+        client
+            .request("tools/call")
+            .id(id)
+            .params(json!({"name": "trigger-long-running-operation",
+                "arguments": {"duration": seconds, "steps": 1}}))
+            .declare(false)
+            .principal_opt(principal.as_deref())
+            .send()
+            .await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_capabilities_reach_the_upstream_initialize() {
+    let Some(stack) = Stack::start().await else {
+        return;
+    };
+    let client = stack.client();
+    let list = |capabilities: Value| {
+        client
+            .request("tools/list")
+            .meta(declaring(capabilities))
+            .principal("alice")
+            .send()
+    };
+
+    // Sampling and elicitation declared (the extension stays with the gateway): the
+    // upstream offers the tools that ask for them.
+    let declared = json!({"sampling": {}, "elicitation": {"form": {}}});
+    let mut with_extension = declared.clone();
+    with_extension["extensions"] = json!({EXTENSION_ID: {}});
+    let asking = list(with_extension).await;
+    let tools = tool_names(asking.ok());
+    assert!(
+        tools.iter().any(|t| t == "trigger-sampling-request"),
+        "{}",
+        asking.text()
+    );
+    assert!(tools.iter().any(|t| t == "trigger-elicitation-request"));
+    // A 2026-07-28 list result carries cache hints: stale at once, never shared.
+    assert_eq!(asking.ok()["ttlMs"], 0, "{}", asking.text());
+    assert_eq!(asking.ok()["cacheScope"], "private");
+
+    // Nothing declared: another session, on which the upstream asks for nothing.
+    let plain = list(json!({})).await;
+    let tools = tool_names(plain.ok());
+    assert!(tools.iter().any(|t| t == "echo"), "{}", plain.text());
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t == "trigger-sampling-request" || t == "trigger-elicitation-request"),
+        "{}",
+        plain.text()
+    );
+
+    // The upstream's initialize declared what each client declared, and nothing of
+    // the extension.
+    let initialize = stack.recorder.seen_method("initialize");
+    let capabilities: Vec<&Value> = initialize
+        .iter()
+        .map(|s| &s.message["params"]["capabilities"])
+        .collect();
+    assert!(capabilities.contains(&&declared), "{capabilities:?}");
+    assert!(capabilities.contains(&&json!({})), "{capabilities:?}");
+    let lists = stack.recorder.seen_method("tools/list");
+    assert_eq!(lists.len(), 2);
+    assert_ne!(lists[0].session, lists[1].session);
+
+    // The same declaration (in another key order) finds the same session.
+    let again = list(json!({"elicitation": {"form": {}}, "sampling": {}})).await;
+    assert!(
+        tool_names(again.ok())
+            .iter()
+            .any(|t| t == "trigger-sampling-request")
+    );
+    assert_eq!(
+        stack.recorder.seen_method("initialize").len(),
+        initialize.len()
+    );
+    let lists = stack.recorder.seen_method("tools/list");
+    assert_eq!(lists[2].session, lists[0].session);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_sampling_request_is_relayed_to_a_client_that_declared_it() {
+    let Some(stack) = Stack::start().await else {
+        return;
+    };
+    let client = stack.client();
+    let arguments = json!({"prompt": "The capital of France?", "maxTokens": 20});
+    let answer = json!({"role": "assistant", "content": {"type": "text", "text": "Paris"},
+        "model": "test-model", "stopReason": "endTurn"});
+
+    // Without the extension: an MRTR round, answered by the retry.
+    let call = |params: Value| {
+        client
+            .request("tools/call")
+            .params(params)
+            .meta(declaring(json!({"sampling": {}})))
+            .principal("alice")
+            .send()
+    };
+    let asked = call(json!({"name": "trigger-sampling-request", "arguments": arguments})).await;
+    let round = asked.ok();
+    assert_eq!(round["resultType"], "input_required", "{}", asked.text());
+    let question = &round["inputRequests"]["sampling"];
+    assert_eq!(question["method"], "sampling/createMessage", "{round}");
+    assert_eq!(question["params"]["maxTokens"], 20);
+    let state = round["requestState"].as_str().unwrap().to_owned();
+    let retry = call(
+        json!({"name": "trigger-sampling-request", "arguments": arguments,
+        "requestState": state, "inputResponses": {"sampling": answer}}),
+    )
+    .await;
+    let result = retry.ok();
+    assert_eq!(result["resultType"], "complete", "{}", retry.text());
+    assert!(texts(result).contains("test-model"), "{}", retry.text());
+    // The answer went upstream as the JSON-RPC response to the sampling request.
+    let reply = stack
+        .recorder
+        .until_seen("the sampling answer upstream", |s| {
+            s.message["result"]["model"] == "test-model"
+        })
+        .await;
+    assert_eq!(
+        reply.session,
+        stack.recorder.call_of("trigger-sampling-request").session
+    );
+
+    // With the extension: the task's input request, answered with tasks/update.
+    let mut meta = declaring(json!({"sampling": {}, "extensions": {EXTENSION_ID: {}}}));
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "t", "version": "1"});
+    let created = client
+        .request("tools/call")
+        .params(json!({"name": "trigger-sampling-request", "arguments": arguments}))
+        .meta(meta)
+        .principal("alice")
+        .send()
+        .await;
+    assert_eq!(created.ok()["resultType"], "task", "{}", created.text());
+    let id = created.ok()["taskId"].as_str().unwrap().to_owned();
+    let asking = client.wait_for_status(&id, ALICE, "input_required").await;
+    let requests = asking["inputRequests"].as_object().unwrap();
+    assert_eq!(
+        requests.keys().collect::<Vec<_>>(),
+        ["r1.sampling"],
+        "{asking}"
+    );
+    assert_eq!(requests["r1.sampling"]["method"], "sampling/createMessage");
+    let ack = client
+        .update(&id, json!({"r1.sampling": answer}), ALICE)
+        .await;
+    assert_eq!(ack.ok()["resultType"], "complete", "{}", ack.text());
+    let done = client.wait_for_status(&id, ALICE, "completed").await;
+    assert!(texts(&done["result"]).contains("test-model"), "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_callers_never_share_a_session() {
+    let Some(stack) = Stack::start().await else {
+        return;
+    };
+    let client = stack.client();
+    // One anonymous caller's long call, and another's short one meanwhile.
+    let long = call_in_background(&client, json!("long"), 2, None);
+    let first = stack
+        .recorder
+        .until_seen("the long call upstream", |s| {
+            s.message["params"]["name"] == "trigger-long-running-operation"
+        })
+        .await;
+    assert!(first.session.is_some());
+    let echo = client
+        .call_tool("echo", json!({"message": "mine"}), false, None)
+        .await;
+    assert_eq!(texts(echo.ok()), "Echo: mine", "{}", echo.text());
+    let second = stack.recorder.call_of("echo");
+    assert!(second.session.is_some());
+    assert_ne!(
+        second.session, first.session,
+        "two anonymous callers shared a session"
+    );
+    // Each session is closed once its request ended: the short one's at once, while
+    // the long one still runs.
+    stack
+        .recorder
+        .until_seen("the short call's session closed", |s| {
+            s.http_method == "DELETE" && s.session == second.session
+        })
+        .await;
+    let reply = wait::within("the long call", long).await.unwrap();
+    assert!(
+        texts(reply.ok()).starts_with("Long running operation completed"),
+        "{}",
+        reply.text()
+    );
+    stack
+        .recorder
+        .until_seen("the long call's session closed", |s| {
+            s.http_method == "DELETE" && s.session == first.session
+        })
+        .await;
+    // Each session was opened for its own request (and one more, closed at once,
+    // when the gateway learnt the upstream's era).
+    let initialize = stack.recorder.seen_method("initialize");
+    assert_eq!(initialize.len(), 3, "{initialize:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_reaches_only_the_callers_own_request() {
+    let Some(stack) = Stack::start().await else {
+        return;
+    };
+    let client = stack.client();
+    let cancelled = |upstream_id: &Value| {
+        stack
+            .recorder
+            .seen_method("notifications/cancelled")
+            .into_iter()
+            .filter(|s| s.message["params"]["requestId"] == *upstream_id)
+            .collect::<Vec<_>>()
+    };
+
+    // An anonymous call, and another anonymous caller that names it, by the
+    // client's id and by the upstream's: neither reaches the upstream.
+    let theirs = call_in_background(&client, json!(1), 2, None);
+    let call = stack
+        .recorder
+        .until_seen("the anonymous call upstream", |s| {
+            s.message["method"] == "tools/call"
+        })
+        .await;
+    let upstream_id = call.message["id"].clone();
+    send_cancelled(&client, json!(1), None).await;
+    send_cancelled(&client, upstream_id.clone(), None).await;
+    assert_eq!(
+        stack.recorder.seen_method("notifications/cancelled").len(),
+        0,
+        "{:?}",
+        stack.recorder.seen_method("notifications/cancelled")
+    );
+    let reply = wait::within("the anonymous call", theirs).await.unwrap();
+    assert!(
+        texts(reply.ok()).starts_with("Long running operation completed"),
+        "{}",
+        reply.text()
+    );
+
+    // Alice's call: bob naming it, by her id or by the upstream's, cancels nothing.
+    let alices = call_in_background(&client, json!("alice-call"), 30, ALICE);
+    let call = stack
+        .recorder
+        .until_seen("alice's call upstream", |s| {
+            s.message["method"] == "tools/call" && s.message["id"] != upstream_id
+        })
+        .await;
+    let alice_id = call.message["id"].clone();
+    send_cancelled(&client, json!("alice-call"), Some("bob")).await;
+    send_cancelled(&client, alice_id.clone(), Some("bob")).await;
+    assert!(
+        cancelled(&alice_id).is_empty(),
+        "{:?}",
+        cancelled(&alice_id)
+    );
+
+    // Alice's own cancellation goes upstream under the id the upstream knows, on
+    // her call's session.
+    send_cancelled(&client, json!("alice-call"), ALICE).await;
+    let sent = stack
+        .recorder
+        .until_seen("alice's cancellation upstream", |s| {
+            s.message["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(sent.message["params"]["requestId"], alice_id, "{:?}", sent);
+    assert_eq!(sent.session, call.session);
+    alices.abort();
+}

@@ -13,7 +13,8 @@
 //! Environment: `MCP_ADDR` (default `127.0.0.1:3001`); `MCP_SSE=1` makes rmcp answer
 //! with an event stream even where one JSON message would do, which sends every reply
 //! through the layer's SSE paths (default: JSON replies); `RUST_LOG` (default
-//! `warn,mcp_tasks=info`). `Authorization: Bearer <name>` makes `<name>` the
+//! `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the layer (no
+//! tasks): `scripts/interop-gateway.sh` puts `examples/gateway/` in front of it. `Authorization: Bearer <name>` makes `<name>` the
 //! principal (the demo auth of `examples/common`); without it requests are anonymous.
 //!
 //! One module per concern:
@@ -87,14 +88,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(NeverSessionManager::default()),
         config,
     );
+    let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3001")).await?;
+    let signal = common::shutdown_signal();
+    if std::env::var("MCP_PLAIN").is_ok_and(|v| v == "1") {
+        // No layer: a plain 2026-07-28 server for the gateway to front
+        // (`scripts/interop-gateway.sh`). The tasks fixtures need the layer.
+        eprintln!(
+            "{NAME} (plain) listening on http://{}/mcp",
+            listener.local_addr()?
+        );
+        common::serve(listener, rmcp_service, signal).await;
+        return Ok(());
+    }
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
         .map_request(common::bearer_principal)
         .layer(tasks_layer)
         .service(rmcp_service);
-
-    let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3001")).await?;
-    let signal = common::shutdown_signal();
     eprintln!(
         "{NAME} listening on http://{}/mcp ({} replies)",
         listener.local_addr()?,

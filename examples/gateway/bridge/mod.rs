@@ -11,23 +11,26 @@
 //!   without list changes and subscriptions, instructions, server info);
 //!   `subscriptions/listen` gets -32601 (the layer then serves task notifications
 //!   alone);
-//! - any other request goes on its principal's session ([`session`]) without the
+//! - any other request goes on a session of its principal for the capabilities it
+//!   declared (an anonymous request on one of its own, [`session`]) without the
 //!   per-request envelope of `_meta`, under an id of the bridge's own; its result
 //!   comes back under the client's id with `resultType` and `serverInfo`, from a
 //!   JSON answer or from the upstream's stream (progress under the client's token,
 //!   log messages at the level it asked for, nothing else);
-//! - the upstream's `elicitation/create` during `tools/call`, `prompts/get` or
-//!   `resources/read` becomes an MRTR `input_required` result, and the answer in
-//!   the client's retry goes upstream on the same session while the request is
-//!   still open ([`relay`]). `ping` is answered; sampling, roots and any other
-//!   server-to-client request get a JSON-RPC error;
+//! - the upstream's `elicitation/create`, `sampling/createMessage` or `roots/list`
+//!   during `tools/call`, `prompts/get` or `resources/read` becomes an MRTR
+//!   `input_required` result, and the answer in the client's retry goes upstream
+//!   on the same session while the request is still open ([`relay`]). `ping` is
+//!   answered; any other server-to-client request gets a JSON-RPC error;
 //! - a client that leaves (or a task cancelled) sends `notifications/cancelled`
-//!   upstream for the request.
+//!   upstream for the request; a client's own `notifications/cancelled` reaches
+//!   only its principal's request, under the bridge's id ([`cancel`]).
 //!
 //! Requests of the older era itself (a session id, an older `MCP-Protocol-Version`,
 //! or no `_meta` and no version header), and every `GET` or `DELETE`, pass to the
 //! proxy untouched whatever the upstream speaks.
 
+mod cancel;
 mod relay;
 mod session;
 mod upstream;
@@ -67,7 +70,8 @@ const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
 /// The bridge's settings.
 #[derive(Clone, Debug)]
 pub(crate) struct BridgeConfig {
-    /// The most upstream sessions open at once (one per principal).
+    /// The most upstream sessions open at once (one per principal and declared
+    /// capabilities, one per anonymous request).
     pub(crate) max_sessions: usize,
     /// How long an unused session stays open.
     pub(crate) session_idle: Duration,

@@ -1,10 +1,13 @@
-//! One bridged 2026-07-28 request: sent on its owner's session in the older
-//! form, its answer (JSON or a stream) read and translated back. A question the
-//! upstream asks mid-request (`elicitation/create` on the request's stream) is put
-//! to the client as an MRTR `input_required` result while the upstream request
-//! stays open; the client's retry carries the answer, which goes upstream as the
-//! JSON-RPC response to the question, and the retry is answered from the rest of
-//! the same stream.
+//! One bridged 2026-07-28 request: sent on its session in the older form, its
+//! answer (JSON or a stream) read and translated back. A question the upstream
+//! asks mid-request (`elicitation/create`, `sampling/createMessage` or
+//! `roots/list` on the request's stream, of a client that declared the
+//! capability) is put to the client as an MRTR `input_required` result while the
+//! upstream request stays open; the client's retry carries the answer, which goes
+//! upstream as the JSON-RPC response to the question, and the retry is answered
+//! from the rest of the same stream. A client's notification goes on its
+//! principal's session; its `notifications/cancelled` names its own request, and
+//! is translated to the bridge's id of it upstream ([`cancel`](super::cancel)).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +22,8 @@ use mcp_tasks::wire::RpcError;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::session::{Owner, SessionError};
+use super::cancel::Registered;
+use super::session::{Capabilities, Owner, SessionError};
 use super::upstream::{self, InFlight, MAX_MESSAGE_BYTES, params};
 use super::wire::{self, Event, Events, Kind, Wants};
 use super::{CallLife, Delivery, Legacy, Shared};
@@ -28,9 +32,6 @@ use crate::proxy::{ProxyBody, ProxyFailure};
 /// The methods whose 2026-07-28 form may answer with an MRTR `input_required`
 /// result: the upstream's questions are relayed only during them.
 const MRTR_METHODS: [&str; 3] = ["tools/call", "prompts/get", "resources/read"];
-
-/// The key of the relayed question among the result's `inputRequests` (one per round).
-const QUESTION_KEY: &str = "elicitation";
 
 /// What the bridge reads of an upstream error answer.
 const MAX_ERROR_BYTES: usize = 64 * 1024;
@@ -42,8 +43,11 @@ pub(crate) struct Parked {
     up: Stream,
     owner: Owner,
     method: String,
-    /// The upstream's id of its `elicitation/create`.
+    /// The upstream's id of its question.
     question: Value,
+    /// The question's key among `inputRequests` (and the answer's among
+    /// `inputResponses`): the capability it needs.
+    key: &'static str,
     /// The question as the client sees it (`{method, params}`).
     request: Value,
     /// Dropped when the request is taken back, which stops its keeper.
@@ -71,6 +75,8 @@ pub(crate) struct Client {
     pub(crate) id: Value,
     pub(crate) owner: Owner,
     pub(crate) method: String,
+    /// What its session declares upstream.
+    pub(crate) capabilities: Capabilities,
     pub(crate) wants: Wants,
     pub(crate) life: Option<CallLife>,
 }
@@ -85,6 +91,8 @@ struct Relay {
     delivery: Option<Delivery>,
     /// Whether that head reached the client.
     delivered: watch::Receiver<bool>,
+    /// The request, noted for its principal's cancellations while it runs upstream.
+    registered: Option<Registered>,
 }
 
 /// The next thing for the client.
@@ -112,8 +120,9 @@ pub(crate) async fn bridge(
         return error_reply(&error, &id);
     };
     let method = method.to_owned();
+    let capabilities = Capabilities::of(&message);
     let Some(id) = message.get("id").cloned() else {
-        return notify(shared, &owner, &base, message).await;
+        return notify(shared, &owner, &capabilities, &base, message).await;
     };
     match method.as_str() {
         "server/discover" => {
@@ -129,6 +138,7 @@ pub(crate) async fn bridge(
         id,
         owner,
         method,
+        capabilities,
         wants: Wants::of(&message),
         life,
     };
@@ -140,17 +150,18 @@ pub(crate) async fn bridge(
         server_info: legacy.server_info.clone(),
         delivery: Some(delivery),
         delivered,
+        registered: None,
     };
     let state = params(&message)
         .and_then(|p| p.get("requestState"))
         .and_then(Value::as_str);
     if let Some(state) = state {
-        let answer = params(&message)
+        let answers = params(&message)
             .and_then(|p| p.get("inputResponses"))
-            .and_then(|r| r.get(QUESTION_KEY))
+            .and_then(Value::as_object)
             .cloned();
         let state = state.to_owned();
-        return resume(relay, &base, &state, answer).await;
+        return resume(relay, &base, &state, answers).await;
     }
     send(relay, &base, message).await
 }
@@ -165,7 +176,12 @@ async fn send(
     let shared = relay.shared.clone();
     let id = shared.upstream.next_id();
     let request = Value::Object(wire::to_legacy_request(message, Some(id)));
-    let lease = match shared.sessions.acquire(&relay.client.owner, base).await {
+    let client = &relay.client;
+    let lease = match shared
+        .sessions
+        .acquire(&client.owner, &client.capabilities, base)
+        .await
+    {
         Ok(lease) => lease,
         Err(e) => return session_error(e, &relay.client.id),
     };
@@ -173,6 +189,7 @@ async fn send(
     let mut inflight = InFlight::new(shared.upstream.clone(), lease, id, headers);
     let mut renewed = false;
     loop {
+        relay.register(&inflight);
         let response = shared
             .upstream
             .post(inflight.headers.clone(), &request)
@@ -211,14 +228,14 @@ async fn send(
     }
 }
 
-/// A retry that carries the answer to a relayed question: the answer goes
-/// upstream, and the retry is answered from the rest of the held stream. Without
-/// the answer, the question is put again.
+/// A retry that carries the answer to a relayed question (among `answers`, the
+/// retry's `inputResponses`): the answer goes upstream, and the retry is answered
+/// from the rest of the held stream. Without the answer, the question is put again.
 async fn resume(
     mut relay: Relay,
     base: &HeaderMap,
     state: &str,
-    answer: Option<Value>,
+    answers: Option<Map<String, Value>>,
 ) -> Response<ProxyBody> {
     let Some(parked) = relay.shared.unpark(state, &relay.client) else {
         let error = RpcError::invalid_params("Unknown or expired requestState");
@@ -227,16 +244,18 @@ async fn resume(
     let Parked {
         up,
         question,
+        key,
         request,
         ..
     } = parked;
-    let Some(answer) = answer else {
+    let Some(answer) = answers.and_then(|mut answers| answers.remove(key)) else {
         relay.up = Some(up);
-        let (message, status) = relay.park(question, request);
+        let (message, status) = relay.park(question, key, request);
         return relay.reply(&message, status);
     };
     let headers = up.inflight.lease.session.headers(base);
     let reply = json!({"jsonrpc": "2.0", "id": question, "result": answer});
+    relay.register(&up.inflight);
     relay.up = Some(up);
     let response = relay.shared.upstream.post(headers, &reply).await;
     if !response.status().is_success() {
@@ -253,15 +272,38 @@ async fn resume(
     respond(relay).await
 }
 
-/// A notification of the client, sent on its session.
+/// A notification of the client. `notifications/cancelled` cancels the
+/// principal's own request it names, under the bridge's id for it on its session
+/// (an anonymous caller's, or one naming no request of the principal in flight,
+/// is dropped); any other goes on the principal's session for what it declared
+/// (an anonymous caller's is dropped: its sessions end with its requests).
 async fn notify(
     shared: &Shared,
     owner: &Owner,
+    capabilities: &Capabilities,
     base: &HeaderMap,
     message: Map<String, Value>,
 ) -> Response<ProxyBody> {
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+    let Some(principal) = owner else {
+        tracing::debug!(%method, "dropping a notification of an anonymous caller");
+        return accepted();
+    };
+    if method == "notifications/cancelled" {
+        let named = params(&message)
+            .and_then(|p| p.get("requestId"))
+            .unwrap_or(&Value::Null);
+        let running = shared.sessions.calls.running(principal, named);
+        if running.is_empty() {
+            tracing::debug!(request = %named, "a cancellation names no request in flight");
+        }
+        for (id, headers) in running {
+            shared.upstream.cancel(headers, id).await;
+        }
+        return accepted();
+    }
     let message = Value::Object(wire::to_legacy_request(message, None));
-    let lease = match shared.sessions.acquire(owner, base).await {
+    let lease = match shared.sessions.acquire(owner, capabilities, base).await {
         Ok(lease) => lease,
         Err(e) => return session_error(e, &Value::Null),
     };
@@ -270,11 +312,16 @@ async fn notify(
         .post(lease.session.headers(base), &message)
         .await;
     if response.status().is_success() {
-        let mut accepted = Response::new(full(Bytes::new()));
-        *accepted.status_mut() = StatusCode::ACCEPTED;
-        return accepted;
+        return accepted();
     }
     response
+}
+
+/// HTTP 202 without a body: a notification taken.
+fn accepted() -> Response<ProxyBody> {
+    let mut accepted = Response::new(full(Bytes::new()));
+    *accepted.status_mut() = StatusCode::ACCEPTED;
+    accepted
 }
 
 /// Answers from an upstream JSON answer.
@@ -356,13 +403,31 @@ impl Relay {
         response
     }
 
-    /// The upstream's response as the client's.
+    /// Notes the request (sent upstream as `inflight`) for its principal's
+    /// cancellations, in place of what was noted before; an anonymous caller's
+    /// requests are not noted.
+    fn register(&mut self, inflight: &InFlight) {
+        self.registered = None;
+        if let Some(principal) = &self.client.owner {
+            self.registered = Some(self.shared.sessions.calls.register(
+                principal.clone(),
+                &self.client.id,
+                inflight.id,
+                inflight.headers.clone(),
+                self.delivered.clone(),
+            ));
+        }
+    }
+
+    /// The upstream's response as the client's: the 2026-07-28 fields, the cache
+    /// hints a cacheable result needs, and no legacy task support on tools.
     fn modern_response(&self, message: Map<String, Value>) -> Value {
         let mut message = wire::to_modern_response(message, &self.client.id, &self.server_info);
-        if self.client.method == "tools/list"
-            && let Some(Value::Object(result)) = message.get_mut("result")
-        {
-            wire::drop_legacy_task_support(result);
+        if let Some(Value::Object(result)) = message.get_mut("result") {
+            wire::add_cache_hints(&self.client.method, result);
+            if self.client.method == "tools/list" {
+                wire::drop_legacy_task_support(result);
+            }
         }
         Value::Object(message)
     }
@@ -424,9 +489,10 @@ impl Relay {
         }
     }
 
-    /// A request of the upstream to the client: a form elicitation the client can
-    /// answer is put to it; `ping` is answered; anything else (sampling, roots, …)
-    /// gets a JSON-RPC error.
+    /// A request of the upstream to the client: an elicitation, sampling or roots
+    /// request the client declared it can answer is put to it, during a request
+    /// that may take an MRTR round; `ping` is answered; anything else gets a
+    /// JSON-RPC error.
     fn server_request(&mut self, mut message: Map<String, Value>) -> Option<Next> {
         let id = message.remove("id").unwrap_or(Value::Null);
         let method = message
@@ -435,28 +501,30 @@ impl Relay {
             .unwrap_or("")
             .to_owned();
         let up = self.up.as_ref()?;
-        let refusal = match method.as_str() {
-            "ping" => {
-                up.inflight
-                    .post_aside(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
-                return None;
+        if method == "ping" {
+            up.inflight
+                .post_aside(json!({"jsonrpc": "2.0", "id": id, "result": {}}));
+            return None;
+        }
+        let relayed = wire::RELAYED_QUESTIONS
+            .iter()
+            .find(|(relayed, _)| *relayed == method);
+        let refusal = match relayed {
+            None => format!("The gateway does not relay {method} requests to its clients"),
+            Some((_, capability)) if !self.client.wants.declared(capability) => {
+                format!("The client did not declare the {capability} capability")
             }
-            "elicitation/create" if !self.client.wants.elicitation => {
-                "The client did not declare the elicitation capability".to_owned()
-            }
-            "elicitation/create" if !MRTR_METHODS.contains(&self.client.method.as_str()) => {
+            Some(_) if !MRTR_METHODS.contains(&self.client.method.as_str()) => {
                 format!(
                     "The gateway relays no question during {}",
                     self.client.method
                 )
             }
-            "elicitation/create" => {
-                let params = message.remove("params").unwrap_or(Value::Null);
-                let request = json!({"method": method, "params": params});
-                let (answer, status) = self.park(id, request);
+            Some((_, key)) => {
+                let request = wire::input_request(&method, message.remove("params"));
+                let (answer, status) = self.park(id, key, request);
                 return Some(Next::Answer(answer, status));
             }
-            other => format!("The gateway does not relay {other} requests to its clients"),
         };
         tracing::debug!(%method, "answering an upstream request the bridge does not relay with an error");
         up.inflight.post_aside(wire::error_message(
@@ -469,8 +537,10 @@ impl Relay {
 
     /// Holds the request open upstream and returns the `input_required` result
     /// that puts `request` (the question under the upstream's id `question`) to the
-    /// client.
-    fn park(&mut self, question: Value, request: Value) -> (Value, StatusCode) {
+    /// client under `key`. The client's request is answered with it, so nothing
+    /// of the client's names the upstream request until a retry takes it back.
+    fn park(&mut self, question: Value, key: &'static str, request: Value) -> (Value, StatusCode) {
+        self.registered = None;
         let Some(up) = self.up.take() else {
             let fail = self.fail("The request is no longer open upstream");
             let Next::Answer(message, status) = fail else {
@@ -486,6 +556,7 @@ impl Relay {
             owner: self.client.owner.clone(),
             method: self.client.method.clone(),
             question,
+            key,
             request: request.clone(),
             _keeper: keeper,
         };
@@ -493,13 +564,8 @@ impl Relay {
         let delivered = self.delivered.clone();
         keep(self.shared.clone(), token.clone(), life, delivered, stopped);
         tracing::debug!("the upstream asked a question; holding its request open for the answer");
-        let message = wire::input_required(
-            &self.client.id,
-            QUESTION_KEY,
-            request,
-            &token,
-            &self.server_info,
-        );
+        let message =
+            wire::input_required(&self.client.id, key, request, &token, &self.server_info);
         (message, StatusCode::OK)
     }
 

@@ -1,11 +1,18 @@
-//! Upstream sessions, one per principal: opened with `initialize` and
-//! `notifications/initialized` at the first request, carried as `Mcp-Session-Id`
-//! and `MCP-Protocol-Version` on every later one, opened again when the upstream
-//! forgot them, closed (`DELETE`) after an idle time. Their number is bounded:
-//! a new principal takes the place of the one idle longest, and is refused when
-//! every session has a request in flight.
+//! Upstream sessions: one per principal and declared capabilities, opened with
+//! `initialize` (declaring the client's `elicitation`, `sampling` and `roots`
+//! capabilities, see [`Capabilities`]) and `notifications/initialized` at the first
+//! request, carried as `Mcp-Session-Id` and `MCP-Protocol-Version` on every later
+//! one, opened again when the upstream forgot them, closed (`DELETE`) after an idle
+//! time. An anonymous request gets a session of its own, closed when the request
+//! ends (its question answered, if it asked one): nothing tells two anonymous
+//! callers apart, so no session, and no cancellation, may pass between them.
+//! Their number is bounded: a new principal (or anonymous request) takes the
+//! place of the session idle longest, and is refused when every session has a
+//! request in flight.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -15,13 +22,61 @@ use mcp_tasks::Principal;
 use mcp_tasks::wire::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use serde_json::{Value, json};
 
+use super::cancel::Calls;
 use super::upstream::{Exchanged, Upstream};
 use super::wire;
 use crate::proxy::ProxyBody;
 
-/// Whose session: the request's principal, `None` for anonymous requests (which
-/// share one).
+/// Who asks: the request's principal, `None` for an anonymous request (which gets
+/// a session of its own).
 pub(crate) type Owner = Option<Principal>;
+
+/// The client capabilities a session declares upstream: those of the requests the
+/// bridge relays (`elicitation`, `sampling`, `roots`), as the client declared them
+/// in its request's `_meta`. The upstream decides from them what it offers (its
+/// tools, say) and what it asks, so requests that declare different ones never
+/// share a session.
+#[derive(Clone, Debug)]
+pub(crate) struct Capabilities {
+    /// The declaration, as sent in `initialize`.
+    json: Value,
+    /// Its canonical text: what sessions are told apart by.
+    key: Arc<str>,
+}
+
+impl Capabilities {
+    /// The relayed capabilities a 2026-07-28 request declares.
+    pub(crate) fn of(message: &serde_json::Map<String, Value>) -> Capabilities {
+        Capabilities::from_json(wire::relayed_capabilities(message))
+    }
+
+    /// None at all: what the session opened to learn the upstream's era declares.
+    pub(crate) fn none() -> Capabilities {
+        Capabilities::from_json(json!({}))
+    }
+
+    fn from_json(json: Value) -> Capabilities {
+        let key = wire::canonical(&json).into();
+        Capabilities { json, key }
+    }
+}
+
+impl PartialEq for Capabilities {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Capabilities {}
+
+impl Hash for Capabilities {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+/// Whose session a shared one is: a principal's, for what it declared.
+type Key = (Principal, Capabilities);
 
 /// The gateway's name and version in the `initialize` it sends.
 const CLIENT_NAME: &str = "mcp-tasks-gateway";
@@ -67,11 +122,28 @@ pub(crate) struct Opened {
     pub(crate) initialize: Value,
 }
 
-/// Opens a session with the headers of the request that needs it (`base`, see
-/// [`base_headers`](super::upstream::base_headers)).
+/// Opens a session that declares no client capabilities, with the headers of the
+/// request that needs it (`base`, see
+/// [`base_headers`](super::upstream::base_headers)): the one that learns the
+/// upstream's era, kept for its principal's requests that declare none.
 pub(crate) async fn open(upstream: &Upstream, base: &HeaderMap) -> Result<Opened, SessionError> {
+    open_declaring(upstream, base, &Capabilities::none()).await
+}
+
+/// Opens a session that declares `capabilities`, with the headers of the request
+/// that needs it (`base`).
+async fn open_declaring(
+    upstream: &Upstream,
+    base: &HeaderMap,
+    capabilities: &Capabilities,
+) -> Result<Opened, SessionError> {
     let id = upstream.next_id();
-    let request = wire::initialize_request(id, CLIENT_NAME, env!("CARGO_PKG_VERSION"));
+    let request = wire::initialize_request(
+        id,
+        CLIENT_NAME,
+        env!("CARGO_PKG_VERSION"),
+        &capabilities.json,
+    );
     let (status, headers, message) = match upstream.exchange(base.clone(), &request).await {
         Exchanged::Refused(response) => return Err(SessionError::Refused(Box::new(response))),
         Exchanged::Answered {
@@ -111,12 +183,16 @@ pub(crate) async fn open(upstream: &Upstream, base: &HeaderMap) -> Result<Opened
     })
 }
 
-/// Closes a session upstream (`DELETE`), in the background.
+/// Closes a session upstream (`DELETE`), in the background (not at all outside a
+/// runtime: at exit).
 fn close(upstream: Arc<Upstream>, session: Arc<Session>) {
     if session.id.is_none() {
         return;
     }
-    tokio::spawn(async move {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
         let headers = session.headers(&session.opened_with);
         let response = upstream
             .send(Method::DELETE, headers, bytes::Bytes::new())
@@ -135,16 +211,60 @@ struct Use {
     last_used: Instant,
 }
 
-/// The session of one owner, or none yet (or while it is opened again).
+/// One session, or none yet (or while it is opened again): a principal's for
+/// what it declared, or one anonymous request's own.
 #[derive(Debug)]
 struct Slot {
+    /// What the session declares upstream (it is opened again with the same).
+    declared: Capabilities,
     current: tokio::sync::Mutex<Option<Arc<Session>>>,
     usage: Mutex<Use>,
+    /// Set on an anonymous request's own session: it is closed, and its room given
+    /// back, when its last use ends.
+    own: Option<Own>,
+}
+
+/// What an anonymous request's own session needs to end with its last use.
+#[derive(Debug)]
+struct Own {
+    upstream: Arc<Upstream>,
+    /// The number of such sessions, counted against the bound.
+    count: Arc<AtomicUsize>,
 }
 
 impl Slot {
+    fn new(declared: Capabilities, session: Option<Arc<Session>>, own: Option<Own>) -> Slot {
+        Slot {
+            declared,
+            current: tokio::sync::Mutex::new(session),
+            usage: Mutex::new(Use {
+                in_flight: 0,
+                last_used: Instant::now(),
+            }),
+            own,
+        }
+    }
+
     fn usage(&self) -> MutexGuard<'_, Use> {
         self.usage.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends one use; the last use of an anonymous request's session closes it.
+    fn release(&self) {
+        let mut usage = self.usage();
+        usage.in_flight -= 1;
+        usage.last_used = Instant::now();
+        let last = usage.in_flight == 0;
+        drop(usage);
+        if let (true, Some(own)) = (last, &self.own) {
+            // Unused, so nobody holds the lock (opening holds a use).
+            if let Ok(mut current) = self.current.try_lock()
+                && let Some(session) = current.take()
+            {
+                close(own.upstream.clone(), session);
+            }
+            own.count.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -168,9 +288,7 @@ impl Clone for Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut usage = self.slot.usage();
-        usage.in_flight -= 1;
-        usage.last_used = Instant::now();
+        self.slot.release();
     }
 }
 
@@ -179,17 +297,20 @@ struct Claim(Arc<Slot>);
 
 impl Drop for Claim {
     fn drop(&mut self) {
-        let mut usage = self.0.usage();
-        usage.in_flight -= 1;
-        usage.last_used = Instant::now();
+        self.0.release();
     }
 }
 
-/// Every owner's session.
+/// Every upstream session, and the requests running on them.
 #[derive(Debug)]
 pub(crate) struct Sessions {
     upstream: Arc<Upstream>,
-    slots: Mutex<HashMap<Owner, Arc<Slot>>>,
+    /// The principals' sessions, by principal and declared capabilities.
+    slots: Mutex<HashMap<Key, Arc<Slot>>>,
+    /// The anonymous requests' own sessions open (or being opened) now.
+    own: Arc<AtomicUsize>,
+    /// The principals' requests in flight, for their clients' cancellations.
+    pub(crate) calls: Calls,
     max: usize,
     idle: Duration,
 }
@@ -199,30 +320,26 @@ impl Sessions {
         Sessions {
             upstream,
             slots: Mutex::default(),
+            own: Arc::default(),
+            calls: Calls::default(),
             max: max.max(1),
             idle,
         }
     }
 
-    fn slots(&self) -> MutexGuard<'_, HashMap<Owner, Arc<Slot>>> {
+    fn slots(&self) -> MutexGuard<'_, HashMap<Key, Arc<Slot>>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `owner`'s slot, made (room permitting) if it has none, with one more use.
-    fn claim(&self, owner: &Owner, session: Option<Arc<Session>>) -> Result<Claim, SessionError> {
+    /// `key`'s slot, made (room permitting) if it has none, with one more use.
+    fn claim(&self, key: &Key, session: Option<Arc<Session>>) -> Result<Claim, SessionError> {
         let mut slots = self.slots();
-        let slot = match slots.get(owner) {
+        let slot = match slots.get(key) {
             Some(slot) => slot.clone(),
             None => {
                 self.make_room(&mut slots)?;
-                let slot = Arc::new(Slot {
-                    current: tokio::sync::Mutex::new(session),
-                    usage: Mutex::new(Use {
-                        in_flight: 0,
-                        last_used: Instant::now(),
-                    }),
-                });
-                slots.insert(owner.clone(), slot.clone());
+                let slot = Arc::new(Slot::new(key.1.clone(), session, None));
+                slots.insert(key.clone(), slot.clone());
                 slot
             }
         };
@@ -231,37 +348,58 @@ impl Sessions {
         Ok(Claim(slot))
     }
 
-    /// Room for one more slot: expired slots go first, then the one idle longest.
-    fn make_room(&self, slots: &mut HashMap<Owner, Arc<Slot>>) -> Result<(), SessionError> {
-        if slots.len() < self.max {
+    /// A slot of its own for an anonymous request (room permitting), with its use.
+    fn claim_own(&self, declared: &Capabilities) -> Result<Claim, SessionError> {
+        let mut slots = self.slots();
+        self.make_room(&mut slots)?;
+        // Counted under the map's lock, as the principals' slots are.
+        self.own.fetch_add(1, Ordering::AcqRel);
+        let own = Own {
+            upstream: self.upstream.clone(),
+            count: self.own.clone(),
+        };
+        let slot = Arc::new(Slot::new(declared.clone(), None, Some(own)));
+        slot.usage().in_flight += 1;
+        Ok(Claim(slot))
+    }
+
+    /// Whether one more session fits besides `slots` and the anonymous ones.
+    fn fits(&self, slots: &HashMap<Key, Arc<Slot>>) -> bool {
+        slots.len() + self.own.load(Ordering::Acquire) < self.max
+    }
+
+    /// Room for one more slot: expired slots go first, then the one idle longest
+    /// (an anonymous request's session is never idle: it ends with its request).
+    fn make_room(&self, slots: &mut HashMap<Key, Arc<Slot>>) -> Result<(), SessionError> {
+        if self.fits(slots) {
             return Ok(());
         }
         self.expire(slots, self.idle);
-        if slots.len() < self.max {
+        if self.fits(slots) {
             return Ok(());
         }
         let idlest = slots
             .iter()
-            .filter_map(|(owner, slot)| {
+            .filter_map(|(key, slot)| {
                 let usage = slot.usage();
-                (usage.in_flight == 0).then(|| (usage.last_used, owner.clone()))
+                (usage.in_flight == 0).then(|| (usage.last_used, key.clone()))
             })
             .min_by_key(|(last_used, _)| *last_used);
-        let Some((_, owner)) = idlest else {
+        let Some((_, key)) = idlest else {
             tracing::warn!(
                 max = self.max,
-                "every upstream session has a request in flight; refusing a new principal"
+                "every upstream session has a request in flight; refusing a new one"
             );
             return Err(SessionError::Full);
         };
-        if let Some(slot) = slots.remove(&owner) {
+        if let Some(slot) = slots.remove(&key) {
             self.close_slot(&slot);
         }
         Ok(())
     }
 
     /// Removes (and closes) the slots unused for `idle`.
-    fn expire(&self, slots: &mut HashMap<Owner, Arc<Slot>>, idle: Duration) {
+    fn expire(&self, slots: &mut HashMap<Key, Arc<Slot>>, idle: Duration) {
         let mut expired = Vec::new();
         slots.retain(|_, slot| {
             let usage = slot.usage();
@@ -293,16 +431,20 @@ impl Sessions {
 
     /// The number of sessions (open or being opened).
     pub(crate) fn len(&self) -> usize {
-        self.slots().len()
+        self.slots().len() + self.own.load(Ordering::Acquire)
     }
 
-    /// Keeps a session opened elsewhere (while detecting the upstream's era) as
-    /// `owner`'s, if it has none yet.
+    /// Keeps a session opened elsewhere (while detecting the upstream's era, with
+    /// [`open`]: declaring nothing) as `owner`'s for requests that declare nothing,
+    /// if it has none yet. An anonymous request's is closed: it gets its own.
     pub(crate) fn adopt(&self, owner: &Owner, session: Session) {
         let session = Arc::new(session);
-        let adopted = self.claim(owner, Some(session.clone())).is_ok_and(|claim| {
-            claim.0.current.try_lock().is_ok_and(|mut current| {
-                Arc::ptr_eq(current.get_or_insert_with(|| session.clone()), &session)
+        let adopted = owner.as_ref().is_some_and(|principal| {
+            let key = (principal.clone(), Capabilities::none());
+            self.claim(&key, Some(session.clone())).is_ok_and(|claim| {
+                claim.0.current.try_lock().is_ok_and(|mut current| {
+                    Arc::ptr_eq(current.get_or_insert_with(|| session.clone()), &session)
+                })
             })
         });
         if !adopted {
@@ -310,18 +452,25 @@ impl Sessions {
         }
     }
 
-    /// `owner`'s session, opened with `base` if it has none.
+    /// A session for a request of `owner` that declared `declared`, opened with
+    /// `base` if there is none: the principal's for those capabilities, or for an
+    /// anonymous request one of its own, closed when the last lease of it goes.
     pub(crate) async fn acquire(
         &self,
         owner: &Owner,
+        declared: &Capabilities,
         base: &HeaderMap,
     ) -> Result<Lease, SessionError> {
-        let claim = self.claim(owner, None)?;
+        let claim = match owner {
+            Some(principal) => self.claim(&(principal.clone(), declared.clone()), None)?,
+            None => self.claim_own(declared)?,
+        };
         let mut current = claim.0.current.lock().await;
         let session = match &*current {
             Some(session) => session.clone(),
             None => {
-                let session = Arc::new(open(&self.upstream, base).await?.session);
+                let opened = open_declaring(&self.upstream, base, &claim.0.declared).await?;
+                let session = Arc::new(opened.session);
                 *current = Some(session.clone());
                 session
             }
@@ -344,7 +493,8 @@ impl Sessions {
         if stale {
             *current = None;
             tracing::info!("the upstream forgot a session; opening it again");
-            *current = Some(Arc::new(open(&self.upstream, base).await?.session));
+            let opened = open_declaring(&self.upstream, base, &lease.slot.declared).await?;
+            *current = Some(Arc::new(opened.session));
         }
         lease.session = current.clone().expect("set above");
         Ok(())

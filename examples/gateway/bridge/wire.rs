@@ -41,6 +41,27 @@ const LOG_LEVELS: [&str; 8] = [
 /// How long a client may keep the derived `server/discover` result.
 const DISCOVER_TTL_MS: u64 = 60_000;
 
+/// The server-to-client requests the bridge relays to a client (as MRTR input
+/// requests), each with the client capability it needs. That name is also the
+/// request's key among the result's `inputRequests`, and what an upstream session
+/// declares in `initialize` for a client that declared it.
+pub(crate) const RELAYED_QUESTIONS: [(&str, &str); 3] = [
+    ("elicitation/create", "elicitation"),
+    ("sampling/createMessage", "sampling"),
+    ("roots/list", "roots"),
+];
+
+/// The methods whose 2026-07-28 results carry the cache hints `ttlMs` and
+/// `cacheScope` (the schema's `CacheableResult`; `server/discover` is answered by
+/// the bridge itself).
+const CACHEABLE_METHODS: [&str; 5] = [
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+];
+
 /// One event of a Server-Sent Events stream that matters to the bridge.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Event {
@@ -195,6 +216,22 @@ pub(crate) fn to_modern_response(
     message
 }
 
+/// Gives a cacheable result of the upstream the cache hints 2026-07-28 requires of
+/// it, unless it has them: `ttlMs` 0 (stale at once) and `cacheScope` `"private"`.
+/// An older revision says nothing of caching; its lists change (and the bridge
+/// relays no list changes), and they depend on the session's declared
+/// capabilities (server-everything lists its sampling tool only to a client that
+/// declared sampling), so nothing may be reused, nor shared between users.
+pub(crate) fn add_cache_hints(method: &str, result: &mut Map<String, Value>) {
+    if !CACHEABLE_METHODS.contains(&method) {
+        return;
+    }
+    result.entry("ttlMs").or_insert_with(|| 0.into());
+    result
+        .entry("cacheScope")
+        .or_insert_with(|| "private".into());
+}
+
 /// Drops the 2025-11-25 `execution.taskSupport` of each tool in a `tools/list`
 /// result: it speaks of that revision's tasks, not of the extension's.
 pub(crate) fn drop_legacy_task_support(result: &mut Map<String, Value>) {
@@ -221,14 +258,74 @@ pub(crate) fn error_code(message: &Value) -> Option<i64> {
     message.get("error")?.get("code")?.as_i64()
 }
 
-/// The `initialize` request the bridge opens a session with. It declares form
-/// elicitation only: that is the one server-to-client request it relays.
-pub(crate) fn initialize_request(id: u64, name: &str, version: &str) -> Value {
+/// The `initialize` request the bridge opens a session with, declaring
+/// `capabilities` (see [`relayed_capabilities`]).
+pub(crate) fn initialize_request(
+    id: u64,
+    name: &str,
+    version: &str,
+    capabilities: &Value,
+) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
         "protocolVersion": BRIDGED_VERSIONS[0],
-        "capabilities": {"elicitation": {}},
+        "capabilities": capabilities,
         "clientInfo": {"name": name, "version": version},
     }})
+}
+
+/// The capabilities a 2026-07-28 request's `_meta` declares for the requests the
+/// bridge relays (`elicitation`, `sampling`, `roots`), as declared: what its
+/// upstream session declares in `initialize`, so that the upstream offers that
+/// client what it can answer (and asks nothing it cannot). `{}` when it declares
+/// none of them.
+pub(crate) fn relayed_capabilities(message: &Map<String, Value>) -> Value {
+    let declared =
+        &message.get("params").unwrap_or(&Value::Null)["_meta"][META_CLIENT_CAPABILITIES];
+    let relayed = RELAYED_QUESTIONS
+        .iter()
+        .filter_map(|(_, capability)| {
+            let settings = declared.get(capability).filter(|s| s.is_object())?;
+            Some(((*capability).to_owned(), settings.clone()))
+        })
+        .collect();
+    Value::Object(relayed)
+}
+
+/// `value` as JSON text with every object's keys sorted, so that equal values
+/// (whatever their key order) write the same.
+pub(crate) fn canonical(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::from(key.as_str()).to_string());
+                    out.push(':');
+                    write(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
 }
 
 /// The `server/discover` request that tells a 2026-07-28 upstream from an older one.
@@ -301,16 +398,33 @@ pub(crate) struct Wants {
     pub(crate) log_level: Option<usize>,
     /// It declared the `elicitation` capability.
     pub(crate) elicitation: bool,
+    /// It declared the `sampling` capability.
+    pub(crate) sampling: bool,
+    /// It declared the `roots` capability.
+    pub(crate) roots: bool,
 }
 
 impl Wants {
     /// What the request `message` asked for in its `_meta`.
     pub(crate) fn of(message: &Map<String, Value>) -> Wants {
         let meta = &message.get("params").unwrap_or(&Value::Null)["_meta"];
+        let declared = |capability: &str| meta[META_CLIENT_CAPABILITIES][capability].is_object();
         Wants {
             progress_token: meta.get("progressToken").cloned(),
             log_level: meta[META_LOG_LEVEL].as_str().and_then(log_level),
-            elicitation: meta[META_CLIENT_CAPABILITIES]["elicitation"].is_object(),
+            elicitation: declared("elicitation"),
+            sampling: declared("sampling"),
+            roots: declared("roots"),
+        }
+    }
+
+    /// Whether the request declared `capability`.
+    pub(crate) fn declared(&self, capability: &str) -> bool {
+        match capability {
+            "elicitation" => self.elicitation,
+            "sampling" => self.sampling,
+            "roots" => self.roots,
+            _ => false,
         }
     }
 }
@@ -339,6 +453,15 @@ pub(crate) fn relayed_notification(mut message: Value, wants: &Wants) -> Option<
             (level >= wanted).then_some(message)
         }
         _ => None,
+    }
+}
+
+/// A request of the upstream as an MRTR input request (`{method, params}`, without
+/// `jsonrpc` and `id`): its `params` only when it has some (`roots/list` may not).
+pub(crate) fn input_request(method: &str, params: Option<Value>) -> Value {
+    match params {
+        Some(params) if !params.is_null() => json!({"method": method, "params": params}),
+        _ => json!({"method": method}),
     }
 }
 
@@ -497,6 +620,69 @@ mod tests {
         assert!(relayed_notification(log("info"), &wants).is_none());
         let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
         assert!(relayed_notification(changed, &wants).is_none());
+    }
+
+    #[test]
+    fn cacheable_results_gain_cache_hints_and_keep_their_own() {
+        let mut list = json!({"tools": []}).as_object().cloned().unwrap();
+        add_cache_hints("tools/list", &mut list);
+        assert_eq!(list["ttlMs"], 0);
+        assert_eq!(list["cacheScope"], "private");
+        let mut read = json!({"contents": [], "ttlMs": 5000, "cacheScope": "public"})
+            .as_object()
+            .cloned()
+            .unwrap();
+        add_cache_hints("resources/read", &mut read);
+        assert_eq!(read["ttlMs"], 5000);
+        assert_eq!(read["cacheScope"], "public");
+        let mut call = json!({"content": []}).as_object().cloned().unwrap();
+        add_cache_hints("tools/call", &mut call);
+        assert!(!call.contains_key("ttlMs") && !call.contains_key("cacheScope"));
+    }
+
+    #[test]
+    fn the_relayed_capabilities_are_those_the_client_declared() {
+        let Value::Object(request) = json!({"params": {"_meta": {META_CLIENT_CAPABILITIES: {
+            "roots": {"listChanged": true}, "sampling": {}, "elicitation": {"form": {}},
+            "extensions": {"io.modelcontextprotocol/tasks": {}}, "experimental": {}}}}})
+        else {
+            unreachable!()
+        };
+        let relayed = relayed_capabilities(&request);
+        assert_eq!(
+            relayed,
+            json!({"roots": {"listChanged": true}, "sampling": {}, "elicitation": {"form": {}}})
+        );
+        let Value::Object(bare) = json!({"params": {}}) else {
+            unreachable!()
+        };
+        assert_eq!(relayed_capabilities(&bare), json!({}));
+        let wants = Wants::of(&request);
+        assert!(wants.declared("sampling") && wants.declared("roots"));
+        assert!(!wants.declared("extensions"));
+        // Equal declarations in another key order are told apart by nothing.
+        let reordered =
+            json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {"listChanged": true}});
+        assert_eq!(canonical(&relayed), canonical(&reordered));
+        assert_ne!(canonical(&json!({"a": 1})), canonical(&json!({"a": "1"})));
+        assert_eq!(
+            canonical(&json!([{"b": 1, "a": [2, null]}])),
+            r#"[{"a":[2,null],"b":1}]"#
+        );
+    }
+
+    #[test]
+    fn an_input_request_has_params_only_when_the_upstream_sent_some() {
+        assert_eq!(
+            input_request("roots/list", None),
+            json!({"method": "roots/list"})
+        );
+        assert_eq!(
+            input_request("roots/list", Some(Value::Null)),
+            json!({"method": "roots/list"})
+        );
+        let sampling = input_request("sampling/createMessage", Some(json!({"maxTokens": 5})));
+        assert_eq!(sampling["params"]["maxTokens"], 5);
     }
 
     #[test]
