@@ -535,7 +535,11 @@ mod tests {
         let ctx = TaskContext::refused(TaskRefused::NotDeclared);
         assert_eq!(ctx.create(TaskSpec::new()), Err(TaskRefused::NotDeclared));
         assert!(ctx.take().is_none());
-        assert!(TaskRefused::LegacyEra.to_string().contains("earlier protocol revision"));
+        assert!(
+            TaskRefused::LegacyEra
+                .to_string()
+                .contains("earlier protocol revision")
+        );
     }
 
     #[test]
