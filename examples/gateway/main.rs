@@ -18,6 +18,11 @@
 //! input requests, and `tasks/cancel` drops the proxied request, which closes its
 //! upstream connection (the upstream sees the client go away).
 //!
+//! A strict edge (`edge.rs`) comes first: a 2026-07-28 request whose `Mcp-Method`
+//! or `Mcp-Name` header disagrees with its body gets -32020 (HTTP 400) and goes
+//! no further, so that a `tools/call` cannot pass the layer as another method and
+//! run upstream past `TaskMode::AutoRequired` or the `Auto` budget.
+//!
 //! Request and response bodies stream through; upstream connections are pooled
 //! and use `TCP_NODELAY`. Which request headers go upstream is explicit: every
 //! `Mcp-*` header, `Content-Type`, `Accept`, `User-Agent`, `Last-Event-ID`,
@@ -51,6 +56,7 @@
 mod bridge;
 #[path = "../common/mod.rs"]
 mod common;
+mod edge;
 mod proxy;
 
 use std::time::Duration;
@@ -143,6 +149,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks_layer = common::with_task_tools_from_env(builder).build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
+        // Outermost: a request whose headers disagree with its body goes no further.
+        .layer(edge::EdgeLayer)
         .map_request(common::bearer_principal)
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)
