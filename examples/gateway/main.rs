@@ -37,6 +37,13 @@
 //! head: an upstream that streams (SSE) starts at once, one that answers with JSON
 //! only when the call ends, so set it above the longest such call. 0 turns either
 //! timeout off. For a call that already became a task, the error fails the task.
+//! While the upstream's era is not known (the first 2026-07-28 request learns it),
+//! an upstream that cannot be reached or answers 429/502/503/504 gets the client
+//! -32603 with HTTP 503, `Retry-After: 1` and `error.data`
+//! `{"retryable": true, "reason": "upstream_unavailable"}`; nothing is learnt, and
+//! a later request tries again (after a pause that doubles from 250 ms to 1 s).
+//! An upstream restarted on another revision is learnt again at its first refusal
+//! (`bridge/mod.rs`).
 //!
 //! Environment: `MCP_UPSTREAM` (required, an `http://` URL), `MCP_ADDR` (default
 //! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_TASK_REQUIRED_TOOLS`
@@ -53,6 +60,7 @@
 //! `<name>`; the header reaches the upstream only with
 //! `MCP_FORWARD_HEADERS=authorization`.
 
+mod backoff;
 mod bridge;
 #[path = "../common/mod.rs"]
 mod common;
