@@ -236,8 +236,31 @@ async fn upstream_questions_are_relayed_as_task_input() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_upstream_is_a_json_rpc_error() {
     let mut stack = Stack::start();
-    stack.upstream.kill();
+    // A gateway that has not learnt the upstream's era yet (it learns it at the
+    // first request) says to retry: nothing was learnt.
+    let unlearnt = procs::spawn(
+        "gateway",
+        &[],
+        &[("MCP_UPSTREAM", &stack.upstream.url), ("RUST_LOG", "warn")],
+    );
     let client = stack.client();
+    client
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await
+        .ok();
+    stack.upstream.kill();
+    let reply = Client::new(unlearnt.addr)
+        .call_tool("sleep", json!({"ms": 5}), true, ALICE)
+        .await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(reply.json["error"]["code"], -32603, "{}", reply.text());
+    assert_eq!(reply.headers["retry-after"], "1");
+    assert_eq!(
+        reply.json["error"]["data"],
+        json!({"retryable": true, "reason": "upstream_unavailable"})
+    );
+
+    // One that has learnt it passes the proxy's own error on.
     let reply = client
         .call_tool("sleep", json!({"ms": 5}), true, ALICE)
         .await;

@@ -18,6 +18,11 @@
 //! input requests, and `tasks/cancel` drops the proxied request, which closes its
 //! upstream connection (the upstream sees the client go away).
 //!
+//! A strict edge (`edge.rs`) comes first: a 2026-07-28 request whose `Mcp-Method`
+//! or `Mcp-Name` header disagrees with its body gets -32020 (HTTP 400) and goes
+//! no further, so that a `tools/call` cannot pass the layer as another method and
+//! run upstream past `TaskMode::AutoRequired` or the `Auto` budget.
+//!
 //! Request and response bodies stream through; upstream connections are pooled
 //! and use `TCP_NODELAY`. Which request headers go upstream is explicit: every
 //! `Mcp-*` header, `Content-Type`, `Accept`, `User-Agent`, `Last-Event-ID`,
@@ -32,6 +37,13 @@
 //! head: an upstream that streams (SSE) starts at once, one that answers with JSON
 //! only when the call ends, so set it above the longest such call. 0 turns either
 //! timeout off. For a call that already became a task, the error fails the task.
+//! While the upstream's era is not known (the first 2026-07-28 request learns it),
+//! an upstream that cannot be reached or answers 429/502/503/504 gets the client
+//! -32603 with HTTP 503, `Retry-After: 1` and `error.data`
+//! `{"retryable": true, "reason": "upstream_unavailable"}`; nothing is learnt, and
+//! a later request tries again (after a pause that doubles from 250 ms to 1 s).
+//! An upstream restarted on another revision is learnt again at its first refusal
+//! (`bridge/mod.rs`).
 //!
 //! Environment: `MCP_UPSTREAM` (required, an `http://` URL), `MCP_ADDR` (default
 //! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_TASK_REQUIRED_TOOLS`
@@ -48,9 +60,11 @@
 //! `<name>`; the header reaches the upstream only with
 //! `MCP_FORWARD_HEADERS=authorization`.
 
+mod backoff;
 mod bridge;
 #[path = "../common/mod.rs"]
 mod common;
+mod edge;
 mod proxy;
 
 use std::time::Duration;
@@ -143,6 +157,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks_layer = common::with_task_tools_from_env(builder).build()?;
     let drain = tasks_layer.clone();
     let app = ServiceBuilder::new()
+        // Outermost: a request whose headers disagree with its body goes no further.
+        .layer(edge::EdgeLayer)
         .map_request(common::bearer_principal)
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)

@@ -5,7 +5,8 @@
 //! The upstream's era is learnt at the first 2026-07-28 request: `server/discover`
 //! answered means 2026-07-28, and every request then passes to the proxy as it is.
 //! Otherwise the bridge sends `initialize`; a result on a bridged revision means
-//! the older era, and from then on each 2026-07-28 request is translated:
+//! the older era, and from then on each 2026-07-28 request is translated (see
+//! [`Shared::era`] for what is remembered, and when it is learnt again):
 //!
 //! - `server/discover` is answered from the `initialize` result (capabilities
 //!   without list changes and subscriptions, instructions, server info);
@@ -29,6 +30,11 @@
 //! Requests of the older era itself (a session id, an older `MCP-Protocol-Version`,
 //! or no `_meta` and no version header), and every `GET` or `DELETE`, pass to the
 //! proxy untouched whatever the upstream speaks.
+//!
+//! The era is not learnt for good: a detection that fails (the upstream unreachable
+//! or not serving yet) is not remembered, and an upstream restarted on another
+//! revision is noticed at its first refusal (HTTP 400 or 404 to a passed request,
+//! or to a bridged one), checked with `server/discover`, and learnt again.
 
 mod cancel;
 mod relay;
@@ -40,9 +46,9 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::HeaderMap;
@@ -59,13 +65,22 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tower::Service;
 
-use crate::proxy::{Proxy, ProxyBody};
+use crate::backoff::Backoff;
+use crate::proxy::{Proxy, ProxyBody, ProxyFailure};
 use relay::{Client, Parked};
 use session::{Owner, Sessions};
-use upstream::Upstream;
+use upstream::{Exchanged, Unavailable, Upstream};
 
 /// The largest 2026-07-28 request body the bridge reads to translate it.
 const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// The first pause after a failed detection of the upstream's era, before the
+/// next request may try again (each next pause doubles, see [`Backoff`]).
+const DETECT_FIRST_PAUSE: Duration = Duration::from_millis(250);
+
+/// The longest pause between two detections: the `Retry-After: 1` that a
+/// refused client is told stays true.
+const DETECT_LAST_PAUSE: Duration = Duration::from_secs(1);
 
 /// The bridge's settings.
 #[derive(Clone, Debug)]
@@ -161,7 +176,7 @@ pub(crate) fn note_delivery<B>(mut response: Response<B>) -> Response<B> {
     response
 }
 
-/// The upstream's era, learnt once.
+/// The upstream's era, as last learnt.
 #[derive(Debug)]
 enum Era {
     /// 2026-07-28: requests pass through.
@@ -178,15 +193,73 @@ pub(crate) struct Legacy {
     server_info: Value,
 }
 
+/// When the next detection of the era may run, after failed ones.
+#[derive(Debug)]
+struct Retry {
+    backoff: Backoff,
+    /// No detection before then; `None` after a success.
+    not_before: Option<Instant>,
+}
+
+impl Retry {
+    fn new() -> Retry {
+        Retry {
+            backoff: Backoff::new(DETECT_FIRST_PAUSE, DETECT_LAST_PAUSE),
+            not_before: None,
+        }
+    }
+
+    /// Whether a detection may run now.
+    fn due(&self) -> bool {
+        self.not_before.is_none_or(|at| Instant::now() >= at)
+    }
+
+    /// A detection failed: the next waits the next pause.
+    fn failed(&mut self) {
+        self.not_before = Some(Instant::now() + self.backoff.next_delay());
+    }
+
+    /// A detection succeeded (or the upstream was seen to change): the next one
+    /// may run at once.
+    fn cleared(&mut self) {
+        self.backoff.reset();
+        self.not_before = None;
+    }
+}
+
+/// How a detection of the era failed.
+enum Undetected {
+    /// The upstream could not be reached or was not serving: the client gets
+    /// [`upstream::unavailable`], and the next detection waits a pause.
+    NotServing,
+    /// The upstream refused the credentials (401/403): the client sees that as it
+    /// is, and the next request (perhaps another principal's) tries at once.
+    Refused(Response<ProxyBody>),
+}
+
+/// What a `server/discover` of the upstream showed.
+#[derive(Debug)]
+enum Probed {
+    /// It answered as a 2026-07-28 server.
+    Modern,
+    /// It answered, not as a 2026-07-28 server.
+    Older,
+    /// It could not be reached, was not serving, or refused the credentials.
+    Unknown,
+}
+
 /// The state every request shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
     proxy: Proxy,
     upstream: Arc<Upstream>,
     sessions: Sessions,
-    era: OnceLock<Era>,
-    /// Held while the era is being learnt: one attempt at a time.
-    detecting: tokio::sync::Mutex<()>,
+    /// The era last learnt; `None` until it is learnt, and again once the
+    /// upstream is seen to have changed.
+    era: Mutex<Option<Arc<Era>>>,
+    /// Held while the era is being learnt or checked again: one attempt at a
+    /// time, paced after failures.
+    detecting: tokio::sync::Mutex<Retry>,
     /// Requests held open for an answer, by `requestState`.
     parked: Mutex<HashMap<String, Parked>>,
     input_timeout: Duration,
@@ -216,17 +289,109 @@ impl Shared {
         parked.remove(token)
     }
 
-    /// The upstream's era, learnt now if it is not known yet. `Err` is an answer
-    /// for the client (the upstream unreachable, or refusing the credentials):
-    /// nothing is learnt then, and the next request tries again.
-    async fn era(&self, owner: &Owner, base: &HeaderMap) -> Result<&Era, Response<ProxyBody>> {
-        if let Some(era) = self.era.get() {
+    /// The era learnt last, if any.
+    fn known_era(&self) -> Option<Arc<Era>> {
+        self.era.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Forgets `era` (unless it was replaced already), so that the next request
+    /// learns the era again.
+    fn forget(&self, era: &Arc<Era>) {
+        let mut known = self.era.lock().unwrap_or_else(|p| p.into_inner());
+        if known.as_ref().is_some_and(|known| Arc::ptr_eq(known, era)) {
+            *known = None;
+        }
+    }
+
+    /// The upstream's era, learnt now if it is not known. What is learnt is
+    /// remembered until a refusal shows the upstream changed ([`Self::recheck`]).
+    /// A detection that fails is not remembered: the client gets `Err`, an answer
+    /// to pass on, and a later request tries again. When the upstream could not be
+    /// reached or was not serving (HTTP 429, 502, 503, 504, as while it starts),
+    /// that answer is [`upstream::unavailable`] (-32603, HTTP 503,
+    /// `Retry-After: 1`), and the next detection waits a pause of [`Backoff`]
+    /// (doubling from [`DETECT_FIRST_PAUSE`] to [`DETECT_LAST_PAUSE`]); a request
+    /// before then gets the same answer without reaching the upstream. A 401/403
+    /// reaches the client as it is.
+    async fn era(&self, owner: &Owner, base: &HeaderMap) -> Result<Arc<Era>, Response<ProxyBody>> {
+        if let Some(era) = self.known_era() {
             return Ok(era);
         }
-        let _one = self.detecting.lock().await;
-        if let Some(era) = self.era.get() {
+        let mut retry = self.detecting.lock().await;
+        if let Some(era) = self.known_era() {
             return Ok(era);
         }
+        if !retry.due() {
+            return Err(upstream::unavailable(Unavailable::NotServing));
+        }
+        match self.detect(owner, base).await {
+            Ok(era) => {
+                retry.cleared();
+                let era = Arc::new(era);
+                *self.era.lock().unwrap_or_else(|p| p.into_inner()) = Some(era.clone());
+                Ok(era)
+            }
+            Err(Undetected::NotServing) => {
+                retry.failed();
+                tracing::warn!("the upstream is unavailable; its era is learnt at a later request");
+                Err(upstream::unavailable(Unavailable::NotServing))
+            }
+            Err(Undetected::Refused(response)) => Err(response),
+        }
+    }
+
+    /// Learns the upstream's era: `server/discover`, then `initialize` when that
+    /// was not answered as a 2026-07-28 server would.
+    async fn detect(&self, owner: &Owner, base: &HeaderMap) -> Result<Era, Undetected> {
+        let not_served = |response: Response<ProxyBody>| {
+            if response.extensions().get::<ProxyFailure>().is_none()
+                && matches!(
+                    response.status(),
+                    http::StatusCode::UNAUTHORIZED | http::StatusCode::FORBIDDEN
+                )
+            {
+                Undetected::Refused(response)
+            } else {
+                Undetected::NotServing
+            }
+        };
+        match self.exchange_discover(base).await {
+            Exchanged::Refused(response) => return Err(not_served(response)),
+            Exchanged::Answered {
+                message: Some(message),
+                ..
+            } if wire::is_modern_discover(&message) => {
+                tracing::info!("the upstream speaks 2026-07-28: passing requests through");
+                return Ok(Era::Modern);
+            }
+            Exchanged::Answered { .. } => {}
+        }
+        match session::open(&self.upstream, base).await {
+            Ok(opened) => {
+                tracing::info!(
+                    version = %opened.initialize["protocolVersion"],
+                    "the upstream speaks an older revision: bridging it for 2026-07-28 clients"
+                );
+                let legacy = Legacy {
+                    discover: wire::discover_result(&opened.initialize),
+                    server_info: wire::server_info(&opened.initialize),
+                };
+                self.sessions.adopt(owner, opened.session);
+                Ok(Era::Legacy(legacy))
+            }
+            Err(session::SessionError::Refused(response)) => Err(not_served(*response)),
+            Err(e) => {
+                tracing::warn!(
+                    error = ?e,
+                    "the upstream answered neither server/discover nor initialize; passing requests through"
+                );
+                Ok(Era::Modern)
+            }
+        }
+    }
+
+    /// Sends the upstream a 2026-07-28 `server/discover` with `base`.
+    async fn exchange_discover(&self, base: &HeaderMap) -> Exchanged {
         let discover = wire::discover_request(self.upstream.next_id());
         let mut headers = base.clone();
         headers.insert(
@@ -237,40 +402,62 @@ impl Shared {
             mcp_tasks::wire::MCP_METHOD,
             http::HeaderValue::from_static("server/discover"),
         );
-        let era = match self.upstream.exchange(headers, &discover).await {
-            upstream::Exchanged::Refused(response) => return Err(response),
-            upstream::Exchanged::Answered {
+        self.upstream.exchange(headers, &discover).await
+    }
+
+    /// Asks the upstream `server/discover`, to tell whether it speaks 2026-07-28.
+    async fn probe(&self, base: &HeaderMap) -> Probed {
+        match self.exchange_discover(base).await {
+            Exchanged::Refused(_) => Probed::Unknown,
+            Exchanged::Answered {
                 message: Some(message),
                 ..
-            } if wire::is_modern_discover(&message) => {
-                tracing::info!("the upstream speaks 2026-07-28: passing requests through");
-                Era::Modern
-            }
-            upstream::Exchanged::Answered { .. } => match session::open(&self.upstream, base).await
-            {
-                Ok(opened) => {
-                    tracing::info!(
-                        version = %opened.initialize["protocolVersion"],
-                        "the upstream speaks an older revision: bridging it for 2026-07-28 clients"
-                    );
-                    let legacy = Legacy {
-                        discover: wire::discover_result(&opened.initialize),
-                        server_info: wire::server_info(&opened.initialize),
-                    };
-                    self.sessions.adopt(owner, opened.session);
-                    Era::Legacy(legacy)
-                }
-                Err(session::SessionError::Refused(response)) => return Err(*response),
-                Err(e) => {
-                    tracing::warn!(
-                        error = ?e,
-                        "the upstream answered neither server/discover nor initialize; passing requests through"
-                    );
-                    Era::Modern
-                }
-            },
+            } if wire::is_modern_discover(&message) => Probed::Modern,
+            Exchanged::Answered { .. } => Probed::Older,
+        }
+    }
+
+    /// After the upstream refused a request in `era` (HTTP 400 or 404): whether
+    /// it was restarted on another revision. `server/discover` tells: answered by
+    /// an upstream taken for an older one, or refused (-32601, -32022, a session
+    /// required, …) by one taken for 2026-07-28, the era is forgotten and the next
+    /// request learns it again. `response`, the refused request's answer, then
+    /// becomes [`upstream::unavailable`] (`upstream_changed`): the upstream did
+    /// not run the request, which may be sent again. An answer that succeeded
+    /// (the bridge opened a new session and the request went through) stays.
+    /// One check at a time: a refusal during another check or a detection is
+    /// left to it.
+    async fn recheck(
+        &self,
+        era: &Arc<Era>,
+        base: &HeaderMap,
+        response: Response<ProxyBody>,
+    ) -> Response<ProxyBody> {
+        let Ok(mut retry) = self.detecting.try_lock() else {
+            return response;
         };
-        Ok(self.era.get_or_init(|| era))
+        let current = self
+            .known_era()
+            .is_some_and(|known| Arc::ptr_eq(&known, era));
+        if !current {
+            return response;
+        }
+        let changed = matches!(
+            (&**era, self.probe(base).await),
+            (Era::Modern, Probed::Older) | (Era::Legacy(_), Probed::Modern)
+        );
+        if !changed {
+            return response;
+        }
+        tracing::info!(
+            "the upstream refused a request of the era it was taken for: learning its era again"
+        );
+        self.forget(era);
+        retry.cleared();
+        if response.status().is_success() {
+            return response;
+        }
+        upstream::unavailable(Unavailable::Changed)
     }
 
     async fn pass<B>(&self, request: Request<B>) -> Response<ProxyBody>
@@ -295,10 +482,19 @@ impl Shared {
         }
         let owner = request.extensions().get::<Principal>().cloned();
         let base = upstream::base_headers(request.headers());
-        let legacy = match self.era(&owner, &base).await {
-            Ok(Era::Legacy(legacy)) => legacy,
-            Ok(Era::Modern) => return self.pass(request).await,
+        let era = match self.era(&owner, &base).await {
+            Ok(era) => era,
             Err(response) => return response,
+        };
+        let legacy = match &*era {
+            Era::Legacy(legacy) => legacy,
+            Era::Modern => {
+                let response = self.pass(request).await;
+                if is_refusal(&response) {
+                    return self.recheck(&era, &base, response).await;
+                }
+                return response;
+            }
         };
         let (parts, body) = request.into_parts();
         let bytes = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
@@ -325,8 +521,24 @@ impl Shared {
                     .await;
             }
         };
-        relay::bridge(&self, base, message, legacy, owner, life).await
+        let refusals = self.upstream.refusals();
+        let response = relay::bridge(&self, base.clone(), message, legacy, owner, life).await;
+        if self.upstream.refusals() != refusals {
+            return self.recheck(&era, &base, response).await;
+        }
+        response
     }
+}
+
+/// Whether the upstream refused a 2026-07-28 request passed to it with HTTP 400 or
+/// 404 (not the proxy's own failure): what an upstream restarted on an older
+/// revision answers, though a 2026-07-28 one may too (-32601 travels with 404).
+fn is_refusal(response: &Response<ProxyBody>) -> bool {
+    response.extensions().get::<ProxyFailure>().is_none()
+        && matches!(
+            response.status(),
+            http::StatusCode::BAD_REQUEST | http::StatusCode::NOT_FOUND
+        )
 }
 
 /// Whether a request belongs to the older era by its head: the layer said so, or
@@ -368,8 +580,8 @@ impl Bridge {
             proxy,
             sessions: Sessions::new(upstream.clone(), config.max_sessions, config.session_idle),
             upstream,
-            era: OnceLock::new(),
-            detecting: tokio::sync::Mutex::new(()),
+            era: Mutex::new(None),
+            detecting: tokio::sync::Mutex::new(Retry::new()),
             parked: Mutex::default(),
             input_timeout: config.input_timeout,
         });

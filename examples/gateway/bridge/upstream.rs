@@ -1,5 +1,7 @@
 //! Messages the bridge sends upstream on its own account, through the gateway's
-//! proxy: handshakes, answers to the upstream's questions, cancellations.
+//! proxy: handshakes, answers to the upstream's questions, cancellations. Counts
+//! the upstream's refusals of the older revision's requests, a hint that it was
+//! restarted on another revision.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,6 +10,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt as _, Full};
+use mcp_tasks::wire::{LEGACY_VERSIONS, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use serde_json::{Map, Value, json};
 use tower::Service as _;
 
@@ -26,13 +29,18 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 pub(crate) struct Upstream {
     proxy: Proxy,
     next_id: AtomicU64,
+    /// How many requests of the older revision (on a session, with an older
+    /// `MCP-Protocol-Version`, or `initialize`) the upstream refused with HTTP 400 or
+    /// 404: a forgotten session, or an upstream that no longer speaks that revision.
+    refusals: AtomicU64,
 }
 
 /// How a short exchange ended.
 #[derive(Debug)]
 pub(crate) enum Exchanged {
     /// Nothing the bridge can judge: the proxy's own error (unreachable, timed
-    /// out) or the upstream's 401/403, for the client to see as it is.
+    /// out) or the upstream's 401/403, for the client to see as it is, or an
+    /// upstream not serving yet (HTTP 429, 502, 503 or 504), as [`unavailable`].
     Refused(Response<ProxyBody>),
     /// The upstream answered: its status and headers, and its JSON-RPC response
     /// if it sent one.
@@ -48,7 +56,15 @@ impl Upstream {
         Upstream {
             proxy,
             next_id: AtomicU64::new(1),
+            refusals: AtomicU64::new(0),
         }
+    }
+
+    /// How many requests of the older revision the upstream refused so far (HTTP
+    /// 400 or 404): a change around a bridged request means it may have been
+    /// restarted on another revision.
+    pub(crate) fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::Relaxed)
     }
 
     /// A request id unique among the bridge's upstream requests: clients' own ids
@@ -75,10 +91,19 @@ impl Upstream {
         }
     }
 
-    /// Posts one JSON-RPC message.
+    /// Posts one JSON-RPC message, counting a refusal of the older revision's form.
     pub(crate) async fn post(&self, headers: HeaderMap, message: &Value) -> Response<ProxyBody> {
+        let older_form = message["method"] == "initialize" || is_older_form(&headers);
         let body = Bytes::from(message.to_string());
-        self.send(Method::POST, headers, body).await
+        let response = self.send(Method::POST, headers, body).await;
+        let refused = matches!(
+            response.status(),
+            StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND
+        );
+        if older_form && refused && response.extensions().get::<ProxyFailure>().is_none() {
+            self.refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        response
     }
 
     /// Posts a request and reads its answer, JSON or a stream, up to its JSON-RPC
@@ -92,6 +117,10 @@ impl Upstream {
             );
         if refused {
             return Exchanged::Refused(response);
+        }
+        if is_not_serving(response.status()) {
+            tracing::debug!(status = %response.status(), "the upstream is not serving yet");
+            return Exchanged::Refused(unavailable(Unavailable::NotServing));
         }
         let (head, body) = response.into_parts();
         let stream = is_event_stream(&head.headers);
@@ -115,6 +144,72 @@ impl Upstream {
             tracing::debug!(status = %response.status(), "the upstream refused a cancellation");
         }
     }
+}
+
+/// Whether request headers carry the older revisions' form: a session, or an
+/// older `MCP-Protocol-Version`.
+fn is_older_form(headers: &HeaderMap) -> bool {
+    headers.contains_key(MCP_SESSION_ID)
+        || headers
+            .get(MCP_PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| LEGACY_VERSIONS.contains(&v.trim()))
+}
+
+/// Whether an upstream's status says "not now" (starting, overloaded, or a proxy
+/// in front of it without a backend): 429, 502, 503, 504.
+pub(crate) fn is_not_serving(status: StatusCode) -> bool {
+    matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::BAD_GATEWAY
+            | StatusCode::SERVICE_UNAVAILABLE
+            | StatusCode::GATEWAY_TIMEOUT
+    )
+}
+
+/// Why a request got [`unavailable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unavailable {
+    /// The upstream could not be reached or said it is not serving, so its era
+    /// is not known.
+    NotServing,
+    /// The upstream refused the request in a way that showed it now speaks
+    /// another revision; it did not run the request.
+    Changed,
+}
+
+/// The answer to a request the upstream cannot take now: -32603 with HTTP 503,
+/// `Retry-After: 1` and `error.data` `{"retryable": true, "reason": …}`
+/// (`upstream_unavailable` or `upstream_changed`), so that a client knows that
+/// the same request may simply be sent again. The request's id is not known
+/// here.
+pub(crate) fn unavailable(why: Unavailable) -> Response<ProxyBody> {
+    let (message, reason) = match why {
+        Unavailable::NotServing => ("Upstream unavailable", "upstream_unavailable"),
+        Unavailable::Changed => (
+            "The upstream changed its protocol revision",
+            "upstream_changed",
+        ),
+    };
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {
+        "code": mcp_tasks::wire::RpcError::INTERNAL_ERROR,
+        "message": message,
+        "data": {"retryable": true, "reason": reason},
+    }});
+    let mut response = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 /// Whether a response is a Server-Sent Events stream.
