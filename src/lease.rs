@@ -17,14 +17,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::engine::Engine;
+use crate::engine::{Engine, Interrupted};
 use crate::outage::Outage;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
 use crate::task::TaskId;
-
-/// The message of a task failed because the node running it stopped renewing.
-pub(crate) const WORKER_LOST: &str =
-    "Task worker lost: the node running it stopped or lost its lease";
 
 /// After new work starts, how long the keeper waits for more before it sends the
 /// holds: creates that arrive together share one round trip.
@@ -407,7 +403,7 @@ async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
 /// is gone), `Err` when the store failed, so the claimed lease is kept for the next
 /// sweep.
 async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
-    match engine.fail_internal(id, WORKER_LOST).await {
+    match engine.fail_interrupted(id, Interrupted::WorkerLost).await {
         Ok(changed) => Ok(changed),
         Err(e) => {
             tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
@@ -422,7 +418,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use super::{GATHER, WORKER_LOST};
+    use super::GATHER;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
     use crate::store::TaskStore;
@@ -434,6 +430,7 @@ mod tests {
     use crate::wire::RpcError;
 
     const BOUND: Duration = Duration::from_secs(1);
+    const WORKER_LOST: &str = "Task worker lost: the node running it stopped or lost its lease";
 
     fn node(store: &Arc<MemoryStore>, leases: impl LeaseStore) -> TasksLayer {
         TasksLayer::builder(store.clone())
@@ -516,6 +513,11 @@ mod tests {
         let error = lost.error.expect("the failure's error");
         assert_eq!(error.code, RpcError::INTERNAL_ERROR);
         assert_eq!(error.message, WORKER_LOST);
+        assert_eq!(
+            error.data,
+            Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+            "a lost worker's task may be called again"
+        );
         assert_eq!(lost.status_message.as_deref(), Some(WORKER_LOST));
         // What it no longer held, or had finished, is left as it was.
         assert_eq!(stored(&store, &released).await.status, TaskStatus::Working);
@@ -723,7 +725,13 @@ mod tests {
         cut.store(true, Ordering::Release);
         let cut_at = tokio::time::Instant::now();
         tokio::time::sleep(BOUND * 3).await;
-        assert_eq!(stored(&store, &running).await.status, TaskStatus::Failed);
+        let lost = stored(&store, &running).await;
+        assert_eq!(lost.status, TaskStatus::Failed);
+        assert_eq!(
+            lost.error.and_then(|e| e.data),
+            Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+            "the work of a node that lost its lease may be called again"
+        );
         let ended = tokio::time::timeout(BOUND, a.tasks().ended(&running)).await;
         assert_eq!(
             ended,

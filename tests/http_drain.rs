@@ -1,5 +1,5 @@
 //! A graceful drain over real HTTP: running work gets its grace period, what is left
-//! fails, new calls stay synchronous, and listen streams end with the listen result.
+//! fails (retryable), new calls stay synchronous, and listen streams end with the listen result.
 
 mod support;
 
@@ -75,6 +75,12 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     assert_eq!(
         cut["error"]["message"],
         "Server shut down before the task finished"
+    );
+    // The work never finished: the client may call again, on another node.
+    assert_eq!(
+        cut["error"]["data"],
+        json!({"reason": "shutting_down", "retryable": true}),
+        "{cut}"
     );
 
     // The stream carries both endings, then the listen result, then ends.

@@ -3,13 +3,16 @@
 use std::time::Duration;
 
 use super::TasksLayer;
+use crate::engine::Interrupted;
 
 impl TasksLayer {
     /// Shuts this node's tasks down gracefully, for a deploy, a SIGTERM or a Ctrl-C:
     /// from now on no call becomes a task; the work running here (under a
     /// [`TaskHandle`](crate::worker::TaskHandle) or an `Auto` runner) gets up to
     /// `grace` to finish; what is left then fails with -32603 "Server shut down
-    /// before the task finished"; and every listen stream ends with the listen
+    /// before the task finished" and `error.data` `{"reason": "shutting_down",
+    /// "retryable": true}` (the tool never finished, so the client may call it
+    /// again, on another node); and every listen stream ends with the listen
     /// request's result. Returns how many tasks it failed. `tasks/get`, `update` and
     /// `cancel` keep working throughout.
     ///
@@ -41,7 +44,6 @@ impl TasksLayer {
     /// # }
     /// ```
     pub async fn drain(&self, grace: Duration) -> usize {
-        const SHUT_DOWN: &str = "Server shut down before the task finished";
         let engine = &self.engine;
         engine.node().start_draining();
         tracing::info!(
@@ -54,7 +56,7 @@ impl TasksLayer {
             .await;
         let mut failed = 0;
         for id in &left {
-            match engine.fail_internal(id, SHUT_DOWN).await {
+            match engine.fail_interrupted(id, Interrupted::ShuttingDown).await {
                 Ok(true) => failed += 1,
                 Ok(false) => {}
                 Err(e) => {

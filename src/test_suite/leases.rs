@@ -248,8 +248,9 @@ fn pair<S: TaskStore>(rule: &str, a: &Arc<S>, b: &Arc<S>) -> (TasksLayer, TasksL
 }
 
 /// Multi-node: a node that stops (its layer dropped without ending its work) has
-/// its unfinished tasks failed by a layer on the other node, with -32603, within
-/// 1.25 × the lease bound and a margin; its finished tasks stay as they ended, and
+/// its unfinished tasks failed by a layer on the other node, with -32603 and
+/// `error.data` `{"reason": "worker_lost", "retryable": true}`, within 1.25 × the
+/// lease bound and a margin; its finished tasks stay as they ended, and
 /// the survivor's own tasks are never touched.
 pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_lost_workers_fail_on_the_survivor";
@@ -303,6 +304,11 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         error.message.contains("stopped or lost its lease"),
         "[{RULE}] a lost task says why: {}",
         error.message
+    );
+    assert_eq!(
+        error.data,
+        Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+        "[{RULE}] a lost task tells the client it may call again"
     );
     assert_eq!(
         get_found(RULE, &*b, &finished.id, Scope::Any, Timestamp::now())
