@@ -16,6 +16,15 @@ impl TasksLayer {
     /// request's result. Returns how many tasks it failed. `tasks/get`, `update` and
     /// `cancel` keep working throughout.
     ///
+    /// On a store shared between nodes, the drain then gives this node's worker
+    /// lease up ([`LeaseStore::release`](crate::store::LeaseStore::release)), so
+    /// that the other nodes have nothing to claim and log nothing about it; it waits
+    /// for that at most half the worker lease (10 s by default), only when the store
+    /// is slow to answer. A node that still holds an unfinished task
+    /// ([`Tasks::hold`](crate::worker::Tasks::hold): a drain neither waits for it nor
+    /// fails it) keeps its lease until that task ends, so that, should it exit
+    /// first, the other nodes fail the task as lost.
+    ///
     /// Calls that arrive while it drains:
     ///
     /// - a `Required` (or `AutoRequired`) tool called with the extension is refused
@@ -72,6 +81,7 @@ impl TasksLayer {
             );
         }
         engine.listen().registry().end_all();
+        engine.node().end_drain().await;
         failed
     }
 

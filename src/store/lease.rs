@@ -277,6 +277,44 @@ pub trait LeaseStore: fmt::Debug + Send + Sync + 'static {
 
     /// Removes a claimed lease and its holds (a lease not claimed is left alone).
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Removes `lease` and its holds, unless it is claimed: its node gives it up
+    /// after a drain ([`TasksLayer::drain`](crate::TasksLayer::drain)), with no
+    /// unfinished task left to guard, so that no other node judges it dead. A
+    /// claimed lease is left to its claimer, and an unknown one is no error.
+    ///
+    /// The default reads the leases, claims this one at its count and forgets it:
+    /// three calls, between which a watching node may find it claimed and finish
+    /// the claim (failing nothing, but logging it as a stopped node's).
+    /// `PostgresStore`, `RedisStore` and [`MemoryLeases`] remove it in one atomic
+    /// step.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::store::{LeaseId, LeaseStore, MemoryLeases, NodeId, Renewal};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let (leases, lease) = (MemoryLeases::new(), LeaseId::new(NodeId::random()));
+    /// let bound = Duration::from_secs(20);
+    /// leases.renew(Renewal { lease: &lease, bound, first: true, hold: &[], release: &[], replace: true }).await?;
+    /// leases.release(&lease).await?;
+    /// assert!(leases.leases().await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let listed = self.leases().await?;
+            let Some(state) = listed.into_iter().find(|state| &state.lease == lease) else {
+                return Ok(());
+            };
+            if !state.claimed && self.claim(lease, state.renewals).await?.is_some() {
+                self.forget(lease).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
@@ -298,6 +336,10 @@ impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
 
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).forget(lease)
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).release(lease)
     }
 }
 
@@ -437,5 +479,85 @@ impl LeaseStore for MemoryLeases {
             leases.remove(lease);
         }
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut leases = self.lock();
+        if leases.get(lease).is_some_and(|l| !l.claimed) {
+            leases.remove(lease);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{
+        BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed,
+    };
+    use crate::error::StoreError;
+    use crate::task::TaskId;
+
+    /// Leases with the four required calls only: `release` is the trait's default.
+    #[derive(Debug)]
+    struct Plain(MemoryLeases);
+
+    impl LeaseStore for Plain {
+        fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+            self.0.renew(renewal)
+        }
+
+        fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+            self.0.leases()
+        }
+
+        fn claim<'a>(
+            &'a self,
+            lease: &'a LeaseId,
+            renewals: u64,
+        ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+            self.0.claim(lease, renewals)
+        }
+
+        fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.0.forget(lease)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_release_removes_an_unclaimed_lease_and_leaves_a_claimed_one() {
+        let leases = Plain(MemoryLeases::new());
+        let (leaving, claimed) = (
+            LeaseId::new(NodeId::random()),
+            LeaseId::new(NodeId::random()),
+        );
+        let task = TaskId::random();
+        for lease in [&leaving, &claimed] {
+            let renewal = Renewal {
+                lease,
+                bound: Duration::from_secs(1),
+                first: true,
+                hold: &[task],
+                release: &[],
+                replace: true,
+            };
+            leases.renew(renewal).await.expect("renewed");
+        }
+        leases.claim(&claimed, 1).await.expect("claimed");
+        leases.release(&leaving).await.expect("released");
+        leases.release(&claimed).await.expect("left alone");
+        leases
+            .release(&leaving)
+            .await
+            .expect("an unknown lease is no error");
+        let left = leases.leases().await.expect("read");
+        assert_eq!(left.len(), 1);
+        assert_eq!((&left[0].lease, left[0].claimed), (&claimed, true));
+        assert_eq!(
+            leases.claim(&claimed, 0).await.expect("claimed"),
+            Some(vec![task])
+        );
     }
 }
