@@ -1075,6 +1075,34 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn the_default_node_id_names_the_host_and_the_process() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let _a = node(&store, leases.clone());
+        let _b = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        let ids: Vec<String> = all(&leases)
+            .await
+            .into_iter()
+            .map(|state| state.lease.node.to_string())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1], "two layers in one process, two ids");
+        let pid = format!("-{}-", std::process::id());
+        for id in &ids {
+            let (host, suffix) = id
+                .split_once(&pid)
+                .unwrap_or_else(|| panic!("{id} names no process"));
+            assert!(!host.is_empty(), "{id} names no host");
+            if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+                assert_eq!(host, name.trim(), "{id}");
+            }
+            assert_eq!(suffix.len(), 6, "{id}");
+            assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
+    }
+
     #[test]
     fn a_lease_is_claimable_only_after_standing_still_for_its_bound_while_the_watcher_was_unbroken()
     {

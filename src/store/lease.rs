@@ -19,8 +19,10 @@ use crate::error::StoreError;
 use crate::store::BoxFuture;
 use crate::task::TaskId;
 
-/// The identity of one layer instance (one node) in a cluster: random unless
-/// [`with_node_id`](crate::TasksLayerBuilder::with_node_id) names it.
+/// The identity of one layer instance (one node) in a cluster, in log lines and
+/// lease keys. By default the host name, the process id and six random hex digits
+/// (`web-1-4242-9f3a1c`: two layers in one process differ by the digits);
+/// [`with_node_id`](crate::TasksLayerBuilder::with_node_id) names it otherwise.
 ///
 /// ```
 /// use mcp_tasks::store::NodeId;
@@ -53,6 +55,14 @@ impl NodeId {
         NodeId(hex.into())
     }
 
+    /// The default id of a layer: this host's name (letters, digits, `.`, `-` and
+    /// `_`, anything else as `_`, at most 64 of them; `node` when none is found),
+    /// the process id and six random hex digits.
+    pub(crate) fn of_this_process() -> Self {
+        let digits = &NodeId::random().0[..6];
+        NodeId(format!("{}-{}-{digits}", host_name(), std::process::id()).into())
+    }
+
     /// A chosen id, such as a host or pod name; `None` when it is empty or longer
     /// than [`MAX_LEN`](Self::MAX_LEN).
     pub fn new(id: impl Into<String>) -> Option<Self> {
@@ -65,6 +75,33 @@ impl NodeId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// This host's name as [`NodeId::of_this_process`] writes it: from the kernel
+/// (Linux), `/etc/hostname`, or `HOSTNAME` / `COMPUTERNAME`.
+fn host_name() -> String {
+    let found = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .chain(
+            ["HOSTNAME", "COMPUTERNAME"]
+                .iter()
+                .filter_map(|var| std::env::var(var).ok()),
+        )
+        .find(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "node".to_owned());
+    found
+        .trim()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 impl fmt::Debug for NodeId {
