@@ -25,6 +25,17 @@ impl TasksLayer {
     /// fails it) keeps its lease until that task ends, so that, should it exit
     /// first, the other nodes fail the task as lost.
     ///
+    /// **Sizing `grace`.** Make it as long as the longest tool call you want to see
+    /// finish, and keep it below the time the orchestrator gives the process
+    /// between SIGTERM and SIGKILL (Kubernetes' `terminationGracePeriodSeconds`,
+    /// 30 s by default; `docker stop -t`), which must exceed the grace plus the
+    /// readiness delay before the drain (see [`is_draining`](Self::is_draining)),
+    /// the lease release and the HTTP server's own shutdown. A process killed
+    /// mid-drain fails nothing itself: on a shared store the other nodes fail its
+    /// unfinished tasks later, as lost. Work that can outlast a deploy (minutes, hours) does not belong to a
+    /// process that deploys replace: hand it to a durable job queue, and let the
+    /// queue's workers report on the task ([`Tasks`](crate::worker::Tasks)).
+    ///
     /// Calls that arrive while it drains:
     ///
     /// - a `Required` (or `AutoRequired`) tool called with the extension is refused
