@@ -28,7 +28,7 @@
 //! BENCHMARKS.md has the results.
 
 #[path = "../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 use std::net::SocketAddr;

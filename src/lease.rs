@@ -1,6 +1,7 @@
 //! The layer's side of worker leases: the keeper renews this node's lease with the
-//! tasks it runs, and the sweeper claims the leases of nodes it has watched stand
-//! still, and fails their unfinished tasks (see [`LeaseStore`]).
+//! tasks it runs (and gives it up once a drain has ended and nothing unfinished is
+//! held), and the sweeper claims the leases of nodes it has watched stand still, and
+//! fails their unfinished tasks (see [`LeaseStore`]).
 //!
 //! The rule that keeps a live node's work safe: a lease is claimed only when its
 //! renewal count has not moved for its own lease length, measured on the watching
@@ -17,14 +18,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::engine::Engine;
+use crate::engine::{Engine, Interrupted};
 use crate::outage::Outage;
 use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
-use crate::task::TaskId;
-
-/// The message of a task failed because the node running it stopped renewing.
-pub(crate) const WORKER_LOST: &str =
-    "Task worker lost: the node running it stopped or lost its lease";
+use crate::task::{Scope, TaskId, Timestamp};
 
 /// After new work starts, how long the keeper waits for more before it sends the
 /// holds: creates that arrive together share one round trip.
@@ -43,6 +40,10 @@ fn renew_retries(renew_every: Duration) -> Backoff {
 /// How often, in leases, the explicit holds are checked against the store: a hold
 /// whose task expired, or ended where this node did not see it, is given up.
 const HOLDS_CHECK_EVERY: u32 = 8;
+
+/// How many of the tasks a drained node still lists one read checks for their end,
+/// before it gives its lease up.
+const RELEASE_CHECK_BATCH: usize = 1_000;
 
 /// The shortest pause between two sweeps.
 const SWEEP_MIN: Duration = Duration::from_millis(10);
@@ -136,6 +137,9 @@ impl Leasing {
     }
 
     /// Renews this node's lease with the tasks `engine` runs until the layer is gone.
+    /// Once a drain has ended, it gives the lease up as soon as no unfinished task
+    /// is held, and tells the drain it has acted; work that begins after that is
+    /// leased again, under a new incarnation.
     async fn keep(&self, engine: Weak<Engine>, health: &Mutex<Health>) {
         let mut lease = self.lease.clone();
         // The first renewal of an incarnation creates its lease.
@@ -146,8 +150,11 @@ impl Leasing {
         let mut held = Held::default();
         let mut retries = renew_retries(self.renew_every());
         let mut failures = Outage::new("renew this node's worker lease");
+        // Given up after a drain: no lease in the store until new work comes.
+        let mut given_up = false;
+        let mut giving_up = Outage::new("give this node's worker lease up after its drain");
         if let Some(engine) = engine.upgrade() {
-            engine.node().start_leasing();
+            engine.node().start_leasing(self.bound);
         }
         loop {
             let Some(strong) = engine.upgrade() else {
@@ -157,6 +164,27 @@ impl Leasing {
             let poked = changes.notified();
             tokio::pin!(poked);
             poked.as_mut().enable();
+            if given_up {
+                if strong.node().take_lease_log().hold.is_empty() {
+                    drop(strong);
+                    poked.await;
+                    continue;
+                }
+                // Work began after the drain: a new incarnation leases it.
+                lease = LeaseId::new(lease.node.clone());
+                lock(health).lease = lease.clone();
+                (given_up, first, replace) = (false, true, true);
+            } else if strong.node().is_drain_ended() {
+                let gave_up = self.give_up(&strong, &lease, &mut giving_up).await;
+                strong.node().lease_settled();
+                if gave_up {
+                    given_up = true;
+                    held.set(0);
+                    // Not renewing, this node claims no other's lease.
+                    lock(health).broken();
+                    continue;
+                }
+            }
             let log = strong.node().take_lease_log();
             let (hold, release): (Vec<TaskId>, Vec<TaskId>) = if replace {
                 (strong.node().leased(), Vec::new())
@@ -218,6 +246,52 @@ impl Leasing {
                 _ = poked => tokio::time::sleep(GATHER).await,
             }
         }
+    }
+
+    /// After a drain: gives this node's lease up ([`LeaseStore::release`]) unless
+    /// it still guards an unfinished task (what it lists may have ended, its work
+    /// winding down), all within a quarter of the lease; failures are told through
+    /// `failures`, and tried again before the next renewal. Whether it gave it up.
+    async fn give_up(&self, engine: &Engine, lease: &LeaseId, failures: &mut Outage) -> bool {
+        // Hold changes from here on stay in the log: after the release they lease
+        // the new work again; if the lease is kept, they go out with the unsent ones.
+        let unsent = engine.node().take_lease_log();
+        let release = async {
+            for batch in engine.node().leased().chunks(RELEASE_CHECK_BATCH) {
+                let found = engine
+                    .store()
+                    .get_many(batch, Scope::Any, Timestamp::now())
+                    .await?;
+                if found.iter().any(|task| !task.status.is_terminal()) {
+                    return Ok(false);
+                }
+            }
+            self.store.release(lease).await.map(|()| true)
+        };
+        let outcome = tokio::time::timeout(self.renew_timeout(), release).await;
+        let gave_up = match outcome {
+            Ok(Ok(gave_up)) => {
+                failures.succeeded();
+                gave_up
+            }
+            Ok(Err(e)) => {
+                failures.failed(Some(&e));
+                false
+            }
+            Err(_) => {
+                failures.failed(None);
+                false
+            }
+        };
+        if gave_up {
+            tracing::info!(
+                node = %lease.node,
+                "mcp-tasks: drained: this node gave its worker lease up"
+            );
+        } else {
+            engine.node().restore_lease_log(unsent);
+        }
+        gave_up
     }
 
     /// Watches the other leases and claims dead ones, on a timer, until the layer
@@ -409,7 +483,7 @@ async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
 /// is gone), `Err` when the store failed, so the claimed lease is kept for the next
 /// sweep.
 async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
-    match engine.fail_internal(id, WORKER_LOST).await {
+    match engine.fail_interrupted(id, Interrupted::WorkerLost).await {
         Ok(changed) => Ok(changed),
         Err(e) => {
             tracing::warn!(error = %crate::error::Chain(&e), "mcp-tasks: could not fail a task whose worker was lost");
@@ -424,7 +498,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use super::{GATHER, WORKER_LOST};
+    use super::GATHER;
     use crate::error::StoreError;
     use crate::layer::TasksLayer;
     use crate::store::TaskStore;
@@ -436,6 +510,7 @@ mod tests {
     use crate::wire::RpcError;
 
     const BOUND: Duration = Duration::from_secs(1);
+    const WORKER_LOST: &str = "Task worker lost: the node running it stopped or lost its lease";
 
     fn node(store: &Arc<MemoryStore>, leases: impl LeaseStore) -> TasksLayer {
         TasksLayer::builder(store.clone())
@@ -518,6 +593,11 @@ mod tests {
         let error = lost.error.expect("the failure's error");
         assert_eq!(error.code, RpcError::INTERNAL_ERROR);
         assert_eq!(error.message, WORKER_LOST);
+        assert_eq!(
+            error.data,
+            Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+            "a lost worker's task may be called again"
+        );
         assert_eq!(lost.status_message.as_deref(), Some(WORKER_LOST));
         // What it no longer held, or had finished, is left as it was.
         assert_eq!(stored(&store, &released).await.status, TaskStatus::Working);
@@ -578,6 +658,11 @@ mod tests {
         fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
             self.unreachable()
                 .unwrap_or_else(|| self.inner.forget(lease))
+        }
+
+        fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.unreachable()
+                .unwrap_or_else(|| self.inner.release(lease))
         }
     }
 
@@ -725,7 +810,13 @@ mod tests {
         cut.store(true, Ordering::Release);
         let cut_at = tokio::time::Instant::now();
         tokio::time::sleep(BOUND * 3).await;
-        assert_eq!(stored(&store, &running).await.status, TaskStatus::Failed);
+        let lost = stored(&store, &running).await;
+        assert_eq!(lost.status, TaskStatus::Failed);
+        assert_eq!(
+            lost.error.and_then(|e| e.data),
+            Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+            "the work of a node that lost its lease may be called again"
+        );
         let ended = tokio::time::timeout(BOUND, a.tasks().ended(&running)).await;
         assert_eq!(
             ended,
@@ -843,6 +934,175 @@ mod tests {
         let mut expected = vec![twice, explicit];
         expected.sort_unstable();
         assert_eq!(held, expected);
+    }
+
+    /// A node named `name`.
+    fn named(store: &Arc<MemoryStore>, leases: &MemoryLeases, name: &str) -> TasksLayer {
+        TasksLayer::builder(store.clone())
+            .with_worker_lease(BOUND)
+            .with_lease_store(leases.clone())
+            .with_node_id(NodeId::new(name).expect("a valid id"))
+            .without_janitor()
+            .build()
+            .expect("a valid layer")
+    }
+
+    /// The nodes with a lease, by name.
+    async fn nodes(leases: &MemoryLeases) -> Vec<String> {
+        let mut nodes: Vec<String> = all(leases)
+            .await
+            .into_iter()
+            .map(|state| state.lease.node.to_string())
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// The lease of the node named `name`, if it has one.
+    async fn lease_of(leases: &MemoryLeases, name: &str) -> Option<LeaseId> {
+        all(leases)
+            .await
+            .into_iter()
+            .map(|state| state.lease)
+            .find(|lease| lease.node.as_str() == name)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_node_gives_its_lease_up_and_no_survivor_claims_it() {
+        let logged = Logged::default();
+        let writer = logged.clone();
+        let _logs = tracing::subscriber::set_default(
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::INFO)
+                .with_ansi(false)
+                .with_writer(move || writer.clone())
+                .finish(),
+        );
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let a = named(&store, &leases, "a");
+        let _b = named(&store, &leases, "b");
+        let (finished, cut) = (working_task(&store).await, working_task(&store).await);
+        a.engine.node().register_work(finished);
+        // Work whose handle outlives the drain that fails its task.
+        a.engine.node().register_work(cut);
+        tokio::time::sleep(BOUND).await;
+        assert_eq!(all(&leases).await.len(), 2);
+        a.tasks()
+            .complete(&finished, serde_json::json!({"content": []}))
+            .await
+            .expect("completed");
+        a.engine.node().forget_work(&finished);
+
+        assert_eq!(a.drain(BOUND / 2).await, 1);
+        assert_eq!(
+            nodes(&leases).await,
+            ["b"],
+            "a drained node gives its lease up before its drain returns"
+        );
+        tokio::time::sleep(BOUND * 4).await;
+        assert_eq!(logged.lines("WARN", "stopped renewing its worker lease"), 0);
+        assert_eq!(logged.lines("WARN", "lost its worker lease"), 0);
+        let error = stored(&store, &cut).await.error.expect("failed");
+        assert_eq!(
+            error.data,
+            Some(serde_json::json!({"reason": "shutting_down", "retryable": true}))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drained_node_keeps_its_lease_while_it_holds_unfinished_work() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let a = named(&store, &leases, "a");
+        let _b = named(&store, &leases, "b");
+        // Held for work elsewhere: a drain neither waits for it nor fails it.
+        let held = working_task(&store).await;
+        a.tasks().hold(held);
+        tokio::time::sleep(BOUND).await;
+        let before = lease_of(&leases, "a").await.expect("a's lease");
+        assert_eq!(a.drain(BOUND).await, 0);
+        assert_eq!(
+            lease_of(&leases, "a").await,
+            Some(before.clone()),
+            "the lease stays while it guards unfinished work"
+        );
+        a.tasks()
+            .complete(&held, serde_json::json!({"content": []}))
+            .await
+            .expect("completed");
+        tokio::time::sleep(BOUND).await;
+        assert_eq!(
+            nodes(&leases).await,
+            ["b"],
+            "once the work has ended, the lease is given up"
+        );
+
+        // Work that begins after the drain is leased again, under a new incarnation.
+        let later = working_task(&store).await;
+        a.engine.node().register_work(later);
+        tokio::time::sleep(BOUND / 2).await;
+        let after = lease_of(&leases, "a").await.expect("leased again");
+        assert_ne!(after, before, "a new incarnation");
+        crash(&a);
+        tokio::time::sleep(BOUND * 3).await;
+        assert_eq!(stored(&store, &later).await.status, TaskStatus::Failed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_does_not_wait_on_a_lease_store_out_of_reach_and_gives_the_lease_up_once_back()
+    {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Outage::default();
+        let a = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        leases.down.store(true, Ordering::Release);
+        let started = tokio::time::Instant::now();
+        assert_eq!(a.drain(BOUND).await, 0);
+        assert!(
+            started.elapsed() <= BOUND / 2,
+            "the drain waited {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            all(&leases.inner).await.len(),
+            1,
+            "the lease is still there"
+        );
+        leases.down.store(false, Ordering::Release);
+        tokio::time::sleep(BOUND).await;
+        assert!(
+            all(&leases.inner).await.is_empty(),
+            "back, the store gets the release"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_node_id_names_the_host_and_the_process() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = MemoryLeases::new();
+        let _a = node(&store, leases.clone());
+        let _b = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        let ids: Vec<String> = all(&leases)
+            .await
+            .into_iter()
+            .map(|state| state.lease.node.to_string())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1], "two layers in one process, two ids");
+        let pid = format!("-{}-", std::process::id());
+        for id in &ids {
+            let (host, suffix) = id
+                .split_once(&pid)
+                .unwrap_or_else(|| panic!("{id} names no process"));
+            assert!(!host.is_empty(), "{id} names no host");
+            if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+                assert_eq!(host, name.trim(), "{id}");
+            }
+            assert_eq!(suffix.len(), 6, "{id}");
+            assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        }
     }
 
     #[test]

@@ -1,17 +1,21 @@
 //! A graceful drain over real HTTP: running work gets its grace period, what is left
-//! fails, new calls stay synchronous, and listen streams end with the listen result.
+//! fails (retryable), new calls stay synchronous, and listen streams end with the
+//! listen result. On a shared store, the drained node gives its worker lease up, so
+//! the nodes that stay claim nothing and log nothing about it.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_tasks::{MemoryStore, TaskMode, TaskSpec};
+use mcp_tasks::store::{CreateLimits, LeaseStore, MemoryLeases, NodeId, TaskStore, Timestamp};
+use mcp_tasks::{MemoryStore, TaskId, TaskMode, TaskRecord, TaskSpec};
 use serde_json::json;
 use support::fixtures::{
     ListenSupport, Server, Tool, listen_builder, listen_inner, spec, standard_inner, sync_fallback,
     text_result,
 };
+use support::logs::Logged;
 
 const SUB_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -75,6 +79,12 @@ async fn a_drain_lets_work_finish_fails_the_rest_and_ends_listen_streams() {
     assert_eq!(
         cut["error"]["message"],
         "Server shut down before the task finished"
+    );
+    // The work never finished: the client may call again, on another node.
+    assert_eq!(
+        cut["error"]["data"],
+        json!({"reason": "shutting_down", "retryable": true}),
+        "{cut}"
     );
 
     // The stream carries both endings, then the listen result, then ends.
@@ -169,4 +179,123 @@ async fn a_drain_also_ends_a_stream_served_beside_the_inner_services() {
     );
     assert!(stream.next_event().await.is_none(), "the stream closes");
     drop(inner);
+}
+
+/// The worker lease of the lease tests below: short, so that a survivor would claim
+/// a stopped node's lease well within a second.
+const LEASE: Duration = Duration::from_millis(400);
+
+/// A node named `name` on `store`, with a short worker lease kept in `leases` (the
+/// store's own when `None`).
+fn leased_node(
+    store: Arc<dyn TaskStore>,
+    leases: Option<&MemoryLeases>,
+    name: &str,
+) -> mcp_tasks::TasksLayer {
+    let builder = mcp_tasks::TasksLayer::builder(store)
+        .with_worker_lease(LEASE)
+        .with_node_id(NodeId::new(name).expect("a valid node id"))
+        .without_janitor();
+    match leases {
+        Some(leases) => builder.with_lease_store(leases.clone()),
+        None => builder,
+    }
+    .build()
+    .expect("a valid layer")
+}
+
+/// Two nodes on one shared store (`a` and `b`, two instances over the same data;
+/// `leases` the lease store they share, when not the store's own): the drained node
+/// gives its worker lease up before `drain` returns, and the survivor, watching for
+/// several leases, claims nothing and logs nothing about it.
+async fn a_drained_node_gives_its_lease_up(
+    name: &str,
+    a: Arc<dyn TaskStore>,
+    b: Arc<dyn TaskStore>,
+    leases: Option<MemoryLeases>,
+) {
+    let (logged, _logs) = Logged::capture(tracing::Level::INFO);
+    let lease_store: Arc<dyn LeaseStore> = match &leases {
+        Some(leases) => Arc::new(leases.clone()),
+        None => a.leases().expect("a shared store keeps worker leases"),
+    };
+    let drained = leased_node(a.clone(), leases.as_ref(), "drained");
+    let survivor = leased_node(b, leases.as_ref(), "survivor");
+    let nodes = async || {
+        let mut nodes: Vec<String> = lease_store
+            .leases()
+            .await
+            .expect("the leases read")
+            .into_iter()
+            .map(|state| state.lease.node.to_string())
+            .collect();
+        nodes.sort();
+        nodes
+    };
+    // A task the drained node holds until it completes it.
+    let id = TaskId::random();
+    a.create(
+        TaskRecord::new(id, None, Timestamp::now()),
+        CreateLimits::default(),
+    )
+    .await
+    .expect("created");
+    drained.tasks().hold(id);
+    let both = support::wait::poll(async || (nodes().await.len() == 2).then_some(())).await;
+    assert!(both.is_some(), "both nodes renew: {:?}", nodes().await);
+    drained
+        .tasks()
+        .complete(&id, json!({"content": []}))
+        .await
+        .expect("completed");
+
+    let started = std::time::Instant::now();
+    assert_eq!(drained.drain(Duration::from_secs(1)).await, 0);
+    let took = started.elapsed();
+    assert_eq!(
+        nodes().await,
+        ["survivor"],
+        "a drained node gives its lease up before its drain returns"
+    );
+    // Long past the time the survivor claims a stopped node's lease (1.25 × the
+    // lease), it has claimed nothing. Nothing announces that nothing happened: the
+    // test watches for that long.
+    tokio::time::sleep(LEASE * 3).await;
+    for alarm in ["stopped renewing its worker lease", "lost its worker lease"] {
+        assert!(
+            logged.lines_with(alarm).is_empty(),
+            "a clean drain must log no lease alarm:\n{}",
+            logged.text()
+        );
+    }
+    assert_eq!(nodes().await, ["survivor"]);
+    drop(survivor);
+    eprintln!(
+        "{name}: a drain with nothing left to run returned in {} ms with its lease given up; the survivor, watched for {} ms, claimed nothing and logged no lease warning",
+        took.as_millis(),
+        (LEASE * 3).as_millis()
+    );
+}
+
+#[tokio::test]
+async fn a_drained_node_gives_its_lease_up_on_memory_leases() {
+    let store: Arc<dyn TaskStore> = Arc::new(MemoryStore::new());
+    let leases = Some(MemoryLeases::new());
+    a_drained_node_gives_its_lease_up("memory", store.clone(), store, leases).await;
+}
+
+#[cfg(all(feature = "postgres", feature = "test-util"))]
+#[tokio::test]
+async fn a_drained_node_gives_its_lease_up_on_postgres() {
+    if let Some((a, b)) = support::stores::postgres::two_nodes().await {
+        a_drained_node_gives_its_lease_up("PostgreSQL", Arc::new(a), Arc::new(b), None).await;
+    }
+}
+
+#[cfg(all(feature = "redis", feature = "test-util"))]
+#[tokio::test]
+async fn a_drained_node_gives_its_lease_up_on_redis() {
+    if let Some((a, b)) = support::stores::redis::two_nodes().await {
+        a_drained_node_gives_its_lease_up("Redis", Arc::new(a), Arc::new(b), None).await;
+    }
 }

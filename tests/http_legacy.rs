@@ -520,10 +520,15 @@ async fn a_question_goes_out_on_the_result_stream_and_its_answer_comes_back_in_a
     let result = stream.next_message().await;
     assert_eq!(result["id"], 7);
     assert_eq!(result["result"]["content"][0]["text"], "answer: true");
-    // A stale answer, to a task that no longer waits, is refused.
-    answer(Some("alice"), json!(asked), yes)
-        .await
-        .assert_error(-32602, 400);
+    // A stale answer, to a task that has ended, is refused, and says why.
+    let late = answer(Some("alice"), json!(asked), yes).await;
+    late.assert_error(-32602, 400);
+    assert_eq!(
+        late.json["error"]["message"],
+        "Invalid params: the task has ended",
+        "{}",
+        late.text()
+    );
 }
 
 #[tokio::test]

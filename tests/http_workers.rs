@@ -105,7 +105,13 @@ async fn answers_come_typed_and_a_finished_task_drops_its_progress_text() {
         "go": {"action": "accept", "content": {"ok": true}},
         "region": {"action": "decline"},
     });
-    client.update(&id, answers, None).await.ok();
+    let accepted = client.update(&id, answers.clone(), None).await;
+    assert_eq!(accepted.ok()["resultType"], "complete");
+    assert!(
+        accepted.ok()["_meta"].get(IGNORED).is_none(),
+        "{}",
+        accepted.ok()
+    );
 
     assert_eq!(
         recv("the worker's answers", &mut answered).await,
@@ -116,7 +122,22 @@ async fn answers_come_typed_and_a_finished_task_drops_its_progress_text() {
         done.get("statusMessage").is_none(),
         "a completed task keeps no progress text: {done}"
     );
+
+    // A late answer gets the acknowledgment the specification fixes, and says in
+    // `_meta` that the task had ended, so nothing was recorded.
+    let late = client.update(&id, answers, None).await;
+    assert_eq!(late.ok()["resultType"], "complete");
+    assert_eq!(
+        late.ok()["_meta"][IGNORED],
+        json!({"reason": "task_ended", "status": "completed",
+            "message": "The task had already ended (completed); these answers were not recorded."}),
+        "{}",
+        late.ok()
+    );
 }
+
+/// The `_meta` key of a `tasks/update` acknowledgment that recorded nothing.
+const IGNORED: &str = "mcp-tasks/ignored";
 
 #[tokio::test]
 async fn work_that_returns_without_ending_its_task_fails_it_at_once() {

@@ -370,6 +370,24 @@ async fn a_question_is_answered_through_task_answer() {
     );
     let done = status_until(client, &id, "has completed").await;
     assert!(texts(&done).ends_with("confirmed: true"), "{done}");
+
+    // An answer that comes after the end says so, not that no question matched.
+    let late = task_tool(
+        client,
+        "task_answer",
+        json!({"taskId": id, "answers": {"r1.confirm": {"action": "accept", "content": {"confirm": false}}}}),
+        ALICE,
+    )
+    .await;
+    let text = texts(&late);
+    assert!(
+        text.starts_with(
+            "The task had already ended (completed); these answers were not recorded."
+        ),
+        "{late}"
+    );
+    assert!(!text.contains("None of these answers matched"), "{late}");
+    assert_eq!(late["structuredContent"]["status"], "completed", "{late}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -243,8 +243,26 @@ impl Engine {
         id: &TaskId,
         message: &str,
     ) -> Result<bool, StoreError> {
-        let fail = internal_failure(message);
-        let updated = self.update(id, Scope::Any, &fail).await?;
+        self.fail(id, &internal_failure(message)).await
+    }
+
+    /// Fails `id`, whose work was cut short for `why`, with the error `why` decides
+    /// ([`Interrupted::error`]), whoever holds it: `Ok(true)` when this changed it,
+    /// `Ok(false)` when it had already ended or is gone.
+    pub(crate) async fn fail_interrupted(
+        &self,
+        id: &TaskId,
+        why: Interrupted,
+    ) -> Result<bool, StoreError> {
+        let fail = Transition::Fail {
+            error: why.error(),
+            message: Some(why.message().to_owned()),
+        };
+        self.fail(id, &fail).await
+    }
+
+    async fn fail(&self, id: &TaskId, fail: &Transition) -> Result<bool, StoreError> {
+        let updated = self.update(id, Scope::Any, fail).await?;
         Ok(updated.is_some_and(|u| u.changed()))
     }
 
@@ -494,6 +512,53 @@ impl Engine {
         self.changed(&record);
         Ok(record)
     }
+}
+
+/// Why the work on a task stopped before the task ended, through no fault of the
+/// tool: the task fails, and the client may call the tool again (on another node).
+/// Every such failure is written with [`Engine::fail_interrupted`], which takes its
+/// error from here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interrupted {
+    /// A drain's grace period ran out ([`TasksLayer::drain`](crate::TasksLayer::drain)).
+    ShuttingDown,
+    /// The node running it stopped renewing its worker lease, or lost it: another
+    /// node claimed the lease and fails what it held.
+    WorkerLost,
+}
+
+impl Interrupted {
+    /// The `reason` in the error's `data`.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Interrupted::ShuttingDown => "shutting_down",
+            Interrupted::WorkerLost => "worker_lost",
+        }
+    }
+
+    /// The task's error message, and its status message.
+    pub(crate) fn message(self) -> &'static str {
+        match self {
+            Interrupted::ShuttingDown => "Server shut down before the task finished",
+            Interrupted::WorkerLost => {
+                "Task worker lost: the node running it stopped or lost its lease"
+            }
+        }
+    }
+
+    /// The error the task fails with: -32603, [`message`](Self::message), and
+    /// `data` `{"reason": …, "retryable": true}` ([`retryable`]).
+    pub(crate) fn error(self) -> ErrorObject {
+        ErrorObject::new(RpcError::INTERNAL_ERROR, self.message())
+            .with_data(retryable(self.reason()))
+    }
+}
+
+/// The `error.data` of a call that may be sent again, to this node or another:
+/// `{"reason": reason, "retryable": true}` (a task [`Interrupted`], a call refused
+/// while the layer drains).
+pub(crate) fn retryable(reason: &str) -> serde_json::Value {
+    serde_json::json!({"reason": reason, "retryable": true})
 }
 
 /// The failure of a task with -32603, `message` its error and its status message.

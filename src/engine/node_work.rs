@@ -1,12 +1,14 @@
 //! What this node runs: work under a handle, `Auto` runners, explicit holds,
-//! and whether a drain has begun. The lease keeper reads it to renew, the drain to
-//! wait for idle.
+//! and whether a drain has begun or ended. The lease keeper reads it to renew (and
+//! to give the lease up after a drain), the drain to wait for idle and then for the
+//! keeper.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::wait::Waits;
 use crate::observe::Live;
@@ -17,6 +19,23 @@ use crate::task::{TaskId, TaskRecord, TaskStatus};
 pub(crate) struct LeaseLog {
     pub(crate) hold: HashSet<TaskId>,
     pub(crate) release: HashSet<TaskId>,
+}
+
+impl LeaseLog {
+    /// Puts `earlier` (a log taken before this one was recorded) back under it: what
+    /// this one records of a task wins.
+    fn merge_earlier(&mut self, earlier: LeaseLog) {
+        for id in earlier.hold {
+            if !self.release.contains(&id) {
+                self.hold.insert(id);
+            }
+        }
+        for id in earlier.release {
+            if !self.hold.contains(&id) {
+                self.release.insert(id);
+            }
+        }
+    }
 }
 
 /// This node's running work and holds, the registry the lease keeper renews and
@@ -39,6 +58,14 @@ pub(crate) struct NodeWork {
     lease_log: Mutex<LeaseLog>,
     /// Set by a drain: no new task is admitted.
     draining: AtomicBool,
+    /// Set once a drain has ended (what was left of the work failed): the lease
+    /// keeper gives this node's lease up once it guards no unfinished task.
+    drain_ended: AtomicBool,
+    /// Set by the lease keeper once it has acted on an ended drain (given the lease
+    /// up, or kept it for work still unfinished): the drain waits for it.
+    lease_settled: watch::Sender<bool>,
+    /// The lease length of the running lease keeper, in milliseconds (0: none runs).
+    lease_bound_ms: AtomicU64,
 }
 
 impl NodeWork {
@@ -192,9 +219,38 @@ impl NodeWork {
         }
     }
 
-    /// Starts recording hold changes for a lease keeper.
-    pub(crate) fn start_leasing(&self) {
+    /// Starts recording hold changes for a lease keeper that renews a lease of
+    /// length `bound`.
+    pub(crate) fn start_leasing(&self, bound: Duration) {
+        let bound_ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.lease_bound_ms.store(bound_ms, Ordering::Release);
         self.leasing.store(true, Ordering::Release);
+    }
+
+    /// Tells the lease keeper that the drain has ended, and waits until it has
+    /// given this node's lease up (or kept it, for a task held and still
+    /// unfinished): at most half the lease, the time a renewal in flight and the
+    /// release each get. Returns at once when no keeper runs.
+    pub(crate) async fn end_drain(&self) {
+        self.drain_ended.store(true, Ordering::Release);
+        let bound_ms = self.lease_bound_ms.load(Ordering::Acquire);
+        if bound_ms == 0 {
+            return;
+        }
+        let mut settled = self.lease_settled.subscribe();
+        self.lease_changes.notify_one();
+        let wait = Duration::from_millis(bound_ms) / 2;
+        let _ = tokio::time::timeout(wait, settled.wait_for(|settled| *settled)).await;
+    }
+
+    /// Whether a drain has ended: the lease keeper gives the lease up once it can.
+    pub(crate) fn is_drain_ended(&self) -> bool {
+        self.drain_ended.load(Ordering::Acquire)
+    }
+
+    /// The lease keeper has acted on the ended drain.
+    pub(crate) fn lease_settled(&self) {
+        self.lease_settled.send_replace(true);
     }
 
     fn is_leasing(&self) -> bool {
@@ -253,6 +309,15 @@ impl NodeWork {
     /// The hold changes recorded since the last call.
     pub(crate) fn take_lease_log(&self) -> LeaseLog {
         std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Puts back the changes [`take_lease_log`](Self::take_lease_log) took and no
+    /// renewal sent, under those recorded since.
+    pub(crate) fn restore_lease_log(&self, earlier: LeaseLog) {
+        self.lease_log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .merge_earlier(earlier);
     }
 
     /// How many tasks have work running in this process under a live handle.

@@ -140,7 +140,9 @@ impl TasksLayerBuilder {
                 .or_else(|| self.store.leases())
                 .map(|store| Leasing {
                     store,
-                    lease: LeaseId::new(self.node_id.take().unwrap_or_else(NodeId::random)),
+                    lease: LeaseId::new(
+                        self.node_id.take().unwrap_or_else(NodeId::of_this_process),
+                    ),
                     bound,
                 }),
             None => None,

@@ -628,8 +628,12 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// Names this node in its worker lease (default: a random id per layer).
-    /// Nodes sharing a store must have different ids.
+    /// Names this node in its worker lease and its lease log lines (default: the
+    /// host name, the process id and six random hex digits, such as
+    /// `web-1-4242-9f3a1c`). Nodes sharing a store must have different ids; a pod
+    /// or host name keeps them readable and stable across restarts (a restarted
+    /// process is a new incarnation of its node all the same, see
+    /// [`LeaseId`](crate::store::LeaseId)).
     pub fn with_node_id(mut self, node: NodeId) -> Self {
         self.node_id = Some(node);
         self

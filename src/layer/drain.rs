@@ -3,15 +3,38 @@
 use std::time::Duration;
 
 use super::TasksLayer;
+use crate::engine::Interrupted;
 
 impl TasksLayer {
     /// Shuts this node's tasks down gracefully, for a deploy, a SIGTERM or a Ctrl-C:
     /// from now on no call becomes a task; the work running here (under a
     /// [`TaskHandle`](crate::worker::TaskHandle) or an `Auto` runner) gets up to
     /// `grace` to finish; what is left then fails with -32603 "Server shut down
-    /// before the task finished"; and every listen stream ends with the listen
+    /// before the task finished" and `error.data` `{"reason": "shutting_down",
+    /// "retryable": true}` (the tool never finished, so the client may call it
+    /// again, on another node); and every listen stream ends with the listen
     /// request's result. Returns how many tasks it failed. `tasks/get`, `update` and
     /// `cancel` keep working throughout.
+    ///
+    /// On a store shared between nodes, the drain then gives this node's worker
+    /// lease up ([`LeaseStore::release`](crate::store::LeaseStore::release)), so
+    /// that the other nodes have nothing to claim and log nothing about it; it waits
+    /// for that at most half the worker lease (10 s by default), only when the store
+    /// is slow to answer. A node that still holds an unfinished task
+    /// ([`Tasks::hold`](crate::worker::Tasks::hold): a drain neither waits for it nor
+    /// fails it) keeps its lease until that task ends, so that, should it exit
+    /// first, the other nodes fail the task as lost.
+    ///
+    /// **Sizing `grace`.** Make it as long as the longest tool call you want to see
+    /// finish, and keep it below the time the orchestrator gives the process
+    /// between SIGTERM and SIGKILL (Kubernetes' `terminationGracePeriodSeconds`,
+    /// 30 s by default; `docker stop -t`), which must exceed the grace plus the
+    /// readiness delay before the drain (see [`is_draining`](Self::is_draining)),
+    /// the lease release and the HTTP server's own shutdown. A process killed
+    /// mid-drain fails nothing itself: on a shared store the other nodes fail its
+    /// unfinished tasks later, as lost. Work that can outlast a deploy (minutes, hours) does not belong to a
+    /// process that deploys replace: hand it to a durable job queue, and let the
+    /// queue's workers report on the task ([`Tasks`](crate::worker::Tasks)).
     ///
     /// Calls that arrive while it drains:
     ///
@@ -41,7 +64,6 @@ impl TasksLayer {
     /// # }
     /// ```
     pub async fn drain(&self, grace: Duration) -> usize {
-        const SHUT_DOWN: &str = "Server shut down before the task finished";
         let engine = &self.engine;
         engine.node().start_draining();
         tracing::info!(
@@ -54,7 +76,7 @@ impl TasksLayer {
             .await;
         let mut failed = 0;
         for id in &left {
-            match engine.fail_internal(id, SHUT_DOWN).await {
+            match engine.fail_interrupted(id, Interrupted::ShuttingDown).await {
                 Ok(true) => failed += 1,
                 Ok(false) => {}
                 Err(e) => {
@@ -70,6 +92,7 @@ impl TasksLayer {
             );
         }
         engine.listen().registry().end_all();
+        engine.node().end_drain().await;
         failed
     }
 

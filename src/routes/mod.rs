@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::TaskSpec;
-use crate::engine::Engine;
+use crate::engine::{Engine, Interrupted, retryable};
 use crate::error::BoxError;
 use crate::observe::{self, Outcome};
 use crate::task::{Principal, TaskId, TaskRecord};
@@ -174,7 +174,7 @@ pub(crate) fn shutting_down<B>(id: Option<&Value>) -> Response<ResponseBody<B>> 
         "Server is shutting down",
         http::StatusCode::SERVICE_UNAVAILABLE,
     )
-    .with_data(serde_json::json!({"retryable": true, "reason": "shutting_down"}));
+    .with_data(retryable(Interrupted::ShuttingDown.reason()));
     let mut response = reply(refused, id);
     response.headers_mut().insert(
         http::header::RETRY_AFTER,

@@ -436,6 +436,10 @@ async fn answer_questions(
     let Some(updated) = engine.update(id, scope, &transition).await? else {
         return Ok(None);
     };
+    if super::tasks::answered_too_late(&updated) {
+        let lead = super::tasks::too_late_message(updated.record.status);
+        return Ok(Some(describe(&updated.record, format!("{lead} "))));
+    }
     let lead = match updated.outcome {
         Ok(Applied::Changed) => "Thank you, the answers are recorded. ".to_owned(),
         Ok(Applied::Unchanged) => format!(

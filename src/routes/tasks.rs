@@ -14,10 +14,13 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::engine::{Engine, json_len_within};
 use crate::error::{StoreError, TransitionError};
 use crate::observe::{self, Outcome};
-use crate::task::{Principal, Scope, TaskId, TaskJson, TaskRecord, Timestamp, Transition};
+use crate::store::{Applied, Updated};
+use crate::task::{
+    Principal, Scope, TaskId, TaskJson, TaskRecord, TaskStatus, Timestamp, Transition,
+};
 use crate::wire::{
-    Envelope, ReplyId, RpcError, ServerInfoMeta, check_media_types, result_response_with,
-    write_value,
+    Envelope, META_SERVER_INFO, ReplyId, RpcError, ServerInfoMeta, check_media_types,
+    result_response_with, write_value,
 };
 
 /// The `tasks/*` methods the layer answers itself, never reaching the inner service.
@@ -180,6 +183,28 @@ pub(crate) enum Answer {
     Task(TaskRecord),
     /// `tasks/update` and `tasks/cancel`: an empty complete result.
     Done,
+    /// `tasks/update` of a task that had ended: the same acknowledgment (WIRE: a
+    /// task not in `input_required` is acknowledged and the answers ignored), which
+    /// says in `_meta` under [`IGNORED_META`] that nothing was recorded, and why.
+    Ended(TaskStatus),
+}
+
+/// The `_meta` key of a `tasks/update` acknowledgment that recorded nothing
+/// because the task had ended: `{"reason": "task_ended", "status", "message"}`.
+const IGNORED_META: &str = "mcp-tasks/ignored";
+
+/// Whether an answer found its task ended, so that nothing was recorded: the
+/// late answer of `tasks/update`, `task_answer` and the 2025-11-25 answers alike.
+pub(crate) fn answered_too_late(updated: &Updated) -> bool {
+    updated.record.status.is_terminal() && !matches!(updated.outcome, Ok(Applied::Changed))
+}
+
+/// What a late answer is told: the task had already ended, as `status`.
+pub(crate) fn too_late_message(status: TaskStatus) -> String {
+    format!(
+        "The task had already ended ({}); these answers were not recorded.",
+        status.as_str()
+    )
 }
 
 impl Answer {
@@ -205,6 +230,22 @@ impl Answer {
                     write_value(out, &ServerInfoMeta(info));
                 }
                 out.push(b'}');
+            }),
+            Answer::Ended(status) => result_response_with(ReplyId::Raw(id), headers, |out| {
+                let mut meta = Map::new();
+                if let Some(info) = server_info {
+                    meta.insert(META_SERVER_INFO.to_owned(), info.clone());
+                }
+                meta.insert(
+                    IGNORED_META.to_owned(),
+                    serde_json::json!({
+                        "reason": "task_ended",
+                        "status": status.as_str(),
+                        "message": too_late_message(*status),
+                    }),
+                );
+                let result = serde_json::json!({"resultType": "complete", "_meta": meta});
+                write_value(out, &result);
             }),
         }
     }
@@ -300,6 +341,9 @@ pub(crate) async fn answer(
                 .ok_or_else(not_found)?;
             if let Err(TransitionError::Invalid(reason)) = updated.outcome {
                 return Err(RpcError::invalid_params(reason));
+            }
+            if method == "tasks/update" && answered_too_late(&updated) {
+                return Ok(Answer::Ended(updated.record.status));
             }
             Ok(Answer::Done)
         }

@@ -19,8 +19,10 @@ use crate::error::StoreError;
 use crate::store::BoxFuture;
 use crate::task::TaskId;
 
-/// The identity of one layer instance (one node) in a cluster: random unless
-/// [`with_node_id`](crate::TasksLayerBuilder::with_node_id) names it.
+/// The identity of one layer instance (one node) in a cluster, in log lines and
+/// lease keys. By default the host name, the process id and six random hex digits
+/// (`web-1-4242-9f3a1c`: two layers in one process differ by the digits);
+/// [`with_node_id`](crate::TasksLayerBuilder::with_node_id) names it otherwise.
 ///
 /// ```
 /// use mcp_tasks::store::NodeId;
@@ -53,6 +55,14 @@ impl NodeId {
         NodeId(hex.into())
     }
 
+    /// The default id of a layer: this host's name (letters, digits, `.`, `-` and
+    /// `_`, anything else as `_`, at most 64 of them; `node` when none is found),
+    /// the process id and six random hex digits.
+    pub(crate) fn of_this_process() -> Self {
+        let digits = &NodeId::random().0[..6];
+        NodeId(format!("{}-{}-{digits}", host_name(), std::process::id()).into())
+    }
+
     /// A chosen id, such as a host or pod name; `None` when it is empty or longer
     /// than [`MAX_LEN`](Self::MAX_LEN).
     pub fn new(id: impl Into<String>) -> Option<Self> {
@@ -65,6 +75,33 @@ impl NodeId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// This host's name as [`NodeId::of_this_process`] writes it: from the kernel
+/// (Linux), `/etc/hostname`, or `HOSTNAME` / `COMPUTERNAME`.
+fn host_name() -> String {
+    let found = ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .chain(
+            ["HOSTNAME", "COMPUTERNAME"]
+                .iter()
+                .filter_map(|var| std::env::var(var).ok()),
+        )
+        .find(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "node".to_owned());
+    found
+        .trim()
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 impl fmt::Debug for NodeId {
@@ -277,6 +314,44 @@ pub trait LeaseStore: fmt::Debug + Send + Sync + 'static {
 
     /// Removes a claimed lease and its holds (a lease not claimed is left alone).
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Removes `lease` and its holds, unless it is claimed: its node gives it up
+    /// after a drain ([`TasksLayer::drain`](crate::TasksLayer::drain)), with no
+    /// unfinished task left to guard, so that no other node judges it dead. A
+    /// claimed lease is left to its claimer, and an unknown one is no error.
+    ///
+    /// The default reads the leases, claims this one at its count and forgets it:
+    /// three calls, between which a watching node may find it claimed and finish
+    /// the claim (failing nothing, but logging it as a stopped node's).
+    /// `PostgresStore`, `RedisStore` and [`MemoryLeases`] remove it in one atomic
+    /// step.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::store::{LeaseId, LeaseStore, MemoryLeases, NodeId, Renewal};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let (leases, lease) = (MemoryLeases::new(), LeaseId::new(NodeId::random()));
+    /// let bound = Duration::from_secs(20);
+    /// leases.renew(Renewal { lease: &lease, bound, first: true, hold: &[], release: &[], replace: true }).await?;
+    /// leases.release(&lease).await?;
+    /// assert!(leases.leases().await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let listed = self.leases().await?;
+            let Some(state) = listed.into_iter().find(|state| &state.lease == lease) else {
+                return Ok(());
+            };
+            if !state.claimed && self.claim(lease, state.renewals).await?.is_some() {
+                self.forget(lease).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
@@ -298,6 +373,10 @@ impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
 
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         (**self).forget(lease)
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).release(lease)
     }
 }
 
@@ -437,5 +516,85 @@ impl LeaseStore for MemoryLeases {
             leases.remove(lease);
         }
         Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut leases = self.lock();
+        if leases.get(lease).is_some_and(|l| !l.claimed) {
+            leases.remove(lease);
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{
+        BoxFuture, LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed,
+    };
+    use crate::error::StoreError;
+    use crate::task::TaskId;
+
+    /// Leases with the four required calls only: `release` is the trait's default.
+    #[derive(Debug)]
+    struct Plain(MemoryLeases);
+
+    impl LeaseStore for Plain {
+        fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+            self.0.renew(renewal)
+        }
+
+        fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+            self.0.leases()
+        }
+
+        fn claim<'a>(
+            &'a self,
+            lease: &'a LeaseId,
+            renewals: u64,
+        ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
+            self.0.claim(lease, renewals)
+        }
+
+        fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+            self.0.forget(lease)
+        }
+    }
+
+    #[tokio::test]
+    async fn the_default_release_removes_an_unclaimed_lease_and_leaves_a_claimed_one() {
+        let leases = Plain(MemoryLeases::new());
+        let (leaving, claimed) = (
+            LeaseId::new(NodeId::random()),
+            LeaseId::new(NodeId::random()),
+        );
+        let task = TaskId::random();
+        for lease in [&leaving, &claimed] {
+            let renewal = Renewal {
+                lease,
+                bound: Duration::from_secs(1),
+                first: true,
+                hold: &[task],
+                release: &[],
+                replace: true,
+            };
+            leases.renew(renewal).await.expect("renewed");
+        }
+        leases.claim(&claimed, 1).await.expect("claimed");
+        leases.release(&leaving).await.expect("released");
+        leases.release(&claimed).await.expect("left alone");
+        leases
+            .release(&leaving)
+            .await
+            .expect("an unknown lease is no error");
+        let left = leases.leases().await.expect("read");
+        assert_eq!(left.len(), 1);
+        assert_eq!((&left[0].lease, left[0].claimed), (&claimed, true));
+        assert_eq!(
+            leases.claim(&claimed, 0).await.expect("claimed"),
+            Some(vec![task])
+        );
     }
 }

@@ -83,6 +83,13 @@ async fn forget(rule: &str, leases: &dyn LeaseStore, lease: &LeaseId) {
         .unwrap_or_else(|e| panic!("[{rule}] forget failed: {e}"));
 }
 
+async fn release(rule: &str, leases: &dyn LeaseStore, lease: &LeaseId) {
+    leases
+        .release(lease)
+        .await
+        .unwrap_or_else(|e| panic!("[{rule}] release failed: {e}"));
+}
+
 fn sorted(mut ids: Vec<TaskId>) -> Vec<TaskId> {
     ids.sort_unstable();
     ids
@@ -94,8 +101,9 @@ fn sorted(mut ids: Vec<TaskId>) -> Vec<TaskId> {
 /// count takes the holds; a claimed lease is never renewed again (the renewal
 /// reports it lost, with the claimed holds) and is claimed again by anyone who
 /// finishes the claim; forgetting removes only a claimed lease. A renewal and a
-/// claim racing on one count never both win. `a` and `b` are two instances over
-/// the same shared state: what one node renews, the other sees.
+/// claim racing on one count never both win. Releasing removes an unclaimed lease
+/// and its holds, and leaves a claimed one to its claimer. `a` and `b` are two
+/// instances over the same shared state: what one node renews, the other sees.
 pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_leases_count_renewals_and_claim_atomically";
     let (on_a, on_b) = (leases_of(RULE, &a), leases_of(RULE, &b));
@@ -233,6 +241,36 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
     }
     on_b.claim(&racer, 0).await.ok();
     forget(RULE, &*on_b, &racer).await;
+
+    // A node gives its own lease up, holds and all; a claimed one stays the claimer's.
+    let leaving = LeaseId::new(NodeId::random());
+    renew(RULE, &*on_a, renewal(&leaving, true, &ids[..2], &[], true)).await;
+    release(RULE, &*on_a, &leaving).await;
+    assert!(
+        state(RULE, &*on_b, &leaving).await.is_none(),
+        "[{RULE}] a released lease must be gone"
+    );
+    assert_eq!(
+        claim(RULE, &*on_b, &leaving, 1).await,
+        None,
+        "[{RULE}] a released lease has nothing left to claim"
+    );
+    assert_eq!(
+        renew(RULE, &*on_a, renewal(&leaving, false, &[], &[], false)).await,
+        Renewed::Lost { tasks: None },
+        "[{RULE}] only a first renewal brings a released lease back"
+    );
+    release(RULE, &*on_a, &leaving).await;
+    let claimed = LeaseId::new(NodeId::random());
+    renew(RULE, &*on_a, renewal(&claimed, true, &ids[..1], &[], true)).await;
+    assert_eq!(claim(RULE, &*on_b, &claimed, 1).await, Some(vec![ids[0]]));
+    release(RULE, &*on_a, &claimed).await;
+    assert_eq!(
+        claim(RULE, &*on_b, &claimed, 0).await,
+        Some(vec![ids[0]]),
+        "[{RULE}] releasing a claimed lease must leave it, and its holds, to the claimer"
+    );
+    forget(RULE, &*on_b, &claimed).await;
 }
 
 /// Two layers, `doomed` and `survivor`, on `a` and `b`.
@@ -248,8 +286,9 @@ fn pair<S: TaskStore>(rule: &str, a: &Arc<S>, b: &Arc<S>) -> (TasksLayer, TasksL
 }
 
 /// Multi-node: a node that stops (its layer dropped without ending its work) has
-/// its unfinished tasks failed by a layer on the other node, with -32603, within
-/// 1.25 × the lease bound and a margin; its finished tasks stay as they ended, and
+/// its unfinished tasks failed by a layer on the other node, with -32603 and
+/// `error.data` `{"reason": "worker_lost", "retryable": true}`, within 1.25 × the
+/// lease bound and a margin; its finished tasks stay as they ended, and
 /// the survivor's own tasks are never touched.
 pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_lost_workers_fail_on_the_survivor";
@@ -303,6 +342,11 @@ pub async fn nodes_lost_workers_fail_on_the_survivor<S: TaskStore>(a: S, b: S) {
         error.message.contains("stopped or lost its lease"),
         "[{RULE}] a lost task says why: {}",
         error.message
+    );
+    assert_eq!(
+        error.data,
+        Some(serde_json::json!({"reason": "worker_lost", "retryable": true})),
+        "[{RULE}] a lost task tells the client it may call again"
     );
     assert_eq!(
         get_found(RULE, &*b, &finished.id, Scope::Any, Timestamp::now())
@@ -368,6 +412,13 @@ impl LeaseStore for Cut {
         Box::pin(async move {
             self.check()?;
             self.inner.forget(lease).await
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.check()?;
+            self.inner.release(lease).await
         })
     }
 }

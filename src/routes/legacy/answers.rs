@@ -12,9 +12,8 @@ use serde_json::{Map, Value, json};
 use super::read::store_failed;
 use crate::body::ResponseBody;
 use crate::engine::Engine;
-use crate::error::TransitionError;
 use crate::observe::{self, Outcome};
-use crate::routes::tasks::check_input_sizes;
+use crate::routes::tasks::{answered_too_late, check_input_sizes};
 use crate::store::Applied;
 use crate::task::{Principal, Scope, TaskId, Transition};
 use crate::wire::RpcError;
@@ -92,7 +91,7 @@ pub(crate) async fn answer<B>(
     };
     match updated.outcome {
         Ok(Applied::Changed) => {}
-        Err(TransitionError::Terminal) => return refused("Invalid params: the task has ended"),
+        _ if answered_too_late(&updated) => return refused("Invalid params: the task has ended"),
         Ok(Applied::Unchanged) => {
             return refused("Invalid params: the task is not waiting for this answer");
         }

@@ -28,6 +28,7 @@ pub(super) struct LeaseStatements {
     leases: SqlStr,
     claim: SqlStr,
     forget: SqlStr,
+    release: SqlStr,
 }
 
 /// The tables `migrate` creates, after the tasks table.
@@ -42,6 +43,7 @@ impl LeaseStatements {
             leases: one(include_str!("sql/lease_list.sql"), table),
             claim: one(include_str!("sql/lease_claim.sql"), table),
             forget: one(include_str!("sql/lease_forget.sql"), table),
+            release: one(include_str!("sql/lease_release.sql"), table),
         }
     }
 }
@@ -171,8 +173,23 @@ impl LeaseStore for PgLeases {
     }
 
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.remove(&self.sql.forget, lease)
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.remove(&self.sql.release, lease)
+    }
+}
+
+impl PgLeases {
+    /// Runs `statement`, which removes `lease` (if claimed, or if not) and its holds.
+    fn remove<'a>(
+        &'a self,
+        statement: &'a SqlStr,
+        lease: &'a LeaseId,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            sqlx::query(self.sql.forget.clone())
+            sqlx::query(statement.clone())
                 .bind(lease.node.as_str())
                 .bind(column(lease.incarnation))
                 .execute(self.pool().await)
@@ -192,10 +209,16 @@ mod tests {
     #[test]
     fn no_lease_statement_reads_a_clock() {
         let sql = LeaseStatements::new("mcp_tasks");
-        let mut texts: Vec<String> = [&sql.renew, &sql.leases, &sql.claim, &sql.forget]
-            .iter()
-            .map(|statement| statement.as_str().to_ascii_lowercase())
-            .collect();
+        let mut texts: Vec<String> = [
+            &sql.renew,
+            &sql.leases,
+            &sql.claim,
+            &sql.forget,
+            &sql.release,
+        ]
+        .iter()
+        .map(|statement| statement.as_str().to_ascii_lowercase())
+        .collect();
         texts.extend(
             migration("mcp_tasks")
                 .iter()

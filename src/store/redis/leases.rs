@@ -93,11 +93,21 @@ end
 return 0
 "#;
 
+/// KEYS: the lease index, the lease, its holds. ARGV: member.
+const RELEASE: &str = r#"
+if redis.call('HGET', KEYS[2], 'claimed') == '0' then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('SREM', KEYS[1], ARGV[1])
+end
+return 0
+"#;
+
 struct Scripts {
     renew: Script,
     leases: Script,
     claim: Script,
     forget: Script,
+    release: Script,
 }
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
@@ -105,6 +115,7 @@ static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scrip
     leases: Script::new(LEASES),
     claim: Script::new(CLAIM),
     forget: Script::new(FORGET),
+    release: Script::new(RELEASE),
 });
 
 /// How long the lease connection waits before reconnecting, at most: a node back
@@ -277,11 +288,25 @@ impl LeaseStore for RedisLeases {
     }
 
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.remove(&SCRIPTS.forget, lease)
+    }
+
+    fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.remove(&SCRIPTS.release, lease)
+    }
+}
+
+impl RedisLeases {
+    /// Runs `script`, which removes `lease` (if claimed, or if not) and its holds.
+    fn remove<'a>(
+        &'a self,
+        script: &'static Script,
+        lease: &'a LeaseId,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let member = member(lease);
             let mut conn = self.conn().await;
-            let _: i64 = SCRIPTS
-                .forget
+            let _: i64 = script
                 .key(&self.index)
                 .key(format!("{}{member}", self.lease))
                 .key(format!("{}{member}", self.holds))
@@ -296,13 +321,13 @@ impl LeaseStore for RedisLeases {
 
 #[cfg(test)]
 mod tests {
-    use super::{BATCH_FN, CLAIM, FORGET, LEASES, RENEW};
+    use super::{BATCH_FN, CLAIM, FORGET, LEASES, RELEASE, RENEW};
 
     /// The lease scripts judge nothing by time: a step of the Redis server's clock,
     /// however large, must have nothing to act on (no `TIME`, no key expiry).
     #[test]
     fn no_lease_script_reads_a_clock_or_expires_a_key() {
-        for script in [BATCH_FN, RENEW, LEASES, CLAIM, FORGET] {
+        for script in [BATCH_FN, RENEW, LEASES, CLAIM, FORGET, RELEASE] {
             let upper = script.to_ascii_uppercase();
             for clock in ["'TIME'", "\"TIME\"", "EXPIRE", "PX", "EX'"] {
                 assert!(
