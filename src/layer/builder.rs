@@ -662,8 +662,13 @@ impl TasksLayerBuilder {
     }
 
     /// Do not start a janitor (the default starts one that sweeps every 60 s). Run
-    /// [`TasksLayer::janitor`] yourself, or rely on the store's own expiry. Expired
-    /// tasks read as absent either way; the janitor only frees their space.
+    /// [`TasksLayer::janitor`] yourself on at least one node. Expired tasks read as
+    /// absent either way; the janitor frees their space, and on the shared stores
+    /// more: on `PostgresStore` it alone removes expired and retired rows and prunes
+    /// the change-feed table, which gains a row per write (progress included), so
+    /// some node must sweep; on `RedisStore` it removes retired tasks without a TTL,
+    /// and the index entries (expiry, per-owner lists and counts) of tasks whose own
+    /// key Redis expired. On `MemoryStore` nothing else frees expired records.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
