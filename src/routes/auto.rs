@@ -339,7 +339,7 @@ where
 
 /// What an inner answer means for the task.
 #[derive(Debug)]
-enum Step {
+pub(super) enum Step {
     Complete(Value),
     Fail(ErrorObject),
     Ask {
@@ -371,7 +371,17 @@ fn classify<B, E>(exchange: Exchange<B, E>) -> Step {
     if head.extensions.remove::<TaskSpec>().is_some() {
         return internal("the tool asked for a task of its own");
     }
-    let Some(mut message) = sse::find_response(&bytes, sse::is_event_stream(&head.headers)) else {
+    step_of(sse::find_response(
+        &bytes,
+        sse::is_event_stream(&head.headers),
+    ))
+}
+
+/// What an inner JSON-RPC response (`None`: none was found) means for a task: the
+/// one reading of an inner answer, for `Auto` runners and for a call that had to
+/// become a task whose handler answered at once.
+pub(super) fn step_of(message: Option<Value>) -> Step {
+    let Some(mut message) = message else {
         return internal("the inner response holds no JSON-RPC response");
     };
     if let Some(error) = message.get_mut("error") {

@@ -162,6 +162,15 @@ pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<Response
     error.to_response(id).map(ResponseBody::full)
 }
 
+/// HTTP 202 with no body: a notification the layer took (it changes nothing), or
+/// a client's answer it stored.
+pub(crate) fn accepted<B>() -> Response<ResponseBody<B>> {
+    observe::outcome(Outcome::Result);
+    let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
+    *accepted.status_mut() = http::StatusCode::ACCEPTED;
+    accepted
+}
+
 /// The refusal of a call that would have become a task while the layer drains
 /// (WIRE leaves the HTTP status of -32603 open): HTTP 503 with `Retry-After: 1`, so
 /// that a proxy or load balancer retries it on another node, and `error.data`

@@ -4,7 +4,7 @@
 //! store answers at once; any other reaches [`call`].
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, Response, StatusCode};
+use http::{HeaderMap, Request, Response};
 use serde_json::{Map, Value};
 
 use tower_service::Service;
@@ -70,10 +70,7 @@ fn check_tasks<B>(
     envelope.check_strict().map_err(error)?;
     if envelope.is_notification() {
         // A notification gets 202 and no body; nothing is looked up or changed.
-        observe::outcome(Outcome::Result);
-        let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
-        *accepted.status_mut() = StatusCode::ACCEPTED;
-        return Err(accepted);
+        return Err(super::accepted());
     }
     let declared = envelope.validate(&parts.headers).map_err(error)?.0;
     if matches!(&*envelope.method, "tasks/list" | "tasks/result") {
@@ -271,18 +268,21 @@ pub(crate) fn answer_now(
     Some(found_task(engine, found))
 }
 
-fn not_found() -> RpcError {
+/// -32602 for an unknown, expired or foreign task, in either era: the same words
+/// for all three, and never the id.
+pub(crate) fn not_found() -> RpcError {
     RpcError::invalid_params("Failed to retrieve task: Task not found")
 }
 
-fn store_failed(e: StoreError) -> RpcError {
+/// -32603 for a failed store call, logged with its cause.
+pub(crate) fn store_failed(e: StoreError) -> RpcError {
     tracing::error!(error = %crate::error::Chain(&e), "task store failed");
     RpcError::internal_error()
 }
 
 /// The `taskId` param: `Ok(None)` when it is not one this layer could have made
 /// (it finds no task).
-fn task_id(envelope: &Envelope<'_>) -> Result<Option<TaskId>, RpcError> {
+pub(crate) fn task_id(envelope: &Envelope<'_>) -> Result<Option<TaskId>, RpcError> {
     let Some(text) = envelope.param_str("taskId") else {
         return Err(RpcError::invalid_params("Missing taskId"));
     };

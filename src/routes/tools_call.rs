@@ -15,6 +15,7 @@ use http_body_util::BodyExt as _;
 use serde_json::Value;
 use tower_service::Service;
 
+use super::auto::Step;
 use super::decide::{self, Era, Plan, Shape};
 use super::task_tools;
 use super::{Call, Reply, reply};
@@ -358,24 +359,19 @@ async fn settle(
     shape: Shape,
     id: Option<&Value>,
 ) -> Response<Bytes> {
-    let end = match answer {
-        Some(Value::Object(mut message)) => {
-            match (message.remove("result"), message.remove("error")) {
-                (Some(result), _) if result.is_object() => Transition::Complete {
-                    result,
-                    message: None,
-                },
-                (_, Some(error)) => match serde_json::from_value::<ErrorObject>(error) {
-                    Ok(error) => Transition::Fail {
-                        error,
-                        message: None,
-                    },
-                    Err(_) => settle_failed("a malformed error"),
-                },
-                _ => settle_failed("no result"),
-            }
-        }
-        _ => settle_failed("no JSON-RPC response"),
+    let end = match super::auto::step_of(answer) {
+        Step::Complete(result) => Transition::Complete {
+            result,
+            message: None,
+        },
+        Step::Fail(error) => Transition::Fail {
+            error,
+            message: None,
+        },
+        Step::Ask { .. } => Transition::Fail {
+            error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Internal error"),
+            message: None,
+        },
     };
     let created = match super::create_task(engine, owner, TaskSpec::new()).await {
         Ok(task) => task,
@@ -396,12 +392,4 @@ async fn settle(
     };
     observe::outcome(Outcome::Task);
     shape.response(engine, &task, id)
-}
-
-fn settle_failed(why: &'static str) -> Transition {
-    tracing::warn!("a tool answered a task-augmented call with {why}; the task fails");
-    Transition::Fail {
-        error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Internal error"),
-        message: None,
-    }
 }

@@ -316,10 +316,7 @@ impl MemoryStore {
                     continue;
                 };
                 if page.records.len() == limit {
-                    page.next = page.records.last().map(|last| ListFrom {
-                        created_at: last.created_at,
-                        id: last.id,
-                    });
+                    page.next = page.records.last().map(ListFrom::after);
                     return page;
                 }
                 page.records.push(stored.to_record(entry.id));

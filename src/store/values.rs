@@ -287,6 +287,16 @@ pub struct ListFrom {
     pub id: crate::task::TaskId,
 }
 
+impl ListFrom {
+    /// Where the page after `record` starts.
+    pub(crate) fn after(record: &TaskRecord) -> ListFrom {
+        ListFrom {
+            created_at: record.created_at,
+            id: record.id,
+        }
+    }
+}
+
 /// One page of [`TaskStore::list`](super::TaskStore::list): the records, newest
 /// first, and where the next page starts (`None` when there is no more).
 ///
@@ -302,4 +312,13 @@ pub struct ListPage {
     pub records: Vec<TaskRecord>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<ListFrom>,
+}
+
+impl ListPage {
+    /// The page of `records`, whose next starts after its last record when the
+    /// store saw `more` beyond it.
+    pub(crate) fn of(records: Vec<TaskRecord>, more: bool) -> ListPage {
+        let next = more.then(|| records.last().map(ListFrom::after)).flatten();
+        ListPage { records, next }
+    }
 }

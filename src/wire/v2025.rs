@@ -184,12 +184,6 @@ pub(crate) fn owner_tag(owner: Option<&str>) -> u64 {
     hash | 1
 }
 
-/// `-32602` for an unknown, expired or foreign task: the same words for all
-/// three, and never the id.
-pub(crate) fn task_not_found() -> RpcError {
-    RpcError::invalid_params("Failed to retrieve task: Task not found")
-}
-
 /// `-32601` for a `tools/call` whose `task` the tool's support refuses: a
 /// `required` tool called without one, a `forbidden` tool called with one.
 pub(crate) fn task_support_refused(tool_requires: bool) -> RpcError {

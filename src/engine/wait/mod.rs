@@ -26,21 +26,29 @@ impl Engine {
         &self,
         id: &TaskId,
     ) -> Result<Map<String, Value>, TaskError> {
+        self.wait_retrying(id, |task| match task {
+            None => Some(Err(TaskError::NotFound)),
+            Some(task) if task.status.is_terminal() => Some(Err(TaskError::Refused(
+                crate::error::TransitionError::Terminal,
+            ))),
+            Some(task) if task.status != TaskStatus::InputRequired => {
+                Some(Ok(task.input_responses.clone()))
+            }
+            Some(_) => None,
+        })
+        .await
+    }
+
+    /// [`wait_until`](Self::wait_until) through store failures: each is told to the
+    /// layer's outage log and retried with a bounded backoff, so an outage delays
+    /// the answer but never ends the wait.
+    pub(crate) async fn wait_retrying<R, F>(&self, id: &TaskId, mut ready: F) -> R
+    where
+        F: FnMut(Option<&TaskRecord>) -> Option<R> + Unpin,
+    {
         let mut backoff = RETRY;
         loop {
-            let answered = self
-                .wait_until(id, |task| match task {
-                    None => Some(Err(TaskError::NotFound)),
-                    Some(task) if task.status.is_terminal() => Some(Err(TaskError::Refused(
-                        crate::error::TransitionError::Terminal,
-                    ))),
-                    Some(task) if task.status != TaskStatus::InputRequired => {
-                        Some(Ok(task.input_responses.clone()))
-                    }
-                    Some(_) => None,
-                })
-                .await;
-            match answered {
+            match self.wait_until(id, &mut ready).await {
                 Ok(answer) => return answer,
                 Err(e) => {
                     self.node.waits.reads.failed(&e);
@@ -65,7 +73,7 @@ impl Engine {
     /// Re-reads `id` each time it may have changed (a change in this process or one
     /// relayed from another node, or its expiry) until `ready` gives an answer;
     /// `ready` sees `None` once the task is gone.
-    pub(crate) fn wait_until<'a, R, F>(&'a self, id: &'a TaskId, ready: F) -> WaitUntil<'a, F>
+    fn wait_until<'a, R, F>(&'a self, id: &'a TaskId, ready: F) -> WaitUntil<'a, F>
     where
         F: FnMut(Option<&TaskRecord>) -> Option<R> + Unpin,
     {
@@ -82,7 +90,7 @@ impl Engine {
 /// The future of [`Engine::wait_until`], written by hand so that a parked wait is a
 /// few words: the engine, the id, the wake count it saw and, while it reads, the
 /// boxed read. Its registration with the engine's waits ends when it is dropped.
-pub(crate) struct WaitUntil<'a, F> {
+struct WaitUntil<'a, F> {
     engine: &'a Engine,
     id: &'a TaskId,
     ready: F,

@@ -5,14 +5,13 @@
 //! response, exactly as a 2026-07-28 `tasks/update` would store it. The worker
 //! waiting in `ask` carries on.
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{Map, Value, json};
 
-use super::read::store_failed;
 use crate::body::ResponseBody;
 use crate::engine::Engine;
 use crate::observe::{self, Outcome};
+use crate::routes::tasks::store_failed;
 use crate::routes::tasks::{answered_too_late, check_input_sizes};
 use crate::store::Applied;
 use crate::task::{Principal, Scope, TaskId, Transition};
@@ -97,8 +96,5 @@ pub(crate) async fn answer<B>(
         }
         Err(_) => return refused("Invalid params: the answer was refused"),
     }
-    observe::outcome(Outcome::Result);
-    let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
-    *accepted.status_mut() = StatusCode::ACCEPTED;
-    Some(accepted)
+    Some(crate::routes::accepted())
 }

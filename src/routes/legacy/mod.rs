@@ -24,7 +24,6 @@ use crate::error::BoxError;
 use crate::wire::v2025;
 
 mod answers;
-mod read;
 mod result;
 mod tasks;
 

@@ -20,12 +20,11 @@ use http_body::{Body, Frame};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
-use super::read::{store_failed, task_id};
-use crate::backoff::Backoff;
 use crate::body::ResponseBody;
 use crate::engine::Engine;
 use crate::error::BoxError;
 use crate::observe::{self, Outcome};
+use crate::routes::tasks::{not_found, store_failed, task_id};
 use crate::task::{Principal, Scope, TaskId, TaskRecord, TaskStatus, Timestamp};
 use crate::wire::v2025::{self, META_RELATED_TASK};
 use crate::wire::{Envelope, RpcError, message_body_raw, sse};
@@ -61,7 +60,7 @@ pub(super) async fn answer<B>(
     };
     let id = match task_id(envelope) {
         Ok(Some(id)) => id,
-        Ok(None) => return refuse(v2025::task_not_found()),
+        Ok(None) => return refuse(not_found()),
         Err(e) => return refuse(e),
     };
     // Ownership is checked once, here; the waits below read by id alone.
@@ -71,7 +70,7 @@ pub(super) async fn answer<B>(
         .await
     {
         Ok(Some(task)) => task,
-        Ok(None) => return refuse(v2025::task_not_found()),
+        Ok(None) => return refuse(not_found()),
         Err(e) => return refuse(store_failed(e)),
     };
     if first.status.is_terminal() {
@@ -86,7 +85,7 @@ pub(super) async fn answer<B>(
                 observe::outcome(Outcome::Result);
                 json_response(ended(&task, raw_id.as_deref()))
             }
-            _ => refuse(v2025::task_not_found()),
+            _ => refuse(not_found()),
         };
     }
     observe::outcome(Outcome::Stream);
@@ -107,7 +106,7 @@ pub(super) async fn answer<B>(
                     continue;
                 }
                 Found::Ended(ended_task) => ended(&ended_task, raw_id.as_deref()),
-                Found::Gone => v2025::task_not_found().to_body_raw(raw_id.as_deref()),
+                Found::Gone => not_found().to_body_raw(raw_id.as_deref()),
             };
             let _ = events.send(sse::data_event(&message)).await;
             return;
@@ -125,44 +124,29 @@ pub(super) async fn answer<B>(
 }
 
 /// Waits, on the task's wake-ups, until it ends, goes, or (when `asking`) puts
-/// questions not in `sent`, which are then counted as sent. Store failures are
-/// retried with a bounded backoff: an outage delays the answer, never ends it.
+/// questions not in `sent`, which are then counted as sent. A store outage
+/// delays the answer, never ends it.
 async fn wait(engine: &Engine, id: &TaskId, sent: &mut HashSet<String>, asking: bool) -> Found {
-    let mut backoff = Backoff::new(
-        std::time::Duration::from_millis(50),
-        std::time::Duration::from_secs(2),
-    );
-    loop {
-        let found = engine
-            .wait_until(id, |task| match task {
-                None => Some(Found::Gone),
-                Some(task) if task.status.is_terminal() => {
-                    Some(Found::Ended(Box::new(task.clone())))
-                }
-                Some(task) if asking && task.status == TaskStatus::InputRequired => {
-                    let asks: Map<String, Value> = task
-                        .input_requests
-                        .iter()
-                        .filter(|(key, _)| !sent.contains(key.as_str()))
-                        .map(|(key, request)| (key.clone(), request.clone()))
-                        .collect();
-                    (!asks.is_empty()).then_some(Found::Asks(asks))
-                }
-                Some(_) => None,
-            })
-            .await;
-        match found {
-            Ok(Found::Asks(asks)) => {
-                sent.extend(asks.keys().cloned());
-                return Found::Asks(asks);
+    let found = engine
+        .wait_retrying(id, |task| match task {
+            None => Some(Found::Gone),
+            Some(task) if task.status.is_terminal() => Some(Found::Ended(Box::new(task.clone()))),
+            Some(task) if asking && task.status == TaskStatus::InputRequired => {
+                let asks: Map<String, Value> = task
+                    .input_requests
+                    .iter()
+                    .filter(|(key, _)| !sent.contains(key.as_str()))
+                    .map(|(key, request)| (key.clone(), request.clone()))
+                    .collect();
+                (!asks.is_empty()).then_some(Found::Asks(asks))
             }
-            Ok(found) => return found,
-            Err(e) => {
-                tracing::debug!(error = %crate::error::Chain(&e), "tasks/result: reading the task failed; retrying");
-                backoff.wait().await;
-            }
-        }
+            Some(_) => None,
+        })
+        .await;
+    if let Found::Asks(asks) = &found {
+        sent.extend(asks.keys().cloned());
     }
+    found
 }
 
 /// The question under `key` as a JSON-RPC request to the client.

@@ -2,15 +2,14 @@
 //! era: owner-scoped, never reaching the inner service; an unknown, expired or
 //! foreign id answers alike and is never echoed.
 
-use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use serde_json::Value;
 use tower_service::Service;
 
-use super::read::{store_failed, task_id};
 use crate::body::{RequestBody, ResponseBody};
 use crate::engine::Engine;
 use crate::observe::{self, Outcome};
+use crate::routes::tasks::{not_found, store_failed, task_id};
 use crate::routes::{Call, Reply};
 use crate::store::{Applied, ListFrom};
 use crate::task::{Principal, Scope, TaskId, Timestamp, Transition};
@@ -58,10 +57,7 @@ where
         return Ok(refused(e, id));
     }
     if envelope.is_notification() {
-        observe::outcome(Outcome::Result);
-        let mut accepted = Response::new(ResponseBody::full(Bytes::new()));
-        *accepted.status_mut() = StatusCode::ACCEPTED;
-        return Ok(accepted);
+        return Ok(crate::routes::accepted());
     }
     if let Err(e) = engine.admit_owner(owner.as_ref()) {
         return Ok(refused(e, id));
@@ -98,13 +94,13 @@ async fn get(
     envelope: &Envelope<'_>,
     scope: Scope<'_>,
 ) -> Result<Vec<u8>, RpcError> {
-    let id = task_id(envelope)?.ok_or_else(v2025::task_not_found)?;
+    let id = task_id(envelope)?.ok_or_else(not_found)?;
     let task = engine
         .store()
         .get(&id, scope, Timestamp::now())
         .await
         .map_err(store_failed)?
-        .ok_or_else(v2025::task_not_found)?;
+        .ok_or_else(not_found)?;
     engine.node().stop_runner(&task);
     let mut out = Vec::with_capacity(256);
     task_2025(&task).view().write_json(&mut out);
@@ -117,12 +113,12 @@ async fn cancel(
     envelope: &Envelope<'_>,
     scope: Scope<'_>,
 ) -> Result<Vec<u8>, RpcError> {
-    let id = task_id(envelope)?.ok_or_else(v2025::task_not_found)?;
+    let id = task_id(envelope)?.ok_or_else(not_found)?;
     let updated = engine
         .update(&id, scope, &Transition::Cancel)
         .await
         .map_err(store_failed)?
-        .ok_or_else(v2025::task_not_found)?;
+        .ok_or_else(not_found)?;
     if updated.outcome != Ok(Applied::Changed) {
         return Err(RpcError::invalid_params(format!(
             "Cannot cancel task: already in terminal status '{}'",

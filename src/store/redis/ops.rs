@@ -377,14 +377,7 @@ impl TaskStore for RedisStore {
                     records.push(record);
                 }
             }
-            let next = (more == 1)
-                .then(|| records.last())
-                .flatten()
-                .map(|last| ListFrom {
-                    created_at: last.created_at,
-                    id: last.id,
-                });
-            Ok(ListPage { records, next })
+            Ok(ListPage::of(records, more == 1))
         })
     }
 

@@ -305,11 +305,7 @@ impl TaskStore for PostgresStore {
                     records.push(record);
                 }
             }
-            let next = more.then(|| records.last()).flatten().map(|last| ListFrom {
-                created_at: last.created_at,
-                id: last.id,
-            });
-            Ok(ListPage { records, next })
+            Ok(ListPage::of(records, more))
         })
     }
 
