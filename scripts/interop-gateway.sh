@@ -33,77 +33,16 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#runs[@]} -gt 0 ]] || runs=(everything conformance)
 
-NODE="$ROOT/node_modules/node/bin/node"
-stamp="$ROOT/node_modules/.package-lock.json"
-if [[ ! -x "$NODE" || ! -f "$stamp" || "$ROOT/package-lock.json" -nt "$stamp" ]]; then
-  log "installing the pinned packages and Node 22 (npm ci)"
-  npm ci --no-audit --no-fund --loglevel=error >&2
-fi
-EVERYTHING="$ROOT/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 OUT="$ROOT/target/interop-gateway"
 mkdir -p "$OUT"
+# SIGTERM drains the servers; they get 10.0 s before SIGKILL.
+STOP_GRACE_TENTHS=100
+. "$ROOT/scripts/interop/lib.sh"
+ensure_node
 
-# Processes started by this script, stopped at exit (and after each run) by PID.
-pids=()
-stop() {
-  local pid="$1"
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  # The gateway drains for up to 5 s on SIGTERM; then it is killed.
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-stop_all() {
-  for pid in "${pids[@]}"; do stop "$pid"; done
-  pids=()
-}
 trap stop_all EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
-
-free_port() {
-  "$NODE" -e '
-    const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
-}
-
-# Waits until `pattern` shows in the log of the process `pid` (each server prints it
-# once it listens), within 60 s; fails if the process exits first.
-await_line() {
-  local pid="$1" logfile="$2" pattern="$3"
-  for _ in $(seq 1 600); do
-    if grep -qE "$pattern" "$logfile" 2>/dev/null; then return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "a server exited during startup; its log ($logfile):"
-      tail -n 40 "$logfile" >&2 || true
-      return 1
-    fi
-    sleep 0.1
-  done
-  log "no '$pattern' within 60 s in $logfile"
-  return 1
-}
-
-# The URL a server printed as `… listening on http://…/mcp` in its log.
-printed_url() {
-  grep -m1 -oE 'listening on http://[^ ]+/mcp' "$1" | sed 's/^listening on //'
-}
-
-# server-everything with streamableHttp on a free port (127.0.0.1 through the preload);
-# sets `upstream`.
-start_everything() {
-  local port logfile="$OUT/everything.log"
-  port="$(free_port)"
-  PORT="$port" "$NODE" --import "$ROOT/scripts/interop/loopback.mjs" "$EVERYTHING" streamableHttp \
-    </dev/null >"$logfile" 2>&1 &
-  pids+=("$!")
-  await_line "$!" "$logfile" "listening on port $port" || return 1
-  upstream="http://127.0.0.1:${port}/mcp"
-}
 
 # The conformance fixture without its layer, on a port the OS picks; sets `upstream`.
 start_conformance() {
@@ -132,7 +71,7 @@ client() {
 }
 
 run_everything() {
-  start_everything || return 1
+  start_everything upstream || return 1
   start_gateway everything || return 1
   client everything
 }

@@ -34,34 +34,13 @@ done
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 
-NODE="$ROOT/node_modules/node/bin/node"
-stamp="$ROOT/node_modules/.package-lock.json"
-if [[ ! -x "$NODE" || ! -f "$stamp" || "$ROOT/package-lock.json" -nt "$stamp" ]]; then
-  log "installing the pinned packages and Node 22 (npm ci)"
-  npm ci --no-audit --no-fund --loglevel=error >&2
-fi
-EVERYTHING="$ROOT/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 OUT="$ROOT/target/interop-v1"
 mkdir -p "$OUT"
+# SIGTERM drains the servers; they get 15.0 s before SIGKILL.
+STOP_GRACE_TENTHS=150
+. "$ROOT/scripts/interop/lib.sh"
+ensure_node
 
-# Servers started by this script, stopped at exit (and after each run) by PID.
-pids=()
-stop() {
-  local pid="$1"
-  kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  # The quickstart drains for up to 10 s on SIGTERM; then it is killed.
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-stop_all() {
-  for pid in "${pids[@]}"; do stop "$pid"; done
-  pids=()
-}
 # The scratch Redis prefixes and PostgreSQL tables of the runs, removed at exit.
 prefixes=()
 tables=()
@@ -86,42 +65,7 @@ trap finish EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-free_port() {
-  "$NODE" -e '
-    const s = require("net").createServer();
-    s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
-}
-
 random_hex() { od -An -tx1 -N6 /dev/urandom | tr -d ' \n'; }
-
-# Waits until `pattern` shows in the log of the server `pid` (it prints it once it
-# listens), within 60 s; fails if the server exits first.
-await_line() {
-  local pid="$1" logfile="$2" pattern="$3"
-  for _ in $(seq 1 600); do
-    if grep -qE "$pattern" "$logfile" 2>/dev/null; then return 0; fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      log "the server exited during startup; its log ($logfile):"
-      tail -n 40 "$logfile" >&2 || true
-      return 1
-    fi
-    sleep 0.1
-  done
-  log "no '$pattern' within 60 s in $logfile"
-  return 1
-}
-
-# server-everything with streamableHttp on a free port (127.0.0.1 through the preload);
-# sets `url`.
-start_everything() {
-  local port logfile="$OUT/everything.log"
-  port="$(free_port)"
-  PORT="$port" "$NODE" --import "$ROOT/scripts/interop/loopback.mjs" "$EVERYTHING" streamableHttp \
-    </dev/null >"$logfile" 2>&1 &
-  pids+=($!)
-  await_line "$!" "$logfile" "listening on port $port" || return 1
-  url="http://127.0.0.1:${port}/mcp"
-}
 
 # One quickstart process named $1 (its log: $OUT/$1.log), with the store settings
 # given as further NAME=VALUE arguments, on 127.0.0.1 and a port the OS picks; sets
@@ -134,7 +78,7 @@ start_quickstart() {
   pid=$!
   pids+=("$pid")
   await_line "$pid" "$logfile" '^listening on http://' || return 1
-  url="$(grep -m1 -oE '^listening on http://[^ ]+' "$logfile" | sed 's/^listening on //')"
+  url="$(printed_url "$logfile")"
   log "$name: $url (pid $pid)"
 }
 
@@ -147,7 +91,7 @@ sdk_v1() {
 }
 
 run_everything() {
-  start_everything || return 1
+  start_everything url || return 1
   log "everything: $url"
   sdk_v1 everything --target everything --url "$url"
 }

@@ -17,10 +17,7 @@ mod support;
 mod wire;
 
 use std::convert::Infallible;
-use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -35,6 +32,7 @@ use mcp_tasks::wire::{
     EXTENSION_ID, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use serde_json::{Value, json};
+use support::everything::{self, Everything};
 use support::http::{Client, TestServer, serve};
 use support::procs::{self, Proc};
 use support::wait::{self, recv};
@@ -43,128 +41,6 @@ use tower::Service as _;
 
 /// Every call of these tests is made as alice, unless it says otherwise.
 const ALICE: Option<&str> = Some("alice");
-
-/// How long server-everything may take to say it listens.
-const NODE_STARTUP: Duration = Duration::from_secs(30);
-
-/// Node and server-everything from `node_modules`, or `None` (after saying so)
-/// when they are not installed and this is not CI.
-fn everything_installed() -> Option<(PathBuf, PathBuf)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let node = root.join("node_modules/node/bin/node");
-    let server = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if node.exists() && server.exists() {
-        return Some((node, server));
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "node_modules has no Node 22 or no @modelcontextprotocol/server-everything: \
-         CI must run `npm ci` before these tests"
-    );
-    eprintln!(
-        "skipping the gateway bridge tests: node_modules has no Node 22 or no \
-         @modelcontextprotocol/server-everything (run `npm ci` to install them)"
-    );
-    None
-}
-
-/// server-everything with its `streamableHttp` transport. It binds every
-/// interface when given only `PORT` (it reads no host setting), so it is started
-/// with `scripts/interop/loopback.mjs` preloaded, which makes that 127.0.0.1.
-/// Killed by its PID when dropped.
-#[derive(Debug)]
-struct Everything {
-    node: PathBuf,
-    server: PathBuf,
-    port: u16,
-    child: Child,
-}
-
-impl Everything {
-    fn start(node: PathBuf, server: PathBuf) -> Everything {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
-        let child = Self::spawn(&node, &server, port);
-        Everything {
-            node,
-            server,
-            port,
-            child,
-        }
-    }
-
-    fn spawn(node: &PathBuf, server: &PathBuf, port: u16) -> Child {
-        let preload =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop/loopback.mjs");
-        let mut child = Command::new(node)
-            .arg("--import")
-            .arg(&preload)
-            .arg(server)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("node could not be started");
-        let (lines, heard) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let _ = lines.send(line);
-            }
-        });
-        let deadline = std::time::Instant::now() + NODE_STARTUP;
-        let mut said = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match heard.recv_timeout(left) {
-                Ok(line) if line.contains("listening on port") => break,
-                Ok(line) => said.push(line),
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("server-everything did not start: {}", said.join("\n"));
-                }
-            }
-        }
-        // Drains the rest, so that the pipe never fills.
-        std::thread::spawn(move || while heard.recv().is_ok() {});
-        child
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/mcp", self.port)
-    }
-
-    /// Kills the process by its PID and starts a fresh one on the same port: the
-    /// new one knows none of the old sessions.
-    fn restart(&mut self) {
-        self.kill();
-        self.child = Self::spawn(&self.node, &self.server, self.port);
-    }
-
-    fn kill(&mut self) {
-        let pid = self.child.id();
-        let killed = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !killed {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Everything {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 /// One message the upstream was sent.
 #[derive(Clone, Debug)]
@@ -337,7 +213,7 @@ impl Stack {
     }
 
     async fn start_with(env: &[(&str, &str)]) -> Option<Stack> {
-        let (node, server) = everything_installed()?;
+        let (node, server) = everything::installed("the gateway bridge tests")?;
         let upstream = Everything::start(node, server);
         let recorder = Recorder::start(&upstream.url()).await;
         let mut gateway_env = vec![

@@ -29,9 +29,6 @@ mod proxy;
 mod support;
 
 use std::convert::Infallible;
-use std::io::{BufRead as _, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,6 +39,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use mcp_tasks::wire::{META_PROTOCOL_VERSION, PROTOCOL_VERSION, RpcError};
 use serde_json::{Value, json};
+use support::everything::{self, Everything, free_port};
 use support::http::{Client, Reply, TestServer, serve};
 use support::procs::{self, Proc};
 use support::wait;
@@ -50,114 +48,8 @@ use tower::Service as _;
 /// Every call of these tests is made as alice.
 const ALICE: Option<&str> = Some("alice");
 
-/// How long server-everything may take to say it listens.
-const NODE_STARTUP: Duration = Duration::from_secs(30);
-
 // ---------------------------------------------------------------------------
 // Upstreams
-
-/// Node and server-everything from `node_modules`, or `None` (after saying so)
-/// when they are not installed and this is not CI.
-fn everything_installed() -> Option<(PathBuf, PathBuf)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let node = root.join("node_modules/node/bin/node");
-    let server = root.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if node.exists() && server.exists() {
-        return Some((node, server));
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "node_modules has no Node 22 or no @modelcontextprotocol/server-everything: \
-         CI must run `npm ci` before these tests"
-    );
-    eprintln!(
-        "skipping a gateway_edge test: node_modules has no Node 22 or no \
-         @modelcontextprotocol/server-everything (run `npm ci` to install them)"
-    );
-    None
-}
-
-/// server-everything (2025-11-25, sessions) with its `streamableHttp` transport on
-/// `127.0.0.1:port` (`scripts/interop/loopback.mjs` preloaded, since it would
-/// bind every interface). Killed by its PID when dropped.
-#[derive(Debug)]
-struct Everything {
-    child: Child,
-}
-
-impl Everything {
-    /// Starts it on `port` and waits until it says it listens.
-    fn start(node: &PathBuf, server: &PathBuf, port: u16) -> Everything {
-        let preload =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/interop/loopback.mjs");
-        let mut child = Command::new(node)
-            .arg("--import")
-            .arg(&preload)
-            .arg(server)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("node could not be started");
-        let (lines, heard) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let _ = lines.send(line);
-            }
-        });
-        let deadline = std::time::Instant::now() + NODE_STARTUP;
-        let mut said = Vec::new();
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match heard.recv_timeout(left) {
-                Ok(line) if line.contains("listening on port") => break,
-                Ok(line) => said.push(line),
-                Err(_) => {
-                    let mut everything = Everything { child };
-                    everything.kill();
-                    panic!("server-everything did not start: {}", said.join("\n"));
-                }
-            }
-        }
-        // Drains the rest, so that the pipe never fills.
-        std::thread::spawn(move || while heard.recv().is_ok() {});
-        Everything { child }
-    }
-
-    /// Kills the process by its PID and reaps it, unless that was done.
-    fn kill(&mut self) {
-        if self.child.try_wait().is_ok_and(|status| status.is_some()) {
-            return;
-        }
-        let pid = self.child.id();
-        let killed = Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !killed {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Everything {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A loopback port nothing listens on (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
 
 /// The `retrofit` example (2026-07-28, and the older revisions too) on `addr`.
 fn retrofit(addr: &str) -> Proc {
@@ -300,13 +192,13 @@ fn assert_retryable(reply: &Reply, reason: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tools_call_under_another_methods_header_never_reaches_the_upstream() {
-    let Some((node, server)) = everything_installed() else {
+    let Some((node, server)) = everything::installed("a gateway_edge test") else {
         return;
     };
     // server-everything routes on the body alone (the bridge sends it no
     // `Mcp-Method`), as many upstreams do.
     let port = free_port();
-    let _upstream = Everything::start(&node, &server, port);
+    let _upstream = Everything::start_on(node.clone(), server.clone(), port);
     let recorder = Recorder::start(&format!("http://127.0.0.1:{port}/mcp"), 0).await;
     // `echo` may only run as a task; with a budget of 0 every call becomes one.
     let gateway = gateway(
@@ -472,11 +364,11 @@ fn the_edge_checks_each_standard_header_against_the_body() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_answers_503_while_it_starts_is_bridged_once_it_serves() {
-    let Some((node, server)) = everything_installed() else {
+    let Some((node, server)) = everything::installed("a gateway_edge test") else {
         return;
     };
     let port = free_port();
-    let _upstream = Everything::start(&node, &server, port);
+    let _upstream = Everything::start_on(node.clone(), server.clone(), port);
     // Its first three requests get 503.
     let recorder = Recorder::start(&format!("http://127.0.0.1:{port}/mcp"), 3).await;
     let gateway = gateway(&recorder.server.url, &[]);
@@ -540,7 +432,7 @@ async fn an_upstream_that_answers_503_while_it_starts_is_bridged_once_it_serves(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_restarted_on_an_older_revision_is_bridged() {
-    let Some((node, server)) = everything_installed() else {
+    let Some((node, server)) = everything::installed("a gateway_edge test") else {
         return;
     };
     let mut upstream = retrofit("127.0.0.1:0");
@@ -556,7 +448,7 @@ async fn an_upstream_restarted_on_an_older_revision_is_bridged() {
 
     // The 2026-07-28 upstream goes; one on 2025-11-25 takes its port.
     upstream.kill();
-    let _everything = Everything::start(&node, &server, port);
+    let _everything = Everything::start_on(node.clone(), server.clone(), port);
 
     let mut replies = Vec::new();
     let listed = wait::poll(async || {
@@ -665,11 +557,11 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_restarted_on_2026_07_28_is_passed_through() {
-    let Some((node, server)) = everything_installed() else {
+    let Some((node, server)) = everything::installed("a gateway_edge test") else {
         return;
     };
     let port = free_port();
-    let mut everything = Everything::start(&node, &server, port);
+    let mut everything = Everything::start_on(node.clone(), server.clone(), port);
     let recorder = Recorder::start(&format!("http://127.0.0.1:{port}/mcp"), 0).await;
     let gateway = gateway(&recorder.server.url, &[]);
     let client = Client::new(gateway.addr);

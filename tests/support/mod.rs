@@ -16,6 +16,7 @@
 //!   connections on demand;
 //! - [`faults`]: the nodes of the fault tests, whose tools report what happens to
 //!   them.
+//! - [`everything`]: `@modelcontextprotocol/server-everything` as a real upstream;
 //! - [`procs`]: examples built once and run as separate processes, killed on drop.
 //! - [`logs`]: what the layer logs while a test watches;
 //! - [`model`]: the state machine's model, for the property tests.
@@ -24,6 +25,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod connect;
+pub(crate) mod everything;
 pub(crate) mod faults;
 pub(crate) mod fixtures;
 pub(crate) mod http;
