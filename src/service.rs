@@ -192,9 +192,7 @@ where
                     let response = reply(refused, None);
                     return ResponseFuture::owned(Box::pin(std::future::ready(Ok(response))));
                 }
-                // An earlier revision's request is read too: any may be about tasks
-                // (a `tools/call` with `task`, `tasks/*`, an answer to a question).
-                HeaderRoute::Legacy | HeaderRoute::Inspect => {
+                HeaderRoute::Inspect => {
                     // The clone may not be ready; keep it and use the polled one.
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);

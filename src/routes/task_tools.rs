@@ -78,11 +78,10 @@ pub(crate) struct AsToolResult {
     legacy: bool,
 }
 
-/// Which requests the layer reads with task tools on: every earlier-revision `POST`
-/// (any may be a `tools/list` or `tools/call`) and a modern `tools/list`.
+/// Which requests the layer reads with task tools on: a modern `tools/list` too
+/// (earlier revisions' requests are read anyway).
 pub(crate) fn reroute(route: HeaderRoute, headers: &http::HeaderMap) -> HeaderRoute {
     match route {
-        HeaderRoute::Legacy => HeaderRoute::Inspect,
         HeaderRoute::Passthrough
             if headers
                 .get(MCP_METHOD)

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName, StatusCode, header};
 
-use super::{LEGACY_VERSIONS, MCP_METHOD, MCP_PROTOCOL_VERSION, MCP_SESSION_ID, RpcError};
+use super::{LEGACY_VERSIONS, MCP_METHOD, RpcError};
 
 /// The methods the layer itself handles or inspects; everything else passes through.
 pub(crate) fn is_owned_method(method: &str) -> bool {
@@ -44,8 +44,6 @@ pub(crate) fn is_legacy_version(value: &[u8]) -> bool {
 /// What the headers alone say about a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum HeaderRoute {
-    /// Legacy-era traffic: leave it alone.
-    Legacy,
     /// A modern method the layer does not own: forward without reading the body.
     Passthrough,
     /// The body must be read to decide.
@@ -62,8 +60,9 @@ pub(crate) enum HeaderRoute {
 ///
 /// `Mcp-Method` comes first: a modern request for a method the layer does not own
 /// passes after a single header lookup, and one for a method it owns is read, so the
-/// body decides its era (only modern clients send the header). Without it, a session
-/// id or a legacy version header marks legacy traffic.
+/// body decides its era (only modern clients send the header). Any other POST is
+/// read: an earlier revision's request may be about tasks too, and its body decides
+/// (`Envelope::is_legacy`).
 pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> HeaderRoute {
     if method != http::Method::POST {
         return HeaderRoute::Passthrough;
@@ -80,14 +79,7 @@ pub(crate) fn route_by_headers(method: &http::Method, headers: &HeaderMap) -> He
             false => HeaderRoute::Passthrough,
         };
     }
-    let legacy = headers.contains_key(MCP_SESSION_ID)
-        || headers
-            .get(MCP_PROTOCOL_VERSION)
-            .is_some_and(|v| is_legacy_version(v.as_bytes()));
-    match legacy {
-        true => HeaderRoute::Legacy,
-        false => HeaderRoute::Inspect,
-    }
+    HeaderRoute::Inspect
 }
 
 /// The Streamable HTTP checks on a request the layer answers itself, in rmcp's
@@ -226,11 +218,11 @@ mod tests {
         );
         assert_eq!(
             route_by_headers(&post, &headers(&[("mcp-session-id", "abc")])),
-            HeaderRoute::Legacy
+            HeaderRoute::Inspect
         );
         assert_eq!(
             route_by_headers(&post, &headers(&[("mcp-protocol-version", "2025-11-25")])),
-            HeaderRoute::Legacy
+            HeaderRoute::Inspect
         );
         assert_eq!(
             route_by_headers(&post, &HeaderMap::new()),
