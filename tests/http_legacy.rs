@@ -15,7 +15,7 @@ use http::{Request, header};
 use http_body_util::Full;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::worker::Tasks;
-use mcp_tasks::{MemoryStore, TaskContext, TaskMode, TaskSpec, TasksLayer};
+use mcp_tasks::{MemoryStore, TaskContext, TaskMode, TaskSpec, TasksLayer, TasksLayerBuilder};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ServerConfig, Tool,
@@ -139,7 +139,15 @@ async fn server_replying(json: bool) -> TestServer {
 
 /// The fixture and its layer (to drain it).
 async fn layered(json: bool) -> (TestServer, TasksLayer) {
-    let layer = TasksLayer::builder(MemoryStore::new())
+    layered_with(json, |builder| builder).await
+}
+
+/// The fixture behind its layer with `settings` applied on top of the fixture's.
+async fn layered_with(
+    json: bool,
+    settings: impl FnOnce(TasksLayerBuilder) -> TasksLayerBuilder,
+) -> (TestServer, TasksLayer) {
+    let builder = TasksLayer::builder(MemoryStore::new())
         .with_tool_mode("ask", TaskMode::Required)
         .with_tool_mode("echo", TaskMode::Never)
         .with_tool_mode(
@@ -154,9 +162,8 @@ async fn layered(json: bool) -> (TestServer, TasksLayer) {
                 after: Duration::from_secs(600),
             },
         )
-        .without_janitor()
-        .build()
-        .unwrap();
+        .without_janitor();
+    let layer = settings(builder).build().unwrap();
     let fixture = Fixture {
         tasks: layer.tasks(),
     };
@@ -396,6 +403,23 @@ async fn a_draining_layer_refuses_task_augmented_calls_as_retryable() {
     .await;
     assert_eq!(cancelled.ok()["status"], "cancelled");
     assert_eq!(drained.await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn the_per_owner_cap_holds_for_task_augmented_calls_as_for_the_other_era() {
+    let (server, _layer) = layered_with(true, |b| b.with_max_tasks_per_owner(2)).await;
+    for _ in 0..2 {
+        create(&server, "slow", "alice").await;
+    }
+    // One past the cap: refused, and nothing more is stored.
+    let params = json!({"name": "slow", "arguments": {}, "task": {}});
+    let refused = send(&server, "tools/call", params, Some("alice")).await;
+    refused.assert_error(-32603, 200);
+    assert_eq!(refused.message()["error"]["data"]["limit"], "per_owner");
+    let listed = send(&server, "tasks/list", json!({}), Some("alice")).await;
+    assert_eq!(listed.ok()["tasks"].as_array().unwrap().len(), 2);
+    // Another principal still gets its task.
+    create(&server, "slow", "bob").await;
 }
 
 #[tokio::test]
