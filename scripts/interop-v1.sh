@@ -6,11 +6,13 @@
 #               reference for scripts/interop/SDK-V1-WIRE.md);
 #   memory      the quickstart example on the memory store;
 #   redis       two quickstart processes on one Redis (REDIS_URL, a fresh key prefix);
-#   postgres    two quickstart processes on one PostgreSQL (DATABASE_URL, a fresh table).
+#   postgres    two quickstart processes on one PostgreSQL (DATABASE_URL, a fresh table);
+#   retrofit    the retrofit example: a plain rmcp server whose tools are all
+#               `TaskMode::Auto` (tasks made by the layer alone), on the memory store.
 # Every run goes ahead; the script fails if any failed. Servers listen on 127.0.0.1
 # only and are stopped by PID. Logs and wire transcripts: target/interop-v1/.
 #
-# Usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres]...
+# Usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres|retrofit]...
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -21,15 +23,15 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --only)
       case "${2:-}" in
-        everything | memory | redis | postgres) runs+=("$2") ;;
-        *) echo "interop-v1.sh: --only takes everything, memory, redis or postgres" >&2; exit 2 ;;
+        everything | memory | redis | postgres | retrofit) runs+=("$2") ;;
+        *) echo "interop-v1.sh: --only takes everything, memory, redis, postgres or retrofit" >&2; exit 2 ;;
       esac
       shift 2
       ;;
-    *) echo "usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres]..." >&2; exit 2 ;;
+    *) echo "usage: bash scripts/interop-v1.sh [--only everything|memory|redis|postgres|retrofit]..." >&2; exit 2 ;;
   esac
 done
-[[ ${#runs[@]} -gt 0 ]] || runs=(everything memory redis postgres)
+[[ ${#runs[@]} -gt 0 ]] || runs=(everything memory redis postgres retrofit)
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
@@ -71,13 +73,18 @@ random_hex() { od -An -tx1 -N6 /dev/urandom | tr -d ' \n'; }
 # given as further NAME=VALUE arguments, on 127.0.0.1 and a port the OS picks; sets
 # `url` from the address it prints.
 start_quickstart() {
-  local name="$1" logfile="$OUT/$1.log" pid
-  shift
-  env "$@" MCP_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-info,mcp_tasks=debug}" "$QUICKSTART" \
+  start_example "$QUICKSTART" "$@"
+}
+
+# The same, for the example whose executable is $1.
+start_example() {
+  local exe="$1" name="$2" logfile="$OUT/$2.log" pid
+  shift 2
+  env "$@" MCP_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-info,mcp_tasks=debug}" "$exe" \
     </dev/null >"$logfile" 2>&1 &
   pid=$!
   pids+=("$pid")
-  await_line "$pid" "$logfile" '^listening on http://' || return 1
+  await_line "$pid" "$logfile" 'listening on http://' || return 1
   url="$(printed_url "$logfile")"
   log "$name: $url (pid $pid)"
 }
@@ -99,6 +106,11 @@ run_everything() {
 run_memory() {
   start_quickstart memory MCP_STORE=memory || return 1
   sdk_v1 memory --target quickstart --a "$url"
+}
+
+run_retrofit() {
+  start_example "$RETROFIT" retrofit MCP_STORE=memory || return 1
+  sdk_v1 retrofit --target retrofit --url "$url"
 }
 
 run_redis() {
@@ -125,14 +137,19 @@ run_postgres() {
 }
 
 if [[ " ${runs[*]} " != " everything " ]]; then
-  log "building the quickstart example (features postgres, redis)"
-  QUICKSTART="$(cargo build --quiet --example quickstart --features postgres,redis \
+  log "building the quickstart and retrofit examples (features postgres, redis)"
+  built="$(cargo build --quiet --example quickstart --example retrofit --features postgres,redis \
     --message-format=json-render-diagnostics | "$NODE" -e '
-      let exe = "";
+      const exes = {};
       require("readline").createInterface({ input: process.stdin }).on("line", (line) => {
         const m = JSON.parse(line);
-        if (m.reason === "compiler-artifact" && m.target?.name === "quickstart" && m.executable) exe = m.executable;
-      }).on("close", () => { if (!exe) process.exit(1); console.log(exe); });')"
+        if (m.reason === "compiler-artifact" && m.executable) exes[m.target?.name] = m.executable;
+      }).on("close", () => {
+        if (!exes.quickstart || !exes.retrofit) process.exit(1);
+        console.log(`${exes.quickstart}\n${exes.retrofit}`);
+      });')"
+  QUICKSTART="$(sed -n 1p <<<"$built")"
+  RETROFIT="$(sed -n 2p <<<"$built")"
 fi
 
 log "@modelcontextprotocol/sdk $("$NODE" -p 'require("./node_modules/@modelcontextprotocol/sdk/package.json").version'), server-everything $("$NODE" -p 'require("./node_modules/@modelcontextprotocol/server-everything/package.json").version')"

@@ -5,13 +5,16 @@
 //
 //   node scripts/interop/sdk-v1.mjs --target everything --url URL [--wire FILE]
 //   node scripts/interop/sdk-v1.mjs --target quickstart --a URL [--b URL] [--wire FILE]
+//   node scripts/interop/sdk-v1.mjs --target retrofit --url URL [--wire FILE]
 //
 // (env: MCP_URL, MCP_URL_A, MCP_URL_B, SDK_V1_WIRE). `everything` is
 // @modelcontextprotocol/server-everything (its `simulate-research-query` tool, built on
 // the SDK's own server side): it records what the reference implementation puts on the
 // wire. `quickstart` is examples/quickstart.rs behind this crate's layer (tools `build`
 // and `deploy`, `Authorization: Bearer <name>` names the task owner); with `--b`, a
-// second node on the same store serves the follow-ups.
+// second node on the same store serves the follow-ups. `retrofit` is
+// examples/retrofit.rs: a plain rmcp server whose tools are all `TaskMode::Auto`, so
+// every task there is made by the layer around a handler that knows nothing of tasks.
 //
 // One line per passed check; the first failed expectation ends the run with a message
 // and exit status 1. Every HTTP exchange (headers, JSON bodies, SSE events, in order,
@@ -72,9 +75,10 @@ function parseArgs(argv) {
     }
   }
   if (options.target === "everything" && !options.url) usage("--target everything needs --url");
+  if (options.target === "retrofit" && !options.url) usage("--target retrofit needs --url");
   if (options.target === "quickstart" && !options.a) usage("--target quickstart needs --a");
-  if (options.target !== "everything" && options.target !== "quickstart") {
-    usage("--target must be everything or quickstart");
+  if (!["everything", "quickstart", "retrofit"].includes(options.target)) {
+    usage("--target must be everything, quickstart or retrofit");
   }
   return options;
 }
@@ -82,7 +86,8 @@ function parseArgs(argv) {
 function usage(problem) {
   console.error(`sdk-v1.mjs: ${problem}
 usage: node scripts/interop/sdk-v1.mjs --target everything --url URL [--wire FILE]
-       node scripts/interop/sdk-v1.mjs --target quickstart --a URL [--b URL] [--wire FILE]`);
+       node scripts/interop/sdk-v1.mjs --target quickstart --a URL [--b URL] [--wire FILE]
+       node scripts/interop/sdk-v1.mjs --target retrofit --url URL [--wire FILE]`);
   process.exit(2);
 }
 
@@ -1029,6 +1034,121 @@ async function twoNodes(urlA, urlB, alice, open) {
   });
 }
 
+/**
+ * `TaskMode::Auto` tools on the 2025-11-25 wire: each is "optional"; a task-augmented
+ * call becomes a task at once, slow or fast; a plain call waits for the answer; the
+ * handler's progress becomes the status message, its error the task's failure, and
+ * `tasks/cancel` drops the running handler.
+ */
+async function retrofit(url) {
+  let alice;
+  const stats = async () => JSON.parse(text(await alice.callTool({ name: "stats", arguments: {} })));
+
+  await check("connect alice: initialize 2025-11-25, capabilities.tasks", async () => {
+    alice = await connect("alice", url, { principal: "alice" });
+    const result = await assertInitialized(alice);
+    assert.deepEqual(alice.getServerCapabilities().tasks?.requests?.tools?.call, {});
+    return `server ${result.serverInfo.name} ${result.serverInfo.version}`;
+  });
+
+  await check('tools/list: every Auto tool "optional"', async () => {
+    const { tools } = await alice.listTools();
+    const support = Object.fromEntries(tools.map((tool) => [tool.name, tool.execution?.taskSupport]));
+    for (const name of ["sleep", "boom", "slow_ask", "steps", "stats"]) {
+      assert.equal(support[name], "optional", `${name} in ${JSON.stringify(support)}`);
+    }
+    return JSON.stringify(support);
+  });
+
+  await check("callToolStream sleep {ms: 1500}: a task at once, completed, the handler's answer", async () => {
+    const started = Date.now();
+    let createdAfter;
+    const run = await follow(alice, "sleep", { ms: 1500 }, async () => {
+      createdAfter = Date.now() - started;
+    });
+    assertTask(run.task, "taskCreated");
+    assert.equal(run.task.status, "working", "a slow Auto call is a working task at once");
+    assert.ok(createdAfter < 1500, `taskCreated after ${createdAfter} ms`);
+    assert.equal(run.error, undefined, run.error?.message);
+    assert.equal(text(run.result), "slept 1500ms");
+    assertPolledWithTaskParam(run.task.taskId);
+    return `taskCreated after ${createdAfter} ms`;
+  });
+
+  await check("callToolStream sleep {ms: 10}: a fast answer is a task too, already completed", async () => {
+    const run = await follow(alice, "sleep", { ms: 10 });
+    assert.equal(run.error, undefined, run.error?.message);
+    assert.equal(text(run.result), "slept 10ms");
+    const task = await alice.experimental.tasks.getTask(run.task.taskId);
+    assert.equal(task.status, "completed");
+    const result = await alice.experimental.tasks.getTaskResult(run.task.taskId, CallToolResultSchema);
+    assert.deepEqual(result._meta?.[RELATED_TASK], { taskId: run.task.taskId });
+  });
+
+  await check("plain callTool sleep {ms: 600} (no task): the client waits for the answer", async () => {
+    const result = await alice.callTool({ name: "sleep", arguments: { ms: 600 } });
+    assert.equal(text(result), "slept 600ms");
+    const response = await wire.responseIn(wire.requests("tools/call", (ex) => ex.rpc.params.name === "sleep").at(-1));
+    assert.equal(response?.result?.task, undefined, `a task came back: ${JSON.stringify(response)}`);
+  });
+
+  await check("steps {steps: 4, ms: 400} as a task: progress as statusMessage while working, then the result", async () => {
+    const task = await start(alice, "steps", { steps: 4, ms: 400 });
+    const seen = new Set();
+    const done = await pollTask(alice, task.taskId, (t) => {
+      if (t.statusMessage) seen.add(t.statusMessage);
+      return t.status !== "working";
+    });
+    assert.equal(done.status, "completed", JSON.stringify(done));
+    assert.ok([...seen].some((m) => /step \d of 4 done/.test(m)), `status messages seen: ${JSON.stringify([...seen])}`);
+    const result = await alice.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema);
+    assert.equal(text(result), "4 steps done");
+    return JSON.stringify([...seen]);
+  });
+
+  await check("boom {ms: 400} as a task: failed; tasks/result gives the handler's error", async () => {
+    const task = await start(alice, "boom", { ms: 400 });
+    const done = await pollTask(alice, task.taskId, (t) => t.status !== "working");
+    assert.equal(done.status, "failed", JSON.stringify(done));
+    const error = await refused(
+      alice.experimental.tasks.getTaskResult(task.taskId, CallToolResultSchema),
+      ErrorCode.InternalError,
+      "tasks/result",
+    );
+    assert.match(error.message, /boom/);
+    return JSON.stringify(error.message);
+  });
+
+  await check("tasks/cancel of sleep {ms: 30000}: cancelled, the handler dropped, cancel again -32602", async () => {
+    const before = await stats();
+    const task = await start(alice, "sleep", { ms: 30000 });
+    const answer = await alice.experimental.tasks.cancelTask(task.taskId);
+    assert.equal(answer.status, "cancelled");
+    const deadline = Date.now() + 10_000;
+    let after = await stats();
+    while (after.dropped === before.dropped && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      after = await stats();
+    }
+    assert.equal(after.dropped, before.dropped + 1, `stats ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+    assert.equal((await alice.experimental.tasks.getTask(task.taskId)).status, "cancelled");
+    await refused(alice.experimental.tasks.cancelTask(task.taskId), ErrorCode.InvalidParams, "cancel again");
+    return `stats ${JSON.stringify(after)}`;
+  });
+
+  await check("bob: tasks/list without alice's tasks; tasks/get of hers -32602", async () => {
+    const bob = await connect("bob", url, { principal: "bob" });
+    const { ids: hers } = await listAll(alice);
+    assert.ok(hers.length >= 5, `alice lists ${hers.length}`);
+    const { ids: his } = await listAll(bob);
+    assert.deepEqual(his.filter((id) => hers.includes(id)), []);
+    await refused(bob.experimental.tasks.getTask(hers[0]), ErrorCode.InvalidParams, "tasks/get");
+    await bob.close();
+  });
+
+  await alice.close();
+}
+
 // ---------------------------------------------------------------------------------
 
 const options = parseArgs(process.argv.slice(2));
@@ -1038,6 +1158,9 @@ process.on("unhandledRejection", (error) => fail(`${failing} (unhandled rejectio
 if (options.target === "everything") {
   console.log(`# sdk-v1: @modelcontextprotocol/sdk client against server-everything at ${options.url}`);
   await everything(options.url);
+} else if (options.target === "retrofit") {
+  console.log(`# sdk-v1: @modelcontextprotocol/sdk client against the retrofit example at ${options.url}`);
+  await retrofit(options.url);
 } else {
   console.log(`# sdk-v1: @modelcontextprotocol/sdk client against the quickstart at ${options.a}${options.b ? ` and ${options.b}` : ""}`);
   await quickstart(options.a, options.b);
