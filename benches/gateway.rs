@@ -1,6 +1,6 @@
 //! The gateway's overhead, side by side in one run: a client calling a 2026-07-28
 //! server directly, against the same client calling it through
-//! `examples/gateway/` (`TasksLayer`, every tool `Auto`, a streaming proxy).
+//! the gateway, `gateway/` (`TasksLayer`, every tool `Auto`, a streaming proxy).
 //!
 //! The upstream is `examples/conformance_server` served without its layer
 //! (`MCP_PLAIN=1`). The bench process is the load: `GATEWAY_CONNS` keep-alive
@@ -195,13 +195,8 @@ fn main() {
         &[],
         &[("MCP_PLAIN", "1"), ("RUST_LOG", "error")],
     );
-    let gateway = procs::spawn(
-        "gateway",
-        &[],
-        &[("MCP_UPSTREAM", upstream.url.as_str()), quiet[0]],
-    );
-    let tasking = procs::spawn(
-        "gateway",
+    let gateway = procs::spawn_gateway(&[], &[("MCP_UPSTREAM", upstream.url.as_str()), quiet[0]]);
+    let tasking = procs::spawn_gateway(
         &[],
         &[
             ("MCP_UPSTREAM", upstream.url.as_str()),

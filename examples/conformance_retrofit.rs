@@ -21,7 +21,7 @@
 //! Environment: `MCP_ADDR` (default `127.0.0.1:3004`), `MCP_STORE`, `RUST_LOG`
 //! (default `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the
 //! layer, a server with no tasks support at all: `scripts/conformance.sh --server
-//! gateway` puts `examples/gateway/` in front of it. `MCP_SSE=1` makes rmcp answer
+//! gateway` puts the gateway (`gateway/`) in front of it. `MCP_SSE=1` makes rmcp answer
 //! every request with an event stream.
 
 mod common;

@@ -5,7 +5,7 @@
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
 # `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
 # fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`), and
-# `--server gateway` against that fixture without any layer, behind examples/gateway/.
+# `--server gateway` against that fixture without any layer, behind the gateway (gateway/).
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and
@@ -23,7 +23,7 @@
 #   --url URL                test a server that is already running at URL (nothing is built
 #                            or started)
 #   --server EXAMPLE         what to build and start: conformance_server (default);
-#                            conformance_retrofit; or gateway, the gateway example in front
+#                            conformance_retrofit; or gateway, the gateway (mcp-tasks-gateway) in front
 #                            of conformance_retrofit served without its layer (MCP_PLAIN=1).
 #                            The last two imply --tasks-only and the baseline
 #                            scripts/conformance-retrofit-expected-failures.txt
@@ -160,14 +160,19 @@ free_port() {
     s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
 }
 
-# start_example NAME PORT LOG [VAR=VALUE...]: starts the example on 127.0.0.1:PORT and
-# waits until it accepts connections.
+# start_example NAME PORT LOG [VAR=VALUE...]: starts the example NAME (or, for
+# `gateway`, the mcp-tasks-gateway binary) on 127.0.0.1:PORT and waits until it
+# accepts connections.
 start_example() {
-  local name="$1" port="$2" logfile="$3"
+  local name="$1" port="$2" logfile="$3" target
   shift 3
+  case "$name" in
+    gateway) target=(-p mcp-tasks-gateway) ;;
+    *) target=(--example "$name") ;;
+  esac
   log "starting $name on 127.0.0.1:${port} (log: $logfile)"
-  # `cargo run` replaces itself with the example on Unix, so $! is the server.
-  env "$@" MCP_ADDR="127.0.0.1:${port}" cargo run --quiet --example "$name" \
+  # `cargo run` replaces itself with the program on Unix, so $! is the server.
+  env "$@" MCP_ADDR="127.0.0.1:${port}" cargo run --quiet "${target[@]}" \
     >"$logfile" 2>&1 &
   local pid=$!
   server_pids+=("$pid")
@@ -190,8 +195,9 @@ if [[ -z "$url" ]]; then
   if [[ "$server" == "gateway" ]]; then
     # The retrofit fixture without its layer (a server with no tasks support at all)
     # as the upstream, and the gateway in front of it.
-    log "building the conformance_retrofit and gateway examples"
-    cargo build --quiet --example conformance_retrofit --example gateway >&2
+    log "building the conformance_retrofit example and the gateway"
+    cargo build --quiet --example conformance_retrofit >&2
+    cargo build --quiet -p mcp-tasks-gateway >&2
     upstream_port="$(free_port)"
     start_example conformance_retrofit "$upstream_port" "$results/upstream.log" MCP_PLAIN=1
     port="$(free_port)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interop through the gateway: the official TypeScript SDK v2 client
 # (@modelcontextprotocol/client, pinned in package.json) on protocol 2026-07-28 runs
-# scripts/interop/gateway-v2.mjs against examples/gateway/ in front of
+# scripts/interop/gateway-v2.mjs against the gateway (mcp-tasks-gateway) in front of
 #   everything   @modelcontextprotocol/server-everything (2025-11-25, sessions): the
 #                gateway's era bridge;
 #   conformance  the conformance_server fixture served without its layer (MCP_PLAIN=1,
@@ -82,17 +82,17 @@ run_conformance() {
   client conformance
 }
 
-# The executables of the examples, built in one cargo run.
-log "building the gateway and conformance_server examples"
-built="$(cargo build --quiet --example gateway --example conformance_server \
+# The executables of the gateway and the example, built in one cargo run.
+log "building the gateway and the conformance_server example"
+built="$(cargo build --quiet -p mcp-tasks-gateway --bin mcp-tasks-gateway -p mcp-tasks --example conformance_server \
   --message-format=json-render-diagnostics | "$NODE" -e '
     const exes = {};
     require("readline").createInterface({ input: process.stdin }).on("line", (line) => {
       const m = JSON.parse(line);
       if (m.reason === "compiler-artifact" && m.executable) exes[m.target?.name] = m.executable;
     }).on("close", () => {
-      if (!exes.gateway || !exes.conformance_server) process.exit(1);
-      console.log(exes.gateway);
+      if (!exes["mcp-tasks-gateway"] || !exes.conformance_server) process.exit(1);
+      console.log(exes["mcp-tasks-gateway"]);
       console.log(exes.conformance_server);
     });')"
 GATEWAY="$(sed -n 1p <<<"$built")"

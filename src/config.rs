@@ -136,7 +136,7 @@ impl Config {
 /// to call synchronously at all.
 ///
 /// In the repository, `cargo run --example retrofit` (127.0.0.1:3002) runs an
-/// unmodified rmcp server configured this way, and the `gateway` example puts the
+/// unmodified rmcp server configured this way, and the gateway (`gateway/`, the `mcp-tasks-gateway` binary) puts the
 /// layer in front of a reverse proxy, so that an MCP server written in any language
 /// gets tasks without a line changed (examples/README.md describes both).
 ///
@@ -177,7 +177,7 @@ impl Config {
 ///
 /// A tool that answers within its budget answers as before, `Never` tools are
 /// untouched, and a client that declared the extension sees no change at all. The
-/// `retrofit`, `gateway` and `quickstart` examples turn it on with `MCP_TASK_TOOLS=1`.
+/// `retrofit` and `quickstart` examples and the gateway turn it on with `MCP_TASK_TOOLS=1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum TaskMode {

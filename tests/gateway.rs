@@ -1,4 +1,4 @@
-//! The `gateway` example in front of the `retrofit` example, each a separate
+//! The gateway (`mcp-tasks-gateway`) in front of the `retrofit` example, each a separate
 //! process: the retrofit behaviours hold through a reverse proxy, so tasks reach a
 //! server whatever it is written in. The upstream's `stats` tool, called on the
 //! upstream directly, shows how its calls ended. Then the gateway's proxy alone, in
@@ -6,7 +6,7 @@
 //! hop-by-hop headers stop at the proxy, and a client leaving ends the upstream
 //! request.
 
-#[path = "../examples/gateway/proxy.rs"]
+#[path = "../gateway/src/proxy.rs"]
 mod proxy;
 mod support;
 
@@ -54,7 +54,7 @@ impl Stack {
             ("RUST_LOG", "warn"),
         ];
         gateway_env.extend_from_slice(env);
-        let gateway = procs::spawn("gateway", &[], &gateway_env);
+        let gateway = procs::spawn_gateway(&[], &gateway_env);
         Stack { upstream, gateway }
     }
 
@@ -238,8 +238,7 @@ async fn an_unreachable_upstream_is_a_json_rpc_error() {
     let mut stack = Stack::start();
     // A gateway that has not learnt the upstream's era yet (it learns it at the
     // first request) says to retry: nothing was learnt.
-    let unlearnt = procs::spawn(
-        "gateway",
+    let unlearnt = procs::spawn_gateway(
         &[],
         &[("MCP_UPSTREAM", &stack.upstream.url), ("RUST_LOG", "warn")],
     );

@@ -1,4 +1,4 @@
-//! The gateway example in front of a server on an older revision: the official
+//! The gateway (`mcp-tasks-gateway`) in front of a server on an older revision: the official
 //! TypeScript `@modelcontextprotocol/server-everything` (pinned in package.json,
 //! speaking 2025-11-25 with sessions), run by Node on a loopback port. Between the
 //! two sits a recorder in this process, which forwards every request through the
@@ -8,11 +8,11 @@
 //! Without `node_modules` (run `npm ci`) the tests are skipped with a message,
 //! except under CI (`CI` set), where they fail.
 
-#[path = "../examples/gateway/proxy.rs"]
+#[path = "../gateway/src/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
 mod support;
-#[path = "../examples/gateway/bridge/wire.rs"]
+#[path = "../gateway/src/bridge/wire.rs"]
 #[allow(dead_code)]
 mod wire;
 
@@ -221,7 +221,7 @@ impl Stack {
             ("RUST_LOG", "warn"),
         ];
         gateway_env.extend_from_slice(env);
-        let gateway = procs::spawn("gateway", &[], &gateway_env);
+        let gateway = procs::spawn_gateway(&[], &gateway_env);
         Some(Stack {
             upstream,
             recorder,

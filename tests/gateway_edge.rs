@@ -1,4 +1,4 @@
-//! The gateway example at its two edges (issue #32), each side a separate process:
+//! The gateway (`mcp-tasks-gateway`) at its two edges (issue #32), each side a separate process:
 //!
 //! - toward the client, a request whose `Mcp-Method` or `Mcp-Name` disagrees with
 //!   its body is refused (-32020, HTTP 400) before anything routes it: a
@@ -20,10 +20,10 @@
 //! Without `node_modules` (run `npm ci`) the tests that need server-everything are
 //! skipped with a message, except under CI (`CI` set), where they fail.
 
-#[path = "../examples/gateway/edge.rs"]
+#[path = "../gateway/src/edge.rs"]
 #[allow(dead_code)]
 mod edge;
-#[path = "../examples/gateway/proxy.rs"]
+#[path = "../gateway/src/proxy.rs"]
 #[allow(dead_code)]
 mod proxy;
 mod support;
@@ -55,11 +55,11 @@ fn retrofit(addr: &str) -> Proc {
     procs::spawn("retrofit", &[], &[("MCP_ADDR", addr), ("RUST_LOG", "warn")])
 }
 
-/// The gateway example in front of `upstream` (a URL), with more environment.
+/// The gateway in front of `upstream` (a URL), with more environment.
 fn gateway(upstream: &str, env: &[(&str, &str)]) -> Proc {
     let mut all = vec![("MCP_UPSTREAM", upstream), ("RUST_LOG", "warn")];
     all.extend_from_slice(env);
-    procs::spawn("gateway", &[], &all)
+    procs::spawn_gateway(&[], &all)
 }
 
 // ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-//! Every example server shuts down on SIGTERM, what a deploy, `docker stop` or
+//! Every example server, and the gateway, shuts down on SIGTERM, what a deploy, `docker stop` or
 //! Kubernetes sends, the way it does on Ctrl-C: the layer drains, the HTTP server
 //! stops, and the process exits 0, well within a deploy's usual 30 s grace period.
 
@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::procs;
+use support::procs::{self, Proc};
 
 /// How long a server may take from SIGTERM to its exit: nothing runs, so the drain
 /// waits out no grace period.
@@ -17,7 +17,11 @@ const EXIT_WITHIN: Duration = Duration::from_secs(10);
 fn exits_cleanly_on_sigterm(example: &str, env: &[(&str, &str)]) {
     let mut env = env.to_vec();
     env.push(("RUST_LOG", "warn,mcp_tasks=info"));
-    let mut server = procs::spawn(example, &[], &env);
+    exits_cleanly(example, procs::spawn(example, &[], &env));
+}
+
+/// SIGTERM to `server`: it drains and exits 0 within [`EXIT_WITHIN`].
+fn exits_cleanly(example: &str, mut server: Proc) {
     server.terminate();
     let status = server.wait_exit(EXIT_WITHIN);
     let output = server.output().join("\n");
@@ -65,5 +69,9 @@ fn metrics() {
 #[test]
 fn gateway() {
     // The upstream is never called: the gateway only starts and stops.
-    exits_cleanly_on_sigterm("gateway", &[("MCP_UPSTREAM", "http://127.0.0.1:9/mcp")]);
+    let env = [
+        ("MCP_UPSTREAM", "http://127.0.0.1:9/mcp"),
+        ("RUST_LOG", "warn,mcp_tasks=info"),
+    ];
+    exits_cleanly("gateway", procs::spawn_gateway(&[], &env));
 }

@@ -1,4 +1,4 @@
-//! Pieces `retrofit`, `metrics`, `gateway`, `conformance_server`, `conformance_retrofit`
+//! Pieces `retrofit`, `metrics`, `conformance_server`, `conformance_retrofit`
 //! and `tests/retrofit.rs` share: a demo bearer-token auth function, the store
 //! `MCP_STORE` names, rmcp helpers, the shutdown signal (SIGTERM or Ctrl-C), and a
 //! small hyper server that mounts one service at `/mcp`. (`quickstart` takes only the

@@ -14,7 +14,7 @@
 //! with an event stream even where one JSON message would do, which sends every reply
 //! through the layer's SSE paths (default: JSON replies); `RUST_LOG` (default
 //! `warn,mcp_tasks=info`). `MCP_PLAIN=1` serves the handlers without the layer (no
-//! tasks): `scripts/interop-gateway.sh` puts `examples/gateway/` in front of it. `Authorization: Bearer <name>` makes `<name>` the
+//! tasks): `scripts/interop-gateway.sh` puts the gateway (`gateway/`) in front of it. `Authorization: Bearer <name>` makes `<name>` the
 //! principal (the demo auth of `examples/common`); without it requests are anonymous.
 //!
 //! One module per concern:

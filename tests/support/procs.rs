@@ -1,12 +1,14 @@
-//! Examples run as separate processes, for tests that need a real process
-//! boundary (an upstream server, a crash, a restart).
+//! Examples and the gateway binary run as separate processes, for tests that need a
+//! real process boundary (an upstream server, a crash, a restart).
 //!
 //! [`build`] compiles an example once per test binary with a nested
-//! `cargo build --example NAME`, into the target directory this test binary lives
-//! in, so that the libraries it already built are reused. [`spawn`] starts it with
-//! `MCP_ADDR=127.0.0.1:0` and reads its bound address from the first output line
-//! holding `listening on http://HOST:PORT/mcp` (every example prints one). The
-//! process is killed by its PID when the [`Proc`] is dropped, or by [`Proc::kill`].
+//! `cargo build --example NAME`, [`build_gateway`] the workspace member
+//! `mcp-tasks-gateway` with `cargo build -p mcp-tasks-gateway`, both into the target
+//! directory this test binary lives in, so that the libraries it already built are
+//! reused. [`spawn`] and [`spawn_gateway`] start them with `MCP_ADDR=127.0.0.1:0` and
+//! read the bound address from the first output line holding
+//! `listening on http://HOST:PORT/mcp` (every one prints one). The process is killed
+//! by its PID when the [`Proc`] is dropped, or by [`Proc::kill`].
 //!
 //! ```ignore
 //! let upstream = procs::spawn("retrofit", &[], &[("RUST_LOG", "info")]);
@@ -73,12 +75,46 @@ fn target_and_profile() -> (PathBuf, String) {
 /// returns its executable. Built once per test binary and feature set; concurrent
 /// callers wait for the one build. Panics with cargo's output when the build fails.
 pub(crate) fn build(name: &str, features: &[&str]) -> PathBuf {
+    let wanted = own_features().into_iter().chain(features.iter().copied());
+    cargo_build(Target::Example(name), wanted.map(str::to_owned).collect())
+}
+
+/// Builds the gateway binary (the workspace member `mcp-tasks-gateway`) with the
+/// gateway's `features`, and this test binary's own: the gateway's feature of that
+/// name where it has one (`postgres`, `redis`, `metrics`), else the `mcp-tasks`
+/// library's, so that the compiled library is reused. Built once per test binary and
+/// feature set.
+pub(crate) fn build_gateway(features: &[&str]) -> PathBuf {
+    let mut wanted: Vec<String> = own_features()
+        .into_iter()
+        .map(|feature| match feature {
+            "postgres" | "redis" | "metrics" => feature.to_owned(),
+            library => format!("mcp-tasks/{library}"),
+        })
+        .collect();
+    wanted.extend(features.iter().map(|feature| feature.to_string()));
+    cargo_build(Target::Gateway, wanted)
+}
+
+/// What [`cargo_build`] builds.
+#[derive(Clone, Copy, Debug)]
+enum Target<'a> {
+    /// An example of the `mcp-tasks` package.
+    Example(&'a str),
+    /// The `mcp-tasks-gateway` binary.
+    Gateway,
+}
+
+/// The name of the gateway's package and binary.
+const GATEWAY: &str = "mcp-tasks-gateway";
+
+/// Builds `what` with the features `wanted` and returns its executable (once per
+/// test binary and feature set; concurrent callers wait for the one build).
+fn cargo_build(what: Target<'_>, mut wanted: Vec<String>) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let mut wanted = own_features();
-    wanted.extend_from_slice(features);
     wanted.sort_unstable();
     wanted.dedup();
-    let key = format!("{name} {}", wanted.join(","));
+    let key = format!("{what:?} {}", wanted.join(","));
     // Held across the build: a second caller waits for it instead of racing cargo.
     let mut built = BUILT
         .get_or_init(Mutex::default)
@@ -91,8 +127,22 @@ pub(crate) fn build(name: &str, features: &[&str]) -> PathBuf {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let mut command = Command::new(cargo);
+    command.args(["build", "--quiet"]);
+    let (described, path) = match what {
+        Target::Example(name) => {
+            command.args(["--example", name]);
+            (
+                format!("--example {name}"),
+                Path::new("examples").join(name),
+            )
+        }
+        Target::Gateway => {
+            command.args(["-p", GATEWAY, "--bin", GATEWAY]);
+            (format!("-p {GATEWAY}"), PathBuf::from(GATEWAY))
+        }
+    };
     command
-        .args(["build", "--quiet", "--example", name, "--manifest-path"])
+        .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
         .arg(&target);
@@ -114,10 +164,10 @@ pub(crate) fn build(name: &str, features: &[&str]) -> PathBuf {
         .expect("cargo could not be started");
     assert!(
         output.status.success(),
-        "cargo build --example {name} failed:\n{}",
+        "cargo build {described} failed:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let path = target.join(&profile).join("examples").join(name);
+    let path = target.join(&profile).join(path);
     assert!(path.exists(), "cargo built no {}", path.display());
     built.insert(key, path.clone());
     path
@@ -174,7 +224,7 @@ fn listening_addr(line: &str) -> Option<SocketAddr> {
     authority.parse().ok()
 }
 
-/// A running example. Killed (SIGKILL) and reaped when dropped.
+/// A running example or gateway. Killed (SIGKILL) and reaped when dropped.
 #[derive(Debug)]
 pub(crate) struct Proc {
     /// Where it listens.
@@ -189,8 +239,18 @@ pub(crate) struct Proc {
 /// and `env`, and waits until it printed its bound address. Panics with what it
 /// printed when it exits or stays silent for [`STARTUP`].
 pub(crate) fn spawn(name: &str, features: &[&str], env: &[(&str, &str)]) -> Proc {
-    let path = build(name, features);
-    let mut command = Command::new(&path);
+    start(&build(name, features), name, env)
+}
+
+/// Builds (once) and starts the gateway binary with the gateway's `features`, as
+/// [`spawn`] does an example. `env` comes last, so it can override anything.
+pub(crate) fn spawn_gateway(features: &[&str], env: &[(&str, &str)]) -> Proc {
+    start(&build_gateway(features), GATEWAY, env)
+}
+
+/// Starts the executable at `path` as [`spawn`] describes; `name` is for messages.
+pub(crate) fn start(path: &Path, name: &str, env: &[(&str, &str)]) -> Proc {
+    let mut command = Command::new(path);
     command.env("MCP_ADDR", "127.0.0.1:0");
     for (key, value) in env {
         command.env(key, value);
@@ -215,7 +275,7 @@ pub(crate) fn spawn(name: &str, features: &[&str], env: &[(&str, &str)]) -> Proc
         let status = proc.child.try_wait().ok().flatten();
         proc.kill();
         panic!(
-            "example {name} printed no address within {STARTUP:?} (exit: {status:?}):\n{}",
+            "{name} printed no address within {STARTUP:?} (exit: {status:?}):\n{}",
             proc.output().join("\n")
         );
     };

@@ -1,9 +1,9 @@
 //! Gateway: tasks for an MCP server written in any language.
 //!
 //! ```sh
-//! cargo run --example retrofit                                             # an upstream on :3002
-//! MCP_UPSTREAM=http://127.0.0.1:3002/mcp cargo run --example gateway       # http://127.0.0.1:3003/mcp
-//! MCP_AUTO_AFTER_MS=1000 MCP_UPSTREAM=… cargo run --example gateway        # another budget
+//! cargo run --example retrofit                                               # an upstream on :3002
+//! MCP_UPSTREAM=http://127.0.0.1:3002/mcp cargo run -p mcp-tasks-gateway      # http://127.0.0.1:3003/mcp
+//! MCP_AUTO_AFTER_MS=1000 MCP_UPSTREAM=… cargo run -p mcp-tasks-gateway       # another budget
 //! ```
 //!
 //! `TasksLayer` in front of a streaming reverse proxy: the upstream is any MCP
@@ -55,14 +55,13 @@
 //! (default 600000) and `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000) for an
 //! upstream on an older revision (see `bridge/mod.rs`),
 //! `MCP_STORE` (see
-//! `examples/common`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
-//! `Authorization: Bearer <name>` auth of `examples/common` makes tasks private to
+//! `common.rs`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
+//! `Authorization: Bearer <name>` auth of `common.rs` makes tasks private to
 //! `<name>`; the header reaches the upstream only with
 //! `MCP_FORWARD_HEADERS=authorization`.
 
 mod backoff;
 mod bridge;
-#[path = "../common/mod.rs"]
 mod common;
 mod edge;
 mod proxy;
