@@ -202,7 +202,8 @@ if [[ -z "$url" ]]; then
     start_example conformance_retrofit "$upstream_port" "$results/upstream.log" MCP_PLAIN=1
     port="$(free_port)"
     start_example gateway "$port" "$results/server.log" \
-      MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp" MCP_TASK_REQUIRED_TOOLS=failing_job
+      MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp" MCP_TASK_REQUIRED_TOOLS=failing_job \
+      MCP_PRINCIPAL=header MCP_PRINCIPAL_HEADER=authorization
   else
     log "building the $server example"
     cargo build --quiet --example "$server" >&2

@@ -57,6 +57,7 @@ start_conformance() {
 start_gateway() {
   local name="$1" logfile="$OUT/$1.gateway.log"
   MCP_UPSTREAM="$upstream" MCP_ADDR=127.0.0.1:0 RUST_LOG="${RUST_LOG:-info,mcp_tasks=debug}" \
+    MCP_PRINCIPAL=header MCP_PRINCIPAL_HEADER=authorization \
     "$GATEWAY" </dev/null >"$logfile" 2>&1 &
   pids+=("$!")
   await_line "$!" "$logfile" 'listening on http://' || return 1

@@ -1,9 +1,9 @@
-//! Gateway: tasks for an MCP server written in any language.
+//! `mcp-tasks-gateway`: tasks for an MCP server written in any language.
 //!
 //! ```sh
-//! cargo run --example retrofit                                               # an upstream on :3002
-//! MCP_UPSTREAM=http://127.0.0.1:3002/mcp cargo run -p mcp-tasks-gateway      # http://127.0.0.1:3003/mcp
-//! MCP_AUTO_AFTER_MS=1000 MCP_UPSTREAM=… cargo run -p mcp-tasks-gateway       # another budget
+//! cargo install --locked --path gateway
+//! mcp-tasks-gateway --upstream http://127.0.0.1:3002/mcp --principal none   # http://127.0.0.1:3003/mcp
+//! mcp-tasks-gateway --help                                                  # every flag
 //! ```
 //!
 //! `TasksLayer` in front of a streaming reverse proxy: the upstream is any MCP
@@ -12,31 +12,20 @@
 //! that speaks only 2025-11-25, 2025-06-18 or 2025-03-26 is bridged for
 //! 2026-07-28 clients (`bridge/`: a session per principal, requests and results
 //! translated, its `elicitation/create` relayed as task input). Every tool is
-//! `TaskMode::Auto`: a call that answers within the budget reaches the client
+//! `TaskMode::Auto`: a call that answers within its deadline reaches the client
 //! unchanged, a slower one becomes a task that the gateway stores and answers
 //! `tasks/*` for, an MRTR `input_required` round of the upstream becomes the task's
 //! input requests, and `tasks/cancel` drops the proxied request, which closes its
 //! upstream connection (the upstream sees the client go away).
 //!
-//! A strict edge (`edge.rs`) comes first: a 2026-07-28 request whose `Mcp-Method`
-//! or `Mcp-Name` header disagrees with its body gets -32020 (HTTP 400) and goes
-//! no further, so that a `tools/call` cannot pass the layer as another method and
-//! run upstream past `TaskMode::AutoRequired` or the `Auto` budget.
+//! The service, outermost first ([`service_stack`]): the principal (`auth.rs`),
+//! the strict edge (`edge.rs`: a 2026-07-28 request whose `Mcp-Method` or
+//! `Mcp-Name` header disagrees with its body gets -32020, HTTP 400, and goes no
+//! further), the layer, the era bridge, the proxy (`proxy.rs`: bodies streamed,
+//! an explicit set of request headers forwarded, every upstream failure a
+//! JSON-RPC error). Around it, `serve.rs` answers `/healthz`, `/readyz` and
+//! `/metrics`, and drains on SIGTERM. `gateway/README.md` documents every flag.
 //!
-//! Request and response bodies stream through; upstream connections are pooled
-//! and use `TCP_NODELAY`. Which request headers go upstream is explicit: every
-//! `Mcp-*` header, `Content-Type`, `Accept`, `User-Agent`, `Last-Event-ID`,
-//! `traceparent` and `tracestate`, and only the ones named in `MCP_FORWARD_HEADERS`
-//! besides (`Authorization` and `Cookie` only then; with `Cookie` named, the
-//! upstream's `Set-Cookie` comes back too). Hop-by-hop headers never pass either way.
-//! Every upstream failure is a JSON-RPC error (-32603, `id` null): 502 "Upstream
-//! unavailable" when the upstream cannot be reached, 504 "Upstream connection timed
-//! out after N ms" past `MCP_UPSTREAM_CONNECT_TIMEOUT_MS` (default 5000), and 504
-//! "Upstream did not start its response within N ms" past
-//! `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (default 300000) — the time to the response's
-//! head: an upstream that streams (SSE) starts at once, one that answers with JSON
-//! only when the call ends, so set it above the longest such call. 0 turns either
-//! timeout off. For a call that already became a task, the error fails the task.
 //! While the upstream's era is not known (the first 2026-07-28 request learns it),
 //! an upstream that cannot be reached or answers 429/502/503/504 gets the client
 //! -32603 with HTTP 503, `Retry-After: 1` and `error.data`
@@ -44,137 +33,166 @@
 //! a later request tries again (after a pause that doubles from 250 ms to 1 s).
 //! An upstream restarted on another revision is learnt again at its first refusal
 //! (`bridge/mod.rs`).
-//!
-//! Environment: `MCP_UPSTREAM` (required, an `http://` URL), `MCP_ADDR` (default
-//! `127.0.0.1:3003`), `MCP_AUTO_AFTER_MS` (default 250), `MCP_TASK_REQUIRED_TOOLS`
-//! (comma-separated tools that are `TaskMode::AutoRequired`: clients without the
-//! extension get -32021 for them), `MCP_FORWARD_HEADERS`,
-//! `MCP_UPSTREAM_CONNECT_TIMEOUT_MS`, `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (above),
-//! `MCP_TASK_TOOLS=1` (task tools for clients without the extension),
-//! `MCP_UPSTREAM_MAX_SESSIONS` (default 1000), `MCP_UPSTREAM_SESSION_IDLE_MS`
-//! (default 600000) and `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000) for an
-//! upstream on an older revision (see `bridge/mod.rs`),
-//! `MCP_STORE` (see
-//! `common.rs`), `RUST_LOG` (default `info,mcp_tasks=debug`). The demo
-//! `Authorization: Bearer <name>` auth of `common.rs` makes tasks private to
-//! `<name>`; the header reaches the upstream only with
-//! `MCP_FORWARD_HEADERS=authorization`.
 
+mod auth;
 mod backoff;
 mod bridge;
-mod common;
+mod config;
 mod edge;
+mod logs;
+mod metrics;
 mod proxy;
+mod serve;
+mod store;
 
-use std::time::Duration;
+use std::convert::Infallible;
+use std::process::ExitCode;
+use std::sync::Arc;
 
-use http::{HeaderName, Uri};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt as _;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use mcp_tasks::error::BoxError;
 use mcp_tasks::{TaskMode, TasksLayer};
 use tower::ServiceBuilder;
+use tower::util::BoxCloneService;
 
-use bridge::{Bridge, BridgeConfig};
-use proxy::{Proxy, ProxyConfig};
+use auth::PrincipalLayer;
+use bridge::Bridge;
+use config::{Config, Parsed};
+use edge::EdgeLayer;
+use metrics::Metrics;
+use proxy::Proxy;
+use serve::Readiness;
 
-/// The gateway's name in `_meta.serverInfo` of the results it makes itself.
+/// The gateway's name: its binary, and `_meta.serverInfo` of the results it makes
+/// itself.
 const NAME: &str = "mcp-tasks-gateway";
 
-/// `MCP_UPSTREAM`, checked: an `http://` URL with a host.
-fn upstream_from_env() -> Result<Uri, Box<dyn std::error::Error>> {
-    let url = std::env::var("MCP_UPSTREAM")
-        .map_err(|_| "MCP_UPSTREAM must name the upstream, e.g. http://127.0.0.1:3002/mcp")?;
-    let uri: Uri = url
-        .parse()
-        .map_err(|e| format!("MCP_UPSTREAM {url:?} is not a URL: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-        return Err(format!("MCP_UPSTREAM {url:?} must be an http:// URL with a host").into());
-    }
-    Ok(uri)
-}
+/// The body of the gateway service's responses.
+pub(crate) type ServiceBody = UnsyncBoxBody<Bytes, BoxError>;
 
-/// The milliseconds in `var`, if it is set.
-fn millis_from_env(var: &str) -> Result<Option<Duration>, String> {
-    match std::env::var(var) {
-        Err(_) => Ok(None),
-        Ok(ms) => match ms.trim().parse() {
-            Ok(ms) => Ok(Some(Duration::from_millis(ms))),
-            Err(_) => Err(format!("{var} must be milliseconds, not {ms:?}")),
-        },
-    }
-}
+/// The gateway's service at `/mcp`.
+pub(crate) type GatewayService =
+    BoxCloneService<Request<Incoming>, Response<ServiceBody>, Infallible>;
 
-/// The comma-separated names in `var`.
-fn names_from_env(var: &str) -> Vec<String> {
-    std::env::var(var)
-        .unwrap_or_default()
-        .split(',')
-        .map(str::trim)
-        .filter(|name| !name.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
-/// The proxy's settings from `MCP_FORWARD_HEADERS` (comma-separated header names),
-/// `MCP_UPSTREAM_CONNECT_TIMEOUT_MS` (default 5000) and
-/// `MCP_UPSTREAM_RESPONSE_TIMEOUT_MS` (default 300000); 0 means no timeout.
-fn proxy_config_from_env() -> Result<ProxyConfig, String> {
-    let mut config = ProxyConfig::default();
-    for name in names_from_env("MCP_FORWARD_HEADERS") {
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("MCP_FORWARD_HEADERS: {name:?} is not a header name"))?;
-        config.forward.push(header);
-    }
-    let timeout = |var: &str, default: Option<Duration>| {
-        Ok::<_, String>(match millis_from_env(var)? {
-            None => default,
-            Some(Duration::ZERO) => None,
-            limit => limit,
-        })
+fn main() -> ExitCode {
+    let config = match config::parse(std::env::args_os().skip(1), |name| std::env::var(name).ok()) {
+        Ok(Parsed::Run(config)) => config,
+        Ok(Parsed::Help) => {
+            print!("{}", config::help());
+            return ExitCode::SUCCESS;
+        }
+        Ok(Parsed::Version) => {
+            println!("{NAME} {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{NAME}: {e}\n(run {NAME} --help for every flag)");
+            return ExitCode::from(2);
+        }
     };
-    config.connect_timeout = timeout("MCP_UPSTREAM_CONNECT_TIMEOUT_MS", config.connect_timeout)?;
-    config.response_timeout = timeout("MCP_UPSTREAM_RESPONSE_TIMEOUT_MS", config.response_timeout)?;
-    Ok(config)
+    logs::init(config.log_format, &config.log_filter);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            tracing::error!(error = %e, "could not start the runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(*config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "{NAME} stopped");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    common::init_tracing("info,mcp_tasks=debug");
-    let upstream = upstream_from_env()?;
-    // The `Auto` budget of every tool (default 250 ms).
-    let after = millis_from_env("MCP_AUTO_AFTER_MS")?.unwrap_or(Duration::from_millis(250));
-    let proxy = proxy_config_from_env()?;
-    let bridge = BridgeConfig::from_env()?;
+/// Opens the store, serves until SIGTERM or Ctrl-C, then drains: `/readyz` turns
+/// 503 at once, running tasks get the grace period, and the server stops.
+async fn run(config: Config) -> Result<(), BoxError> {
+    let metrics = Metrics::install()?;
+    let store = store::open(&config.store).await?;
+    let tasks = tasks_layer(
+        &config,
+        store::with_node(TasksLayer::builder(store), &config.store),
+    )?;
+    let service = service_stack(&config, tasks.clone());
 
-    let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
-        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
-        .with_default_mode(TaskMode::Auto { after });
-    // Upstream tools too long to call synchronously: -32021 without the extension.
-    let builder = names_from_env("MCP_TASK_REQUIRED_TOOLS")
-        .into_iter()
-        .fold(builder, |builder, tool| {
-            builder.with_tool_mode(tool, TaskMode::AutoRequired { after })
-        });
-    let tasks_layer = common::with_task_tools_from_env(builder).build()?;
-    let drain = tasks_layer.clone();
-    let app = ServiceBuilder::new()
-        // Outermost: a request whose headers disagree with its body goes no further.
-        .layer(edge::EdgeLayer)
-        .map_request(common::bearer_principal)
-        .map_request(bridge::mark_call)
-        .map_response(bridge::note_delivery)
-        .layer(tasks_layer)
-        .service(Bridge::new(
-            Proxy::with_config(upstream.clone(), proxy),
-            bridge,
-        ));
-
-    let listener = tokio::net::TcpListener::bind(common::listen_addr("127.0.0.1:3003")).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    let signal = common::shutdown_signal();
-    println!("{NAME} listening on http://{addr}/mcp, upstream {upstream}");
-    common::serve(listener, app, async move {
+    let readiness = Arc::new(Readiness::default());
+    let signal = serve::shutdown_signal();
+    tracing::info!(%addr, upstream = %config.upstream, "{NAME} listening");
+    println!(
+        "{NAME} listening on http://{addr}/mcp, upstream {}",
+        config.upstream
+    );
+    let grace = config.drain_grace;
+    serve::serve(listener, service, readiness.clone(), metrics, async move {
         signal.await;
-        drain.drain(Duration::from_secs(5)).await;
+        readiness.start_draining();
+        let failed = tasks.drain(grace).await;
+        tracing::info!(failed, "{NAME} drained; exiting");
     })
     .await;
     Ok(())
+}
+
+/// The layer: every tool `Auto` with its deadline, the task-required tools
+/// `AutoRequired`, the task tools if asked for.
+fn tasks_layer(
+    config: &Config,
+    builder: mcp_tasks::TasksLayerBuilder,
+) -> Result<TasksLayer, BoxError> {
+    let mut builder = builder
+        .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+        .with_default_mode(TaskMode::Auto {
+            after: config.auto_after,
+        });
+    for (tool, after) in &config.auto_after_tools {
+        builder = builder.with_tool_mode(tool.clone(), TaskMode::Auto { after: *after });
+    }
+    // Upstream tools too long to call synchronously: -32021 without the extension.
+    for tool in &config.task_required {
+        let after = config.auto_after_of(tool);
+        builder = builder.with_tool_mode(tool.clone(), TaskMode::AutoRequired { after });
+    }
+    if config.task_tools {
+        builder = builder.with_task_tools();
+    }
+    Ok(builder.build()?)
+}
+
+/// A response with its body boxed.
+fn boxed<B>(response: Response<B>) -> Response<ServiceBody>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(|body| body.map_err(Into::into).boxed_unsync())
+}
+
+/// The gateway's service at `/mcp`, outermost first: the principal, the strict
+/// edge, the bridge's marks around the layer, the layer, the era bridge over the
+/// proxy to the upstream.
+fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
+    let proxy = Proxy::with_config(config.upstream.clone(), config.proxy.clone());
+    let service = ServiceBuilder::new()
+        .map_response(boxed)
+        // A missing or refused token goes no further.
+        .layer(PrincipalLayer::new(config.principal.clone()))
+        // A request whose headers disagree with its body goes no further.
+        .layer(EdgeLayer)
+        .map_request(bridge::mark_call)
+        .map_response(bridge::note_delivery)
+        .layer(tasks)
+        .service(Bridge::new(proxy, config.bridge.clone()));
+    BoxCloneService::new(service)
 }

@@ -243,9 +243,17 @@ pub(crate) fn spawn(name: &str, features: &[&str], env: &[(&str, &str)]) -> Proc
 }
 
 /// Builds (once) and starts the gateway binary with the gateway's `features`, as
-/// [`spawn`] does an example. `env` comes last, so it can override anything.
+/// [`spawn`] does an example. The caller's principal is the whole value of its
+/// `Authorization` header (`MCP_PRINCIPAL=header`, `MCP_PRINCIPAL_HEADER=authorization`:
+/// `Bearer alice` is one owner, `Bearer bob` another), unless `env`, which comes
+/// last, says otherwise.
 pub(crate) fn spawn_gateway(features: &[&str], env: &[(&str, &str)]) -> Proc {
-    start(&build_gateway(features), GATEWAY, env)
+    let mut all = vec![
+        ("MCP_PRINCIPAL", "header"),
+        ("MCP_PRINCIPAL_HEADER", "authorization"),
+    ];
+    all.extend_from_slice(env);
+    start(&build_gateway(features), GATEWAY, &all)
 }
 
 /// Starts the executable at `path` as [`spawn`] describes; `name` is for messages.

@@ -105,34 +105,6 @@ impl Default for BridgeConfig {
     }
 }
 
-impl BridgeConfig {
-    /// The settings from `MCP_UPSTREAM_MAX_SESSIONS` (default 1000),
-    /// `MCP_UPSTREAM_SESSION_IDLE_MS` (default 600000) and
-    /// `MCP_UPSTREAM_INPUT_TIMEOUT_MS` (default 600000).
-    pub(crate) fn from_env() -> Result<BridgeConfig, String> {
-        let mut config = BridgeConfig::default();
-        let number = |var: &str| -> Result<Option<u64>, String> {
-            match std::env::var(var) {
-                Err(_) => Ok(None),
-                Ok(value) => match value.trim().parse() {
-                    Ok(n) if n > 0 => Ok(Some(n)),
-                    _ => Err(format!("{var} must be a positive number, not {value:?}")),
-                },
-            }
-        };
-        if let Some(max) = number("MCP_UPSTREAM_MAX_SESSIONS")? {
-            config.max_sessions = usize::try_from(max).unwrap_or(usize::MAX);
-        }
-        if let Some(ms) = number("MCP_UPSTREAM_SESSION_IDLE_MS")? {
-            config.session_idle = Duration::from_millis(ms);
-        }
-        if let Some(ms) = number("MCP_UPSTREAM_INPUT_TIMEOUT_MS")? {
-            config.input_timeout = Duration::from_millis(ms);
-        }
-        Ok(config)
-    }
-}
-
 /// Lives as long as a client's request and every copy of its extensions: the
 /// layer's runner of an `Auto` task keeps one for the whole call, so a question
 /// relayed to that runner is held exactly as long as the task runs.
