@@ -51,6 +51,7 @@ impl Drop for OnDrop {
 
 async fn node(store: Arc<dyn TaskStore>, events: mpsc::UnboundedSender<Event>) -> Server {
     let layer = TasksLayer::builder(store)
+        .with_anonymous_tasks()
         .with_principal(|parts| bearer(&parts.headers))
         .without_janitor()
         .build()

@@ -369,6 +369,7 @@ fn child(side: &str) {
         }
         let store = Arc::new(MemoryStore::new());
         let layer = TasksLayer::builder(store.clone())
+            .with_anonymous_tasks()
             .with_principal(|parts| bearer(&parts.headers))
             .without_janitor()
             .without_max_rows()

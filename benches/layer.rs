@@ -129,6 +129,7 @@ fn pass_through(c: &mut Criterion) {
 
     let mut bare = tower::service_fn(inner::<Full<Bytes>>);
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .expect("a valid layer");
@@ -236,6 +237,7 @@ fn pass_through_rmcp(c: &mut Criterion) {
     let mut bare = rmcp_service();
     let layer = runtime.block_on(async {
         TasksLayer::builder(MemoryStore::new())
+            .with_anonymous_tasks()
             .without_janitor()
             .build()
             .expect("a valid layer")
@@ -301,6 +303,7 @@ fn filled_layer(count: usize) -> (TasksLayer, Vec<String>) {
     }
     assert_eq!(store.len(), count);
     let layer = TasksLayer::builder(store)
+        .with_anonymous_tasks()
         .without_max_rows()
         .without_janitor()
         .build()

@@ -15,6 +15,15 @@
 //! Printed per phase: requests answered, store calls made for them (one `update`
 //! each), background re-reads (`get`/`get_many`), and all store calls, per second.
 //!
+//! `PRESSURE=bytes`: one principal asks for ten times its stored-byte bound
+//! (`with_max_bytes_per_owner`, 64 MiB by default) in task results, 1 MiB each, four
+//! calls at a time; another principal, whose task completed before, polls
+//! `tasks/get` on it meanwhile. Printed: what the greedy principal asked for and has
+//! stored, its calls completed and held back, the peak of the process's resident
+//! memory over its level before, the other principal's latency, and whether its
+//! result is intact. `PRESSURE_BOUND=off` runs the same without a bound (the bound
+//! set to `usize::MAX`), as the code before it behaved.
+//!
 //! `PRESSURE_LISTEN=after` opens the streams once every task has completed instead,
 //! one after another, so that each listen's snapshot carries every result;
 //! `PRESSURE_LISTEN=at-once` opens them then all at the same time.
@@ -251,6 +260,97 @@ async fn tenant(store: Arc<dyn TaskStore>, name: &str, open: Open) {
     drop(streams);
 }
 
+/// The greedy principal's results in the `bytes` run.
+const GREEDY_RESULT: usize = 1024 * 1024;
+
+/// `PRESSURE=bytes`: see the top of the file.
+async fn bytes(store: Arc<dyn TaskStore>, name: &str, bounded: bool) {
+    use mcp_tasks::defaults::MAX_BYTES_PER_OWNER;
+    let bound = if bounded {
+        MAX_BYTES_PER_OWNER
+    } else {
+        usize::MAX
+    };
+    let builder = listen_builder(store.clone()).with_max_bytes_per_owner(bound);
+    let server = Server::listening_with(ListenSupport::NotFound, builder).await;
+    let client = server.client();
+    let text = "x".repeat(GREEDY_RESULT);
+    let result = json!({"content": [{"type": "text", "text": text}]});
+    let bobs = client.create_task_id("job", json!({}), Some("bob")).await;
+    let bobs_id: TaskId = bobs.parse().unwrap();
+    server
+        .tasks
+        .complete(&bobs_id, result.clone())
+        .await
+        .unwrap();
+
+    let before = rss();
+    let peak = RssPeak::start();
+    let polling = Arc::new(AtomicBool::new(true));
+    let poller = tokio::spawn({
+        let (client, polling, bobs) = (server.client(), polling.clone(), bobs.clone());
+        async move {
+            let mut took = Vec::new();
+            while polling.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                let reply = client.get(&bobs, Some("bob")).await;
+                took.push(started.elapsed());
+                let text = &reply.ok()["result"]["content"][0]["text"];
+                assert_eq!(text.as_str().map(str::len), Some(GREEDY_RESULT));
+            }
+            took
+        }
+    });
+    let calls = 10 * MAX_BYTES_PER_OWNER / GREEDY_RESULT;
+    let (mut completed, mut held_back) = (0usize, 0usize);
+    let started = Instant::now();
+    for _ in 0..calls / 4 {
+        let mut batch = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let (client, tasks, result) = (server.client(), server.tasks.clone(), result.clone());
+            batch.spawn(async move {
+                let reply = client
+                    .call_tool("job", json!({}), true, Some("greedy"))
+                    .await;
+                if reply.json.get("error").is_some() {
+                    return false;
+                }
+                let id: TaskId = reply.ok()["taskId"].as_str().unwrap().parse().unwrap();
+                tasks.complete(&id, result).await.is_ok()
+            });
+        }
+        for done in batch.join_all().await {
+            if done {
+                completed += 1;
+            } else {
+                held_back += 1;
+            }
+        }
+    }
+    let asking = started.elapsed();
+    polling.store(false, Ordering::Relaxed);
+    let mut took = poller.await.unwrap();
+    took.sort();
+    let peak = peak.finish();
+    let greedy = mcp_tasks::Principal::from("greedy");
+    let stored = store.owner_bytes(Some(&greedy)).await.unwrap_or(0);
+    let reply = client.get(&bobs, Some("bob")).await;
+    let intact = reply.ok()["result"]["content"][0]["text"]
+        .as_str()
+        .is_some_and(|text| text.len() == GREEDY_RESULT);
+    eprintln!("{name}: {calls} calls took {asking:?}, {} gets", took.len());
+    println!(
+        "| {name} | {} | {} | {} | {completed} | {held_back} | {} | {} | {} | {} |",
+        if bounded { "64 MiB" } else { "none" },
+        mib((calls * GREEDY_RESULT) as u64),
+        mib(stored),
+        mib(peak.saturating_sub(before)),
+        percentile(&took, 0.5).as_micros() as f64 / 1000.0,
+        percentile(&took, 0.99).as_micros() as f64 / 1000.0,
+        if intact { "yes" } else { "no" },
+    );
+}
+
 /// Counts the store calls: the writes the requests make, and the reads nobody asked
 /// for.
 #[derive(Debug, Default)]
@@ -334,6 +434,7 @@ async fn slow(store: impl TaskStore, proxy: &support::proxy::Proxy, name: &str) 
 fn main() {
     let mode = std::env::var("PRESSURE").unwrap_or_else(|_| "tenant".into());
     let which = std::env::var("PRESSURE_STORE").unwrap_or_else(|_| "memory".into());
+    let bounded = std::env::var("PRESSURE_BOUND").as_deref() != Ok("off");
     let open = match std::env::var("PRESSURE_LISTEN").as_deref() {
         Ok("after") => Open::After,
         Ok("at-once") => Open::AtOnce,
@@ -349,6 +450,24 @@ fn main() {
             ("tenant", "memory") => {
                 print_tenant_head();
                 tenant(Arc::new(MemoryStore::new()), "memory", open).await;
+            }
+            ("bytes", "memory") => {
+                print_bytes_head();
+                bytes(Arc::new(MemoryStore::new()), "memory", bounded).await;
+            }
+            #[cfg(all(feature = "postgres", feature = "test-util"))]
+            ("bytes", "postgres") => {
+                let store = support::stores::postgres::scratch()
+                    .await
+                    .expect("DATABASE_URL");
+                print_bytes_head();
+                bytes(Arc::new(store), "PostgreSQL", bounded).await;
+            }
+            #[cfg(all(feature = "redis", feature = "test-util"))]
+            ("bytes", "redis") => {
+                let store = support::stores::redis::scratch().await.expect("REDIS_URL");
+                print_bytes_head();
+                bytes(Arc::new(store), "Redis", bounded).await;
             }
             #[cfg(all(feature = "postgres", feature = "test-util"))]
             ("tenant", "postgres") => {
@@ -395,6 +514,13 @@ fn print_tenant_head() {
         "| store | stored (MiB) | streams opened | streams accepted | peak RSS over start (MiB) | peak held by the layer (MiB) | other principal's `tasks/get` p50 (ms) | p99 (ms) |"
     );
     println!("|---|---:|---|---|---:|---:|---:|---:|");
+}
+
+fn print_bytes_head() {
+    println!(
+        "| store | bound | asked for (MiB) | stored by the greedy principal (MiB) | calls completed | held back | peak RSS over start (MiB) | other principal's `tasks/get` p50 (ms) | p99 (ms) | its result intact |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
 }
 
 fn print_slow_head() {

@@ -219,6 +219,7 @@ async fn run(store: &str, size: usize) -> Value {
     let conns: usize = env_or("SCALE_CONNS", 32);
     let secs: u64 = env_or("SCALE_SECS", 10);
     let builder = TasksLayer::builder(shared_store(store).await)
+        .with_anonymous_tasks()
         .with_principal(|parts| bearer(&parts.headers))
         .without_janitor();
     // `SCALE_CAP=N`: the row and per-owner caps at N, so that every create takes

@@ -1204,6 +1204,7 @@ async fn soak(name: &str, duration: Duration) -> Result<Summary, String> {
     let stats = Arc::new(Stats::default());
     let alive = Arc::new(AtomicI64::new(0));
     let layer = TasksLayer::builder(store)
+        .with_anonymous_tasks()
         .with_principal(|parts| bearer(&parts.headers))
         .with_default_ttl(TTL)
         .with_janitor(JANITOR_INTERVAL, TTL)

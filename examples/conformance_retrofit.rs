@@ -237,6 +237,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks_layer =
         common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
             .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+            // The conformance suite's clients send no principal.
+            .with_anonymous_tasks()
             .with_default_mode(TaskMode::Auto { after: AFTER })
             .with_tool_mode("greet", TaskMode::Never)
             // Task-required in the fixture table: too long to run synchronously.

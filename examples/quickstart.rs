@@ -64,6 +64,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The layer and its store. `deploy` only ever runs as a task.
     let builder = common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
         .with_server_info("mcp-tasks-quickstart", env!("CARGO_PKG_VERSION"))
+        // A demo: a caller without a Bearer name may have tasks too, shared by every
+        // such caller. A server whose callers all authenticate leaves this out.
+        .with_anonymous_tasks()
         .with_tool_mode("deploy", TaskMode::Required);
     let tasks_layer = common::with_task_tools_from_env(builder).build()?;
 

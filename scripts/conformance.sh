@@ -5,7 +5,9 @@
 # scenarios and every core server scenario the suite lists for protocol 2026-07-28.
 # `--server conformance_retrofit` runs the ten tasks scenarios against the retrofit
 # fixture instead (examples/conformance_retrofit.rs: no task code, `TaskMode::Auto`), and
-# `--server gateway` against that fixture without any layer, behind the gateway (gateway/).
+# `--server gateway` against that fixture without any layer, behind the gateway (gateway/),
+# and `--server federated` against conformance_server, with its own layer and tasks,
+# behind the gateway: the fixture's tasks carried through it under task handles.
 #
 # Each scenario runs on its own, on the 2026-07-28 wire, with Node 22 from node_modules.
 # Results are read from each scenario's checks.json (never from the suite's stdout) and
@@ -26,7 +28,10 @@
 #                            conformance_retrofit; or gateway, the gateway (mcp-tasks-gateway) in front
 #                            of conformance_retrofit served without its layer (MCP_PLAIN=1).
 #                            The last two imply --tasks-only and the baseline
-#                            scripts/conformance-retrofit-expected-failures.txt
+#                            scripts/conformance-retrofit-expected-failures.txt.
+#                            federated: the gateway in front of conformance_server with
+#                            its own layer, its tasks carried (--tasks-only, the default
+#                            baseline)
 #   --expected-failures FILE baseline file (default: scripts/conformance-expected-failures.txt)
 #   --results DIR            where results go (default: conformance-results)
 #   --timeout SECONDS        per-scenario limit (default: 120)
@@ -67,7 +72,7 @@ baseline=""
 results="conformance-results"
 scenario_timeout=120
 
-usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,46p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -94,7 +99,11 @@ case "$server" in
     # The retrofit fixture has only the tasks fixtures.
     run_core=0
     baseline="${baseline:-scripts/conformance-retrofit-expected-failures.txt}" ;;
-  *) echo "conformance.sh: --server must be conformance_server, conformance_retrofit or gateway" >&2; exit 2 ;;
+  federated)
+    # The tasks scenarios, answered by the fixture's own tasks through the gateway.
+    run_core=0
+    baseline="${baseline:-scripts/conformance-expected-failures.txt}" ;;
+  *) echo "conformance.sh: --server must be conformance_server, conformance_retrofit, gateway or federated" >&2; exit 2 ;;
 esac
 
 log() { printf '[conformance] %s\n' "$*" >&2; }
@@ -203,6 +212,19 @@ if [[ -z "$url" ]]; then
     port="$(free_port)"
     start_example gateway "$port" "$results/server.log" \
       MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp" MCP_TASK_REQUIRED_TOOLS=failing_job \
+      MCP_PRINCIPAL=header MCP_PRINCIPAL_HEADER=authorization
+  elif [[ "$server" == "federated" ]]; then
+    # The fixture with its own TasksLayer as the upstream, and the gateway in front of
+    # it carrying the fixture's tasks (MCP_UPSTREAM_TASKS, on by default).
+    log "building the conformance_server example and the gateway"
+    cargo build --quiet --example conformance_server >&2
+    cargo build --quiet -p mcp-tasks-gateway >&2
+    upstream_port="$(free_port)"
+    start_example conformance_server "$upstream_port" "$results/upstream.log"
+    port="$(free_port)"
+    start_example gateway "$port" "$results/server.log" \
+      MCP_UPSTREAM="http://127.0.0.1:${upstream_port}/mcp" MCP_UPSTREAM_TASKS=on \
+      MCP_TASK_HANDLE_KEY="conformance-federated-handle-key-0123456789" \
       MCP_PRINCIPAL=header MCP_PRINCIPAL_HEADER=authorization
   else
     log "building the $server example"

@@ -25,6 +25,8 @@ pub(crate) struct Config {
     pub(crate) max_input_response_bytes: usize,
     pub(crate) max_task_input_bytes: usize,
     pub(crate) max_result_bytes: usize,
+    pub(crate) max_bytes_per_owner: usize,
+    pub(crate) max_status_message_bytes: usize,
     pub(crate) server_info: Option<Value>,
     pub(crate) tool_modes: HashMap<String, TaskMode>,
     pub(crate) default_mode: TaskMode,
@@ -37,13 +39,24 @@ pub(crate) struct Config {
     pub(crate) max_listen_bytes_per_owner: usize,
     pub(crate) max_listen_bytes: usize,
     pub(crate) listen_ack_timeout: Duration,
+    pub(crate) edited_answer_timeout: Duration,
     pub(crate) keep_alive: Duration,
     pub(crate) store_timeout: Duration,
-    /// Refuse to create or read tasks for a request without a principal.
-    pub(crate) require_principal: bool,
+    /// Let a request without a principal create and read (anonymous) tasks.
+    pub(crate) anonymous_tasks: bool,
+    /// The prefix of the inner service's own task ids, when its tasks are carried.
+    pub(crate) inner_tasks: Option<Arc<str>>,
 }
 
 impl Config {
+    /// Whether `id` names a task of the inner service's own (see
+    /// [`with_inner_tasks`](crate::TasksLayerBuilder::with_inner_tasks)).
+    pub(crate) fn is_inner_task(&self, id: &str) -> bool {
+        self.inner_tasks
+            .as_deref()
+            .is_some_and(|prefix| id.starts_with(prefix))
+    }
+
     /// The mode of a tool's calls when no policy decides.
     pub(crate) fn mode_for(&self, tool: &str) -> TaskMode {
         self.tool_modes

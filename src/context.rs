@@ -43,7 +43,7 @@ use crate::worker::{Start, TaskHandle};
 /// use http_body_util::{BodyExt as _, Full};
 /// use mcp_tasks::body::RequestBody;
 /// use mcp_tasks::error::BoxError;
-/// use mcp_tasks::{MemoryStore, TaskContext, TaskSpec, TasksLayer};
+/// use mcp_tasks::{MemoryStore, Principal, TaskContext, TaskSpec, TasksLayer};
 /// use serde_json::{Value, json};
 /// use tower::{Layer as _, ServiceExt as _};
 ///
@@ -77,6 +77,7 @@ use crate::worker::{Start, TaskHandle};
 ///     .header("mcp-protocol-version", "2026-07-28")
 ///     .header("mcp-method", "tools/call")
 ///     .header("mcp-name", "build")
+///     .extension(Principal::from("alice")) // what an authentication layer inserts
 ///     .body(Full::from(body.to_string()))?;
 /// let response = service.oneshot(request).await?;
 /// let reply: Value = serde_json::from_slice(&response.into_body().collect().await?.to_bytes())?;
@@ -240,6 +241,19 @@ impl TaskSpec {
             tokio::spawn(work(task));
         }));
         self.start = Some(Arc::new(Mutex::new(Some(work))));
+        self
+    }
+
+    /// The work of the task handed over to something that outlives this node (a job
+    /// queue), awaited before the client gets its task; a failed hand-over fails the
+    /// task with the error it returns.
+    #[cfg_attr(not(feature = "queue"), allow(dead_code))]
+    pub(crate) fn with_hand_over(
+        mut self,
+        hand_over: impl FnOnce(TaskId) -> crate::worker::HandOver + Send + 'static,
+    ) -> Self {
+        let start = Start::HandOver(Box::new(hand_over));
+        self.start = Some(Arc::new(Mutex::new(Some(start))));
         self
     }
 

@@ -152,18 +152,26 @@ pub enum Limit {
     Rows,
     /// The record's owner (or the anonymous owner) holds `max_per_owner` records.
     PerOwner,
+    /// The owner's records take
+    /// [`max_bytes_per_owner`](crate::TasksLayerBuilder::with_max_bytes_per_owner)
+    /// bytes already: the layer's refusal, from the owner's stored bytes
+    /// ([`TaskStore::owner_bytes`](crate::store::TaskStore::owner_bytes)).
+    BytesPerOwner,
 }
 
 impl Limit {
-    /// The name sent in `error.data.limit`: `"rows"` or `"per_owner"`.
+    /// The name sent in `error.data.limit`: `"rows"`, `"per_owner"` or
+    /// `"bytes_per_owner"`.
     ///
     /// ```
     /// assert_eq!(mcp_tasks::error::Limit::Rows.as_str(), "rows");
+    /// assert_eq!(mcp_tasks::error::Limit::BytesPerOwner.as_str(), "bytes_per_owner");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Limit::Rows => "rows",
             Limit::PerOwner => "per_owner",
+            Limit::BytesPerOwner => "bytes_per_owner",
         }
     }
 }
@@ -187,7 +195,8 @@ impl fmt::Display for Limit {
 #[non_exhaustive]
 pub enum StoreError {
     /// `create` hit a cap: the row cap ([`Limit::Rows`]) or the per-owner cap
-    /// ([`Limit::PerOwner`]).
+    /// ([`Limit::PerOwner`]); or the layer refused a write because the task's owner
+    /// stores too many bytes ([`Limit::BytesPerOwner`]).
     LimitReached(Limit),
     /// A task with this id already exists.
     Duplicate,

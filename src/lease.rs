@@ -18,13 +18,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backoff::Backoff;
-use crate::engine::{Engine, Interrupted};
+use crate::engine::{Engine, Interrupted, LeaseLog};
+use crate::error::StoreError;
 use crate::outage::Outage;
-use crate::store::{LeaseId, LeaseStore, Renewal, Renewed};
+use crate::store::{LeaseId, LeaseStore, RENEW_BATCH, Renewal, Renewed};
 use crate::task::{Scope, TaskId, Timestamp};
 
 /// After new work starts, how long the keeper waits for more before it sends the
-/// holds: creates that arrive together share one round trip.
+/// holds: creates that arrive together share one round trip. A create that waits
+/// for its hold is not kept waiting: those that arrive while a renewal is on its
+/// way share the next one.
 const GATHER: Duration = Duration::from_millis(20);
 
 /// The shortest pause before a renewal that failed is tried again.
@@ -98,6 +101,16 @@ impl Health {
     }
 }
 
+/// How a renewal went.
+enum Sent {
+    /// Every pending change is stored, and the count moved.
+    Stored,
+    /// The lease was claimed: the holds claimed, if the store still has them.
+    Lost(Option<Vec<TaskId>>),
+    /// A call failed or timed out (`None`); what it carried is still pending.
+    Failed(Option<StoreError>),
+}
+
 /// What the sweeper saw of one lease: its count, and when it first saw it.
 #[derive(Debug, Clone, Copy)]
 struct Watch {
@@ -142,20 +155,18 @@ impl Leasing {
     /// leased again, under a new incarnation.
     async fn keep(&self, engine: Weak<Engine>, health: &Mutex<Health>) {
         let mut lease = self.lease.clone();
-        // The first renewal of an incarnation creates its lease.
+        // The first renewal of an incarnation creates its lease, with every hold.
         let mut first = true;
-        // The store's copy is unknown at first, and after any failed renewal: then
-        // the whole set is sent; otherwise only what changed since the last one.
-        let mut replace = true;
+        // The hold changes the store may lack: taken from the node, not yet
+        // confirmed. After a failure they are sent again (adding and removing a
+        // hold are idempotent), merged with what changed since.
+        let mut pending = LeaseLog::default();
         let mut held = Held::default();
         let mut retries = renew_retries(self.renew_every());
         let mut failures = Outage::new("renew this node's worker lease");
         // Given up after a drain: no lease in the store until new work comes.
         let mut given_up = false;
         let mut giving_up = Outage::new("give this node's worker lease up after its drain");
-        if let Some(engine) = engine.upgrade() {
-            engine.node().start_leasing(self.bound);
-        }
         loop {
             let Some(strong) = engine.upgrade() else {
                 return;
@@ -173,7 +184,7 @@ impl Leasing {
                 // Work began after the drain: a new incarnation leases it.
                 lease = LeaseId::new(lease.node.clone());
                 lock(health).lease = lease.clone();
-                (given_up, first, replace) = (false, true, true);
+                (given_up, first) = (false, true);
             } else if strong.node().is_drain_ended() {
                 let gave_up = self.give_up(&strong, &lease, &mut giving_up).await;
                 strong.node().lease_settled();
@@ -186,56 +197,39 @@ impl Leasing {
                 }
             }
             let log = strong.node().take_lease_log();
-            let (hold, release): (Vec<TaskId>, Vec<TaskId>) = if replace {
-                (strong.node().leased(), Vec::new())
+            let seq = log.seq;
+            if first {
+                // Read after the log was taken: it has every change the log had.
+                pending = LeaseLog {
+                    hold: strong.node().leased().into_iter().collect(),
+                    seq,
+                    ..LeaseLog::default()
+                };
             } else {
-                (
-                    log.hold.into_iter().collect(),
-                    log.release.into_iter().collect(),
-                )
-            };
-            let renewal = Renewal {
-                lease: &lease,
-                bound: self.bound,
-                first,
-                hold: &hold,
-                release: &release,
-                replace,
-            };
-            let outcome =
-                tokio::time::timeout(self.renew_timeout(), self.store.renew(renewal)).await;
-            let next = match outcome {
-                Ok(Ok(Renewed::New | Renewed::Renewed)) => {
-                    first = false;
-                    replace = false;
-                    lock(health).renewed(Instant::now());
+                pending.merge_newer(log);
+            }
+            let next = match self.send(&lease, &mut first, &mut pending, health).await {
+                Sent::Stored => {
+                    strong.node().holds_settled(seq, true);
                     held.set(strong.node().leased().len());
                     retries.reset();
                     failures.succeeded();
                     self.renew_every()
                 }
-                Ok(Ok(Renewed::Lost { tasks })) => {
+                Sent::Lost(tasks) => {
                     lost(&strong, tasks).await;
                     // A new incarnation takes over the work this node still runs.
                     lease = LeaseId::new(lease.node.clone());
                     first = true;
-                    replace = true;
                     let mut health = lock(health);
                     health.lease = lease.clone();
                     health.broken();
                     continue;
                 }
-                Ok(Err(e)) => {
+                Sent::Failed(e) => {
                     crate::observe::lease_renewal_failed();
-                    failures.failed(Some(&e));
-                    replace = true;
-                    lock(health).broken();
-                    retries.next_delay()
-                }
-                Err(_) => {
-                    crate::observe::lease_renewal_failed();
-                    failures.failed(None);
-                    replace = true;
+                    failures.failed(e.as_ref());
+                    strong.node().holds_settled(seq, false);
                     lock(health).broken();
                     retries.next_delay()
                 }
@@ -243,7 +237,61 @@ impl Leasing {
             drop(strong);
             tokio::select! {
                 _ = tokio::time::sleep(next) => {}
-                _ = poked => tokio::time::sleep(GATHER).await,
+                _ = poked => {
+                    // A create waits for its hold: no gathering.
+                    let waited = engine.upgrade().is_some_and(|e| e.node().has_creating());
+                    if !waited {
+                        tokio::time::sleep(GATHER).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One renewal of `lease` carrying `pending`: a renewal call per
+    /// [`RENEW_BATCH`] ids (one when nothing changed), each bounded by the renewal
+    /// timeout and each moving the count, so that no call grows with the holds.
+    /// What each call stored leaves `pending`.
+    async fn send(
+        &self,
+        lease: &LeaseId,
+        first: &mut bool,
+        pending: &mut LeaseLog,
+        health: &Mutex<Health>,
+    ) -> Sent {
+        loop {
+            let release: Vec<TaskId> = pending.release.iter().take(RENEW_BATCH).copied().collect();
+            let hold: Vec<TaskId> = pending
+                .hold
+                .iter()
+                .take(RENEW_BATCH - release.len())
+                .copied()
+                .collect();
+            let renewal = Renewal {
+                lease,
+                bound: self.bound,
+                first: *first,
+                hold: &hold,
+                release: &release,
+                replace: false,
+            };
+            match tokio::time::timeout(self.renew_timeout(), self.store.renew(renewal)).await {
+                Ok(Ok(Renewed::New | Renewed::Renewed)) => {
+                    *first = false;
+                    lock(health).renewed(Instant::now());
+                    for id in &hold {
+                        pending.hold.remove(id);
+                    }
+                    for id in &release {
+                        pending.release.remove(id);
+                    }
+                    if pending.is_empty() {
+                        return Sent::Stored;
+                    }
+                }
+                Ok(Ok(Renewed::Lost { tasks })) => return Sent::Lost(tasks),
+                Ok(Err(e)) => return Sent::Failed(Some(e)),
+                Err(_) => return Sent::Failed(None),
             }
         }
     }
@@ -466,16 +514,16 @@ impl Drop for Held {
 /// store no longer knows which: then the work on every task found ended stops.
 async fn lost(engine: &Engine, tasks: Option<Vec<TaskId>>) {
     crate::observe::lease_lost();
-    let known = tasks.is_some();
-    let ids = tasks.unwrap_or_else(|| engine.node().leased());
+    let ids = match tasks {
+        Some(tasks) => tasks,
+        None => engine.ended_among(&engine.node().leased()).await,
+    };
     tracing::warn!(
         tasks = ids.len(),
         "mcp-tasks: this node lost its worker lease (other nodes judged it dead while it could not reach the store); the work on its claimed tasks stops"
     );
     for id in ids {
-        if known || engine.has_ended(&id).await {
-            engine.node().stop_lost(&id);
-        }
+        engine.node().stop_lost(&id);
     }
 }
 
@@ -494,8 +542,9 @@ async fn fail_lost(engine: &Engine, id: &TaskId) -> Result<bool, ()> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::collections::HashSet;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use super::GATHER;
@@ -610,18 +659,26 @@ mod tests {
         assert_eq!(all(&leases).await.len(), 1);
     }
 
-    /// Leases that fail every call while `down` is set.
+    /// Memory leases with the faults a test turns on: every call fails while
+    /// `down` is set; a renewal waits, on its way, while `held` is. The holds each
+    /// successful renewal stored are kept in `stored`; with `tasks`, a hold that
+    /// reaches the leases after its task was created is counted in `late`.
     #[derive(Debug, Clone, Default)]
-    struct Outage {
+    struct Faulty {
         inner: MemoryLeases,
         down: Arc<AtomicBool>,
+        held: Arc<tokio::sync::watch::Sender<bool>>,
+        stored: Arc<Mutex<HashSet<TaskId>>>,
+        tasks: Option<Arc<MemoryStore>>,
+        late: Arc<AtomicUsize>,
     }
 
-    impl Outage {
-        fn over(&self, down: &Arc<AtomicBool>) -> Outage {
-            Outage {
-                inner: self.inner.clone(),
+    impl Faulty {
+        /// The same leases, down while `down` is set.
+        fn over(&self, down: &Arc<AtomicBool>) -> Faulty {
+            Faulty {
                 down: down.clone(),
+                ..self.clone()
             }
         }
 
@@ -636,10 +693,32 @@ mod tests {
         }
     }
 
-    impl LeaseStore for Outage {
+    impl LeaseStore for Faulty {
         fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
-            self.unreachable()
-                .unwrap_or_else(|| self.inner.renew(renewal))
+            Box::pin(async move {
+                let _ = self.held.subscribe().wait_for(|held| !*held).await;
+                if let Some(down) = self.unreachable() {
+                    return down.await;
+                }
+                let renewed = self.inner.renew(renewal.clone()).await;
+                if let Ok(Renewed::New | Renewed::Renewed) = renewed {
+                    for id in renewal.hold {
+                        let created = match &self.tasks {
+                            Some(tasks) => tasks.get(id, Scope::Any, Timestamp::now()).await,
+                            None => Ok(None),
+                        };
+                        let new = self.stored.lock().unwrap().insert(*id);
+                        if new && matches!(created, Ok(Some(_))) {
+                            self.late.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    let mut stored = self.stored.lock().unwrap();
+                    for id in renewal.release {
+                        stored.remove(id);
+                    }
+                }
+                renewed
+            })
         }
 
         fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
@@ -666,33 +745,42 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_outage_every_node_shares_fails_nothing_whatever_its_length() {
-        let store = Arc::new(MemoryStore::new());
-        let leases = Outage::default();
-        let a = node(&store, leases.clone());
-        let b = node(&store, leases.clone());
-        let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.node().register_work(on_a);
-        b.engine.node().register_work(on_b);
-        tokio::time::sleep(BOUND * 3).await;
-        for outage in [1, 3, 10] {
-            leases.down.store(true, Ordering::Release);
-            tokio::time::sleep(BOUND * outage).await;
-            leases.down.store(false, Ordering::Release);
-            tokio::time::sleep(BOUND * 4).await;
-            for id in [&on_a, &on_b] {
+    /// Two nodes at work over one memory store, node `a` on `for_a`, node `b` on
+    /// `for_b`, each running a task of its own, settled for three leases.
+    struct AtWork {
+        store: Arc<MemoryStore>,
+        a: TasksLayer,
+        _b: TasksLayer,
+        tasks: [TaskId; 2],
+    }
+
+    impl AtWork {
+        async fn start(for_a: impl LeaseStore, for_b: impl LeaseStore) -> AtWork {
+            let store = Arc::new(MemoryStore::new());
+            let (a, b) = (node(&store, for_a), node(&store, for_b));
+            let tasks = [working_task(&store).await, working_task(&store).await];
+            a.engine.node().register_work(tasks[0]);
+            b.engine.node().register_work(tasks[1]);
+            tokio::time::sleep(BOUND * 3).await;
+            AtWork {
+                store,
+                a,
+                _b: b,
+                tasks,
+            }
+        }
+
+        /// Asserts that both tasks still run after `fault`.
+        async fn still_working(&self, fault: &str) {
+            for id in &self.tasks {
+                let status = stored(&self.store, id).await.status;
                 assert_eq!(
-                    stored(&store, id).await.status,
+                    status,
                     TaskStatus::Working,
-                    "an outage of {outage} leases failed a live node's task"
+                    "{fault} failed a live node's task"
                 );
             }
         }
-        // Both leases are alive and unclaimed, under their first incarnations.
-        let leases = all(&leases.inner).await;
-        assert_eq!(leases.len(), 2);
-        assert!(leases.iter().all(|lease| !lease.claimed));
     }
 
     /// Log lines written while it is the thread's subscriber.
@@ -705,6 +793,18 @@ mod tests {
                 .lines()
                 .filter(|line| line.contains(level) && line.contains(text))
                 .count()
+        }
+
+        /// Collects what is logged on this thread until the guard is dropped.
+        fn here(&self) -> tracing::subscriber::DefaultGuard {
+            let writer = self.clone();
+            tracing::subscriber::set_default(
+                tracing_subscriber::fmt()
+                    .with_max_level(tracing::Level::INFO)
+                    .with_ansi(false)
+                    .with_writer(move || writer.clone())
+                    .finish(),
+            )
         }
     }
 
@@ -722,17 +822,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_outage_is_told_once_then_summed_up_then_ended() {
         let logged = Logged::default();
-        let writer = logged.clone();
         // The runtime has one thread, this one: the lease loops log here.
-        let _logs = tracing::subscriber::set_default(
-            tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::INFO)
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish(),
-        );
+        let _logs = logged.here();
         let store = Arc::new(MemoryStore::new());
-        let leases = Outage::default();
+        let leases = Faulty::default();
         let _node = node(&store, leases.clone());
         tokio::time::sleep(BOUND * 3).await;
 
@@ -776,41 +869,47 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_outage_every_node_shares_fails_nothing_whatever_its_length() {
+        let leases = Faulty::default();
+        let nodes = AtWork::start(leases.clone(), leases.clone()).await;
+        for outage in [1, 3, 10] {
+            leases.down.store(true, Ordering::Release);
+            tokio::time::sleep(BOUND * outage).await;
+            leases.down.store(false, Ordering::Release);
+            tokio::time::sleep(BOUND * 4).await;
+            nodes
+                .still_working(&format!("an outage of {outage} leases"))
+                .await;
+        }
+        // Both leases are alive and unclaimed, under their first incarnations.
+        let leases = all(&leases.inner).await;
+        assert_eq!(leases.len(), 2);
+        assert!(leases.iter().all(|lease| !lease.claimed));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_freeze_of_every_node_fails_nothing() {
         // Both nodes stop running for ten leases at once (a paused host, a starved
         // machine), then go on: whichever runs first must not claim the other.
-        let store = Arc::new(MemoryStore::new());
         let leases = MemoryLeases::new();
-        let a = node(&store, leases.clone());
-        let b = node(&store, leases.clone());
-        let (on_a, on_b) = (working_task(&store).await, working_task(&store).await);
-        a.engine.node().register_work(on_a);
-        b.engine.node().register_work(on_b);
-        tokio::time::sleep(BOUND * 3).await;
+        let nodes = AtWork::start(leases.clone(), leases).await;
         for _ in 0..5 {
             tokio::time::advance(BOUND * 10).await;
             tokio::time::sleep(BOUND * 3).await;
         }
-        for id in [&on_a, &on_b] {
-            assert_eq!(stored(&store, id).await.status, TaskStatus::Working);
-        }
+        nodes.still_working("a freeze of ten leases").await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_node_cut_off_alone_loses_its_work_and_learns_it_on_its_next_renewal() {
-        let store = Arc::new(MemoryStore::new());
-        let leases = Outage::default();
+        let leases = Faulty::default();
         let cut = Arc::new(AtomicBool::new(false));
-        let a = node(&store, leases.over(&cut));
-        let _b = node(&store, leases.clone());
-        let running = working_task(&store).await;
-        a.engine.node().register_work(running);
-        tokio::time::sleep(BOUND * 3).await;
+        let nodes = AtWork::start(leases.over(&cut), leases.clone()).await;
+        let (store, a, running) = (&nodes.store, &nodes.a, nodes.tasks[0]);
 
         cut.store(true, Ordering::Release);
-        let cut_at = tokio::time::Instant::now();
         tokio::time::sleep(BOUND * 3).await;
-        let lost = stored(&store, &running).await;
+        let lost = stored(store, &running).await;
         assert_eq!(lost.status, TaskStatus::Failed);
         assert_eq!(
             lost.error.and_then(|e| e.data),
@@ -823,7 +922,8 @@ mod tests {
             Ok(TaskEnd::Failed),
             "the cut-off node's worker sees the failure"
         );
-        let _ = cut_at;
+        let own = stored(store, &nodes.tasks[1]).await.status;
+        assert_eq!(own, TaskStatus::Working, "the survivor's own task runs on");
 
         cut.store(false, Ordering::Release);
         tokio::time::sleep(BOUND).await;
@@ -832,12 +932,12 @@ mod tests {
         assert_eq!(now.len(), 2, "{now:?}");
         assert!(now.iter().all(|lease| !lease.claimed));
         // Its later work is leased again: were it to stop now, it would be failed.
-        let later = working_task(&store).await;
+        let later = working_task(store).await;
         a.engine.node().register_work(later);
         tokio::time::sleep(BOUND).await;
-        crash(&a);
+        crash(a);
         tokio::time::sleep(BOUND * 2).await;
-        assert_eq!(stored(&store, &later).await.status, TaskStatus::Failed);
+        assert_eq!(stored(store, &later).await.status, TaskStatus::Failed);
     }
 
     #[tokio::test(start_paused = true)]
@@ -970,14 +1070,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_drained_node_gives_its_lease_up_and_no_survivor_claims_it() {
         let logged = Logged::default();
-        let writer = logged.clone();
-        let _logs = tracing::subscriber::set_default(
-            tracing_subscriber::fmt()
-                .with_max_level(tracing::Level::INFO)
-                .with_ansi(false)
-                .with_writer(move || writer.clone())
-                .finish(),
-        );
+        let _logs = logged.here();
         let store = Arc::new(MemoryStore::new());
         let leases = MemoryLeases::new();
         let a = named(&store, &leases, "a");
@@ -1053,7 +1146,7 @@ mod tests {
     async fn a_drain_does_not_wait_on_a_lease_store_out_of_reach_and_gives_the_lease_up_once_back()
     {
         let store = Arc::new(MemoryStore::new());
-        let leases = Outage::default();
+        let leases = Faulty::default();
         let a = node(&store, leases.clone());
         tokio::time::sleep(BOUND).await;
         leases.down.store(true, Ordering::Release);
@@ -1103,6 +1196,151 @@ mod tests {
             assert_eq!(suffix.len(), 6, "{id}");
             assert!(suffix.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
         }
+    }
+
+    fn alice() -> Option<crate::task::Principal> {
+        Some(crate::task::Principal::from("alice"))
+    }
+
+    /// A spec whose work runs until its task ends.
+    fn endless() -> crate::TaskSpec {
+        crate::TaskSpec::new().with_work(|task| async move {
+            let _ = task.run_until_ended(std::future::pending::<()>()).await;
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_task_is_stored_only_once_its_hold_is() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Faulty {
+            tasks: Some(store.clone()),
+            ..Faulty::default()
+        };
+        let a = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        // A task made by a handler, whose work starts with it, and one made for an
+        // `Auto` call, whose runner is registered after it.
+        let made = crate::routes::create_task(&a.engine, alice(), endless())
+            .await
+            .expect("created");
+        let (auto, creating) = a
+            .engine
+            .create_task(alice(), &crate::engine::NewTask::default())
+            .await
+            .expect("created");
+        drop(creating);
+        assert_eq!(
+            leases.late.load(Ordering::SeqCst),
+            0,
+            "a hold reached the leases after its task was stored"
+        );
+        let stored_holds = leases.stored.lock().unwrap().clone();
+        assert!(stored_holds.contains(&made.id) && stored_holds.contains(&auto.id));
+        // The task with work stays held; the other one, with no work here, is not.
+        tokio::time::sleep(BOUND).await;
+        let stored_holds = leases.stored.lock().unwrap().clone();
+        assert_eq!(stored_holds, HashSet::from([made.id]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_without_a_working_lease_refuses_new_tasks_until_it_has_one() {
+        let logged = Logged::default();
+        let _logs = logged.here();
+        let store = Arc::new(MemoryStore::new());
+        let leases = Faulty::default();
+        leases.down.store(true, Ordering::Release);
+        let a = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        let started = tokio::time::Instant::now();
+        for _ in 0..3 {
+            let refused = crate::routes::create_task(&a.engine, alice(), endless())
+                .await
+                .expect_err("refused without a lease");
+            assert_eq!(
+                (refused.code(), refused.http_status().as_u16()),
+                (RpcError::INTERNAL_ERROR, 503)
+            );
+            assert_eq!(
+                refused.data(),
+                Some(&serde_json::json!({"reason": "no_worker_lease", "retryable": true}))
+            );
+        }
+        assert!(
+            started.elapsed() <= BOUND / 4,
+            "refused after {:?}",
+            started.elapsed()
+        );
+        let page = store
+            .list(alice().as_ref(), None, 10, Timestamp::now())
+            .await
+            .expect("listed");
+        assert!(page.records.is_empty(), "a refused task was stored");
+        assert_eq!(logged.lines("WARN", "so new tasks are refused"), 1);
+        assert_eq!(a.engine.node().work_count(), 0, "no work started");
+
+        // The lease back, tasks are taken again.
+        leases.down.store(false, Ordering::Release);
+        let made = crate::routes::create_task(&a.engine, alice(), endless())
+            .await
+            .expect("created once the lease is back");
+        assert!(leases.stored.lock().unwrap().contains(&made.id));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_whose_lease_was_claimed_while_its_renewal_was_on_its_way_stops_its_work() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Faulty::default();
+        let a = node(&store, leases.clone());
+        let _b = node(&store, leases.inner.clone());
+        let (handled, auto) = (working_task(&store).await, working_task(&store).await);
+        a.engine.node().register_work(handled);
+        let (dropped, runner_gone) = tokio::sync::oneshot::channel::<()>();
+        let runner = tokio::spawn(async move {
+            let _dropped = dropped;
+            std::future::pending::<()>().await;
+        });
+        a.engine.node().register_runner(auto, runner.abort_handle());
+        tokio::time::sleep(BOUND * 3).await;
+        let before = all(&leases.inner).await;
+
+        // Node a's renewals stay on their way until node b has claimed its lease
+        // and failed its tasks; a client reads the `Auto` task meanwhile.
+        leases.held.send_replace(true);
+        for id in [&handled, &auto] {
+            let failed = async {
+                while stored(&store, id).await.status != TaskStatus::Failed {
+                    tokio::time::sleep(BOUND / 8).await;
+                }
+            };
+            tokio::time::timeout(BOUND * 4, failed)
+                .await
+                .expect("b fails a's tasks");
+        }
+        let read = tokio::time::timeout(BOUND, a.tasks().ended(&auto)).await;
+        assert_eq!(read, Ok(TaskEnd::Failed));
+        leases.held.send_replace(false);
+
+        // The renewal finds the lease claimed: a's work stops, its runner included.
+        let gone = tokio::time::timeout(BOUND, runner_gone).await;
+        assert!(gone.is_ok(), "the auto runner of a claimed task still runs");
+        let ended = tokio::time::timeout(BOUND, a.tasks().ended(&handled)).await;
+        assert_eq!(ended, Ok(TaskEnd::Failed));
+        a.engine.node().forget_work(&handled);
+        tokio::time::sleep(BOUND).await;
+        // Node a renews under a new incarnation, which holds neither task.
+        let now = all(&leases.inner).await;
+        let renewed: Vec<&LeaseState> = now
+            .iter()
+            .filter(|state| !before.iter().any(|seen| seen.lease == state.lease))
+            .collect();
+        assert_eq!(renewed.len(), 1, "{now:?}");
+        let holds = leases
+            .inner
+            .claim(&renewed[0].lease, renewed[0].renewals)
+            .await
+            .expect("claimed")
+            .expect("at its count");
+        assert!(holds.is_empty(), "the new incarnation holds {holds:?}");
     }
 
     #[test]

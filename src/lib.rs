@@ -16,6 +16,7 @@
 #![doc = "[`wire`]: crate::wire"]
 #![doc = "[`worker`]: crate::worker"]
 #![cfg_attr(feature = "client", doc = "[`client`]: crate::client")]
+#![cfg_attr(feature = "queue", doc = "[`queue`]: crate::queue")]
 #![cfg_attr(feature = "test-util", doc = "[`test_suite`]: crate::test_suite")]
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -38,6 +39,9 @@ mod lease;
 pub mod notify;
 pub mod observe;
 mod outage;
+#[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
+pub mod queue;
 mod routes;
 mod service;
 mod spawn;

@@ -29,7 +29,7 @@
 //! | name | type | labels | moves when |
 //! |---|---|---|---|
 //! | `mcp_tasks_created_total` | counter | | a task is stored |
-//! | `mcp_tasks_refused_total` | counter | `reason`: `rows`, `per_owner`, `shutting_down`, `extension_required`, `principal_required`, `task_required`, `task_forbidden` | a call that would have been a task is refused (a cap, a drain, a `Required` tool called without the extension, an anonymous request under `with_require_principal`; on 2025-11-25 a `required` tool called without `task`, a `forbidden` one with it) |
+//! | `mcp_tasks_refused_total` | counter | `reason`: `rows`, `per_owner`, `bytes_per_owner`, `shutting_down`, `no_worker_lease`, `extension_required`, `principal_required`, `task_required`, `task_forbidden` | a call that would have been a task is refused (a cap, a drain, a node that cannot store its worker lease on the task, a principal's stored bytes, a `Required` tool called without the extension, an anonymous request without `with_anonymous_tasks`; on 2025-11-25 a `required` tool called without `task`, a `forbidden` one with it), or a write to a task is (`bytes_per_owner`: answers or a status message left out, a result that fails its task instead) |
 //! | `mcp_tasks_finished_total` | counter | `status`: `completed`, `failed`, `cancelled` | a write of this node moves a task to a terminal status |
 //! | `mcp_tasks_notifications_sent_total` | counter | | a `notifications/tasks` event is written to a listen stream |
 //! | `mcp_tasks_notifications_coalesced_total` | counter | | a pending notification is replaced by a newer state of its task before its stream wrote it |
@@ -38,7 +38,7 @@
 //! | `mcp_tasks_listen_streams` | gauge | | a listen stream opens or closes |
 //! | `mcp_tasks_runners` | gauge | | a `TaskMode::Auto` runner starts or ends |
 //! | `mcp_tasks_workers` | gauge | | work under a `TaskHandle` starts or its last handle is dropped |
-//! | `mcp_tasks_store_call_seconds` | histogram (in Prometheus: a summary, unless buckets are set) | `op`: `create`, `get`, `get_many`, `get_many_within`, `update` | a store call of a route or a worker returns |
+//! | `mcp_tasks_store_call_seconds` | histogram (in Prometheus: a summary, unless buckets are set) | `op`: `create`, `get`, `get_many`, `get_many_within`, `update`, `owner_bytes` | a store call of a route or a worker returns |
 //! | `mcp_tasks_store_errors_total` | counter | `op`, as above | a store call fails |
 //! | `mcp_tasks_lease_recovered_total` | counter | | this node fails a task held by a lease it claimed (a dead node's work) |
 //! | `mcp_tasks_leases_lost_total` | counter | | this node learns that other nodes claimed its lease (it was cut off longer than its lease) |
@@ -218,7 +218,14 @@ fn store_call(op: &'static str, took: Duration, ok: bool) {
             }
         };
     }
-    record!("create", "get", "get_many", "visible", "update");
+    record!(
+        "create",
+        "get",
+        "get_many",
+        "visible",
+        "update",
+        "owner_bytes"
+    );
 }
 
 #[cfg(not(feature = "metrics"))]
@@ -231,7 +238,8 @@ pub(crate) fn task_created() {
 }
 
 /// A call that would have become a task did not: `reason` is a fixed word (a limit's
-/// name, `shutting_down`, `extension_required`, `principal_required`).
+/// name, `shutting_down`, `no_worker_lease`, `extension_required`,
+/// `principal_required`).
 pub(crate) fn task_refused(reason: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("mcp_tasks_refused_total", "reason" => reason).increment(1);
@@ -333,7 +341,9 @@ pub(crate) fn register(max_rows: Option<usize>) {
         for reason in [
             "rows",
             "per_owner",
+            "bytes_per_owner",
             "shutting_down",
+            "no_worker_lease",
             "extension_required",
             "principal_required",
             "task_required",
@@ -344,7 +354,14 @@ pub(crate) fn register(max_rows: Option<usize>) {
         for status in ["completed", "failed", "cancelled"] {
             counter!("mcp_tasks_finished_total", "status" => status).increment(0);
         }
-        for op in ["create", "get", "get_many", "visible", "update"] {
+        for op in [
+            "create",
+            "get",
+            "get_many",
+            "visible",
+            "update",
+            "owner_bytes",
+        ] {
             counter!("mcp_tasks_store_errors_total", "op" => op).increment(0);
         }
         for limit in [

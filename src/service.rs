@@ -355,7 +355,7 @@ where
         Err(e) => return Ok(reply(e, None)),
     };
     if envelope.mixes_eras(&parts.headers) {
-        return Ok(reply(RpcError::mixed_eras(), envelope.id.as_ref()));
+        return Ok(reply(RpcError::mixed_eras(), envelope.reply_id()));
     }
     if envelope.is_legacy(&parts.headers) {
         let call = Call {
@@ -372,9 +372,9 @@ where
     if !is_owned_method(&envelope.method) && !listing_tools {
         if owned_header {
             let mismatch = RpcError::header_mismatch("Mcp-Method header does not match the body");
-            return Ok(reply(mismatch, envelope.id.as_ref()));
+            return Ok(reply(mismatch, envelope.reply_id()));
         }
-        return forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await;
+        return forward(inner, parts, bytes.clone(), envelope.reply_id()).await;
     }
     let span = routes::route_span(&envelope.method);
     // The route's future is made inside `observe::route`: made here, as an argument,

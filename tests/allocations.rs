@@ -99,6 +99,7 @@ fn tasks_get_of_a_working_task_stays_within_its_allocation_budget() {
         .unwrap();
     let store = Arc::new(MemoryStore::new());
     let layer = TasksLayer::builder(store.clone())
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .unwrap();

@@ -1,6 +1,7 @@
-//! A layer that sees a task made or read without a `Principal` (and does not
-//! refuse them) says so once: one warning per layer, naming the likely cause, an
-//! authentication layer placed below `TasksLayer`.
+//! A layer that refuses a task to a request without a `Principal` says so once:
+//! one warning per layer, naming the likely cause (an authentication layer placed
+//! below `TasksLayer`) and `with_anonymous_tasks()`; a layer that allows anonymous
+//! tasks says nothing.
 
 mod support;
 
@@ -8,7 +9,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use support::fixtures::{Server, layer_builder};
+use support::fixtures::{Server, layer_builder, strict_layer_builder};
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -38,7 +39,7 @@ impl io::Write for Captured {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_anonymous_task_of_a_layer_logs_one_warning() {
+async fn the_first_refused_anonymous_task_of_a_layer_logs_one_warning() {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -49,7 +50,7 @@ async fn the_first_anonymous_task_of_a_layer_logs_one_warning() {
     tracing::subscriber::set_global_default(subscriber).expect("one subscriber per binary");
 
     // Tasks with a principal: no warning.
-    let server = Server::standard().await;
+    let server = Server::with_layer(strict_layer_builder()).await;
     let client = server.client();
     let task = client
         .create_task_id("work", json!({}), Some("alice"))
@@ -57,21 +58,28 @@ async fn the_first_anonymous_task_of_a_layer_logs_one_warning() {
     client.get(&task, Some("alice")).await.ok();
     assert_eq!(captured.warnings(), 0, "{}", captured.text());
 
-    // Anonymous tasks, made and read several times: one warning.
+    // Anonymous tasks, refused several times: one warning.
     for _ in 0..3 {
-        let task = client.create_task_id("work", json!({}), None).await;
-        client.get(&task, None).await.ok();
-        client.cancel(&task, None).await.ok();
+        let refused = client.call_tool("work", json!({}), true, None).await;
+        assert_eq!(refused.code(), Some(-32603), "{}", refused.text());
+        client.get(&task, None).await;
     }
     assert_eq!(captured.warnings(), 1, "{}", captured.text());
     let text = captured.text();
     assert!(text.contains("below TasksLayer"), "{text}");
-    assert!(text.contains("with_require_principal"), "{text}");
+    assert!(text.contains("with_anonymous_tasks()"), "{text}");
 
     // Another layer warns once more, for its own.
-    let other = Server::with_layer(layer_builder()).await;
+    let other = Server::with_layer(strict_layer_builder()).await;
     let client = other.client();
-    client.create_task_id("work", json!({}), None).await;
-    client.create_task_id("work", json!({}), None).await;
+    client.call_tool("work", json!({}), true, None).await;
+    client.call_tool("work", json!({}), true, None).await;
+    assert_eq!(captured.warnings(), 2, "{}", captured.text());
+
+    // A layer that allows anonymous tasks has nothing to warn of.
+    let open = Server::with_layer(layer_builder()).await;
+    let client = open.client();
+    let task = client.create_task_id("work", json!({}), None).await;
+    client.get(&task, None).await.ok();
     assert_eq!(captured.warnings(), 2, "{}", captured.text());
 }

@@ -247,6 +247,7 @@ async fn layered(mode: ListenMode) -> Layered {
 /// `json_response` is false.
 async fn layered_with(mode: ListenMode, json_response: bool) -> Layered {
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .with_server_info("client-fixture", "1.0.0")
         .without_janitor()
         .build()

@@ -193,6 +193,7 @@ fn leased_node(
     name: &str,
 ) -> mcp_tasks::TasksLayer {
     let builder = mcp_tasks::TasksLayer::builder(store)
+        .with_anonymous_tasks()
         .with_worker_lease(LEASE)
         .with_node_id(NodeId::new(name).expect("a valid node id"))
         .without_janitor();

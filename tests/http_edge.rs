@@ -2,7 +2,8 @@
 //! not one JSON-RPC request is the layer's own -32600 (never the inner server's
 //! text); a missing standard header is reported as missing; and the bodies the
 //! layer rewrites before forwarding (`Auto` calls, listen requests) keep every
-//! value, numbers included, exactly as the client wrote it.
+//! value, numbers included, exactly as the client wrote it. An inner answer the
+//! layer edits that never ends is cut at its timeout (-32603, HTTP 504).
 
 mod support;
 
@@ -283,4 +284,72 @@ async fn a_listen_reaches_the_inner_service_with_its_numbers_as_sent() {
         listen.request["params"]["notifications"]["toolsListChanged"],
         true
     );
+}
+
+/// An inner server whose answers start an SSE stream and never finish it: one
+/// event begun, then nothing, the stream held open.
+fn never_finishes() -> impl tower::Service<
+    http::Request<mcp_tasks::body::RequestBody<hyper::body::Incoming>>,
+    Response = http::Response<support::http::Frames>,
+    Error = std::convert::Infallible,
+    Future = std::future::Ready<
+        Result<http::Response<support::http::Frames>, std::convert::Infallible>,
+    >,
+> + Clone {
+    let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    tower::service_fn(
+        move |_request: http::Request<mcp_tasks::body::RequestBody<hyper::body::Incoming>>| {
+            let (chunks, fed) = tokio::sync::mpsc::unbounded_channel();
+            let (taken, _) = tokio::sync::mpsc::unbounded_channel();
+            chunks
+                .send(bytes::Bytes::from_static(b"data: {\"jsonrpc\":\"2.0\","))
+                .unwrap();
+            // Kept, so the stream stays open.
+            open.lock().unwrap().push(chunks);
+            let response = http::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(support::http::Frames::fed(fed, taken))
+                .unwrap();
+            std::future::ready(Ok(response))
+        },
+    )
+}
+
+#[tokio::test]
+async fn an_answer_the_layer_edits_that_never_ends_is_cut_at_its_timeout() {
+    let timeout = Duration::from_millis(300);
+    let layer = layer_builder()
+        .with_task_tools()
+        .with_edited_answer_timeout(timeout)
+        .build()
+        .unwrap();
+    let http = support::http::serve_layered(&layer, never_finishes()).await;
+    let client = support::http::Client::new(http.addr);
+    // `server/discover`, and `tools/list` of a client without the extension (the
+    // task tools are added to it).
+    for (method, declare) in [("server/discover", true), ("tools/list", false)] {
+        let started = std::time::Instant::now();
+        let sent = client
+            .request(method)
+            .params(json!({}))
+            .declare(declare)
+            .id(json!(18))
+            .send();
+        let reply = tokio::time::timeout(Duration::from_secs(10), sent)
+            .await
+            .unwrap_or_else(|_| panic!("{method}: the layer must not wait on the inner stream"));
+        reply.assert_error(RpcError::INTERNAL_ERROR, 504);
+        assert_eq!(reply.json["id"], 18, "{}", reply.text());
+        assert_eq!(
+            reply.json["error"]["message"],
+            "The server did not finish its answer in time",
+            "{}",
+            reply.text()
+        );
+        assert!(
+            started.elapsed() >= timeout,
+            "{method}: {:?}",
+            started.elapsed()
+        );
+    }
 }

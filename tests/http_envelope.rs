@@ -64,7 +64,12 @@ async fn counting_server() -> (Server, Arc<AtomicUsize>) {
     let hooks = Counting::default();
     let calls = hooks.0.clone();
     let store = Intercept::new(MemoryStore::new(), hooks);
-    let server = Server::with_layer(TasksLayer::builder(store).without_janitor()).await;
+    let server = Server::with_layer(
+        TasksLayer::builder(store)
+            .with_anonymous_tasks()
+            .without_janitor(),
+    )
+    .await;
     (server, calls)
 }
 
@@ -519,6 +524,7 @@ fn call_response(id: i64, result: Value) -> Bytes {
 #[tokio::test]
 async fn an_oversized_auto_result_fails_the_task() {
     let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .with_max_result_bytes(4096)
         .with_tool_mode(
             "slow",
@@ -545,7 +551,11 @@ async fn an_oversized_auto_result_fails_the_task() {
 
 #[tokio::test]
 async fn an_sse_tool_whose_stream_stays_open_still_becomes_a_task() {
-    let mut server = sse_server(TasksLayer::builder(MemoryStore::new()), true).await;
+    let mut server = sse_server(
+        TasksLayer::builder(MemoryStore::new()).with_anonymous_tasks(),
+        true,
+    )
+    .await;
     let (sending, body) = server.call(2, "any").await;
     body.send(call_response(2, json!({"content": []}))).unwrap();
     // `body` stays open: the decision must not wait for the end of the stream.
@@ -557,12 +567,14 @@ async fn an_sse_tool_whose_stream_stays_open_still_becomes_a_task() {
 
 #[tokio::test]
 async fn an_auto_task_completes_from_the_response_event_of_an_open_stream() {
-    let builder = TasksLayer::builder(MemoryStore::new()).with_tool_mode(
-        "slow",
-        TaskMode::Auto {
-            after: Duration::from_millis(1),
-        },
-    );
+    let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
+        .with_tool_mode(
+            "slow",
+            TaskMode::Auto {
+                after: Duration::from_millis(1),
+            },
+        );
     let mut server = sse_server(builder, false).await;
     let (sending, body) = server.call(3, "slow").await;
     let created = within("the call becomes a task", sending).await.unwrap();
@@ -577,12 +589,14 @@ async fn an_auto_task_completes_from_the_response_event_of_an_open_stream() {
 
 #[tokio::test]
 async fn an_auto_call_answered_in_time_streams_on_after_its_response() {
-    let builder = TasksLayer::builder(MemoryStore::new()).with_tool_mode(
-        "quick",
-        TaskMode::Auto {
-            after: Duration::from_secs(30),
-        },
-    );
+    let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
+        .with_tool_mode(
+            "quick",
+            TaskMode::Auto {
+                after: Duration::from_secs(30),
+            },
+        );
     let mut server = sse_server(builder, false).await;
     let (opening, body) = server.open(4, "quick").await;
     let answer = call_response(4, text_result("quick"));
@@ -604,7 +618,9 @@ async fn an_auto_call_answered_in_time_streams_on_after_its_response() {
 
 #[tokio::test]
 async fn an_unterminated_event_larger_than_the_cap_passes_through() {
-    let builder = TasksLayer::builder(MemoryStore::new()).with_max_response_bytes(1024);
+    let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
+        .with_max_response_bytes(1024);
     let mut server = sse_server(builder, true).await;
     let (opening, body) = server.open(5, "any").await;
     let huge = Bytes::from(format!("data: {}", "y".repeat(4096)));

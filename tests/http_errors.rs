@@ -308,7 +308,12 @@ impl StoreHooks for Broken {
 async fn a_store_failure_is_internal_error_with_a_generic_message() {
     let (logged, _logs) = Logged::capture(tracing::Level::WARN);
     let broken = Intercept::new(MemoryStore::new(), Broken);
-    let server = Server::with_layer(mcp_tasks::TasksLayer::builder(broken).without_janitor()).await;
+    let server = Server::with_layer(
+        mcp_tasks::TasksLayer::builder(broken)
+            .with_anonymous_tasks()
+            .without_janitor(),
+    )
+    .await;
     let client = server.client();
     let id = TaskId::random().to_string();
     for method in TASK_METHODS {
@@ -339,4 +344,50 @@ async fn a_store_failure_is_internal_error_with_a_generic_message() {
             "{line}"
         );
     }
+}
+
+/// Counts the creates that reach the store.
+#[derive(Debug, Default)]
+struct Creates(std::sync::atomic::AtomicUsize);
+
+impl StoreHooks for Creates {
+    fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
+        if let StoreCall::Create { .. } = call {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_node_without_a_worker_lease_refuses_tasks_as_retryable_elsewhere() {
+    let (logged, _logs) = Logged::capture(tracing::Level::WARN);
+    let creates = std::sync::Arc::new(Creates::default());
+    let layer = mcp_tasks::TasksLayer::builder(Intercept::new(MemoryStore::new(), creates.clone()))
+        .without_janitor()
+        .with_tool_mode("task_only", mcp_tasks::TaskMode::Required)
+        .with_lease_store(support::faults::NoLeases)
+        .build()
+        .unwrap();
+    let server = Server::start(
+        layer.clone(),
+        support::fixtures::standard_inner(&layer.tasks()),
+    )
+    .await;
+    let client = server.client();
+    for tool in ["task_only", "work"] {
+        let refused = client.call_tool(tool, json!({}), true, Some("alice")).await;
+        refused.assert_error(-32603, 503);
+        assert_eq!(refused.headers["retry-after"], "1");
+        assert_eq!(
+            refused.json["error"]["data"],
+            json!({"reason": "no_worker_lease", "retryable": true})
+        );
+    }
+    assert_eq!(
+        creates.0.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no task was stored"
+    );
+    assert_eq!(logged.lines_with("so new tasks are refused").len(), 1);
 }

@@ -148,6 +148,7 @@ async fn layered_with(
     settings: impl FnOnce(TasksLayerBuilder) -> TasksLayerBuilder,
 ) -> (TestServer, TasksLayer) {
     let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .with_tool_mode("ask", TaskMode::Required)
         .with_tool_mode("echo", TaskMode::Never)
         .with_tool_mode(

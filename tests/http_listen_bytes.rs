@@ -302,6 +302,105 @@ async fn at_the_total_bound_the_largest_holder_pays_not_a_reader() {
     assert!(next.contains("notifications/tasks"), "{next}");
 }
 
+/// At the defaults, eight principals that never read fill the layer's total
+/// bound with their listen streams' snapshots (each within its own bound). A
+/// ninth principal's listen, whose snapshot would pass the total, still opens: the
+/// largest holder's stream ends (with the listen result) to make room, as for a
+/// change to an open stream, the others go on, and the total is never passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_total_bound_a_new_listen_makes_room_from_the_largest_holder() {
+    use mcp_tasks::defaults::MAX_LISTEN_BYTES;
+    use mcp_tasks::store::{CreateLimits, Timestamp};
+    use mcp_tasks::{Principal, TaskRecord};
+    use tower::Layer as _;
+
+    /// The greedy principals, and their tasks each.
+    const GREEDY: usize = 8;
+    const TASKS_EACH: usize = 4;
+    /// Each task's result: four of them come just under a principal's bound.
+    const RESULT: usize = MAX_LISTEN_BYTES_PER_OWNER / TASKS_EACH - 16 * 1024;
+    /// The ninth principal's result: more than the room the others leave.
+    const CAROL: usize = 4 * 1024 * 1024;
+    const { assert!(GREEDY * MAX_LISTEN_BYTES_PER_OWNER == MAX_LISTEN_BYTES) };
+    let store = Arc::new(MemoryStore::new());
+    let layer = listen_builder(store.clone()).build().unwrap();
+    let not_found = tower::service_fn(|_: http::Request<mcp_tasks::body::RequestBody<_>>| async {
+        let error = json!({"jsonrpc": "2.0", "id": 1,
+            "error": {"code": -32601, "message": "Method not found"}});
+        let mut response = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(
+            error.to_string(),
+        )));
+        *response.status_mut() = http::StatusCode::NOT_FOUND;
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok::<_, std::convert::Infallible>(response)
+    });
+    let service = layer.layer(not_found);
+    let listen = layer.listen_notifier();
+    // Stored completed at once: the bytes are the point, not how they got there.
+    let completed = async |owner: &str, size: usize| {
+        let mut record = TaskRecord::new(
+            TaskId::random(),
+            Some(Principal::from(owner)),
+            Timestamp::now(),
+        );
+        record.status = mcp_tasks::TaskStatus::Completed;
+        record.result = Some(json!({"content": [{"type": "text", "text": "x".repeat(size)}]}));
+        let id = record.id;
+        store.create(record, CreateLimits::default()).await.unwrap();
+        id
+    };
+
+    let mut greedy = Vec::new();
+    for n in 0..GREEDY {
+        let name = format!("g{n}");
+        let mut ids = Vec::new();
+        for _ in 0..TASKS_EACH {
+            ids.push(completed(&name, RESULT).await);
+        }
+        // Opened in process and never read past the acknowledgment: the snapshot
+        // stays held.
+        greedy.push(open_in_process(&service, &name, &ids).await);
+    }
+    let (held, peak) = listen.held_bytes();
+    assert!(
+        held > MAX_LISTEN_BYTES - CAROL,
+        "the greedy streams fill the total: {held}"
+    );
+    assert!(peak <= MAX_LISTEN_BYTES, "{peak}");
+
+    let carols = completed("carol", CAROL).await;
+    let mut carol = open_in_process(&service, "carol", &[carols]).await;
+    let note = carol.next_text().await.expect("carol's snapshot");
+    assert!(note.contains("notifications/tasks"), "{note}");
+    assert!(
+        note.contains(&carols.to_string()),
+        "a snapshot of carol's task"
+    );
+    let (_, peak) = listen.held_bytes();
+    assert!(peak <= MAX_LISTEN_BYTES, "{peak}");
+
+    // One greedy stream paid: read now, it ends with the listen result. The
+    // others still hold their snapshots.
+    let mut ended = 0;
+    for stream in &mut greedy {
+        let first = stream
+            .next_text()
+            .await
+            .expect("a greedy stream's next event");
+        if first.contains("notifications/tasks") {
+            continue;
+        }
+        let result: serde_json::Value = serde_json::from_str(&first).unwrap();
+        assert_eq!(result["result"]["resultType"], "complete", "{first}");
+        assert!(stream.next_text().await.is_none(), "it ended");
+        ended += 1;
+    }
+    assert_eq!(ended, 1, "the largest holder's stream alone paid");
+}
+
 /// Tasks of the principal whose listens are refused.
 const REFUSED_TASKS: usize = 40;
 /// Their results: together more than the principal's bound.

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 /// task's end and reports it (and whether the work future was dropped).
 async fn node(store: Arc<dyn TaskStore>) -> (Server, mpsc::UnboundedReceiver<(TaskEnd, bool)>) {
     let layer = TasksLayer::builder(store)
+        .with_anonymous_tasks()
         .with_principal(|parts| bearer(&parts.headers))
         .without_janitor()
         .build()

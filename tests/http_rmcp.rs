@@ -131,6 +131,7 @@ async fn bare(json_response: bool) -> TestServer {
 
 async fn layered(json_response: bool) -> TestServer {
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .with_server_info("rmcp-fixture", "1.0.0")
         .without_janitor()
         .build()
@@ -356,6 +357,7 @@ async fn the_layer_wraps_any_tower_service_clone() {
     // A service stack built once and cloned per connection keeps working: clones
     // share the store, so a task made through one clone is visible through another.
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .unwrap();

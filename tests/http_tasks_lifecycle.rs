@@ -111,6 +111,7 @@ async fn the_create_task_result_has_the_task_fields_and_nothing_else() {
 #[tokio::test]
 async fn without_server_info_the_create_task_result_has_no_meta() {
     let layer = mcp_tasks::TasksLayer::builder(mcp_tasks::MemoryStore::new())
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .unwrap();

@@ -223,6 +223,7 @@ async fn waiting_workers<S: mcp_tasks::store::TaskStore>(
     use mcp_tasks::{TaskId, TaskRecord, TasksLayer};
 
     let tasks = TasksLayer::builder(store.clone())
+        .with_anonymous_tasks()
         .without_janitor()
         .without_worker_leases()
         .build()

@@ -265,8 +265,25 @@ async fn each_metric_moves_with_the_event_it_counts() {
         }
     );
 
+    // --- a node that cannot store its worker lease on a new task refuses it
+    let unleased =
+        Server::with_layer(layer_builder().with_lease_store(support::faults::NoLeases)).await;
+    moved!(
+        metrics,
+        "mcp_tasks_refused_total{reason=\"no_worker_lease\"}",
+        1,
+        {
+            unleased
+                .client()
+                .call_tool("work", json!({}), true, alice)
+                .await
+                .assert_error(RpcError::INTERNAL_ERROR, 503);
+        }
+    );
+
     // --- Auto runners
     let auto = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .without_janitor()
         .with_default_mode(TaskMode::Auto {
             after: Duration::from_millis(20),
@@ -294,6 +311,7 @@ async fn each_metric_moves_with_the_event_it_counts() {
     let store = Arc::new(Intercept::new(MemoryStore::new(), FailingGets::default()));
     let failing = Server::with_layer(
         TasksLayer::builder(store.clone())
+            .with_anonymous_tasks()
             .without_janitor()
             .with_server_info("metrics", "0"),
     )
@@ -387,6 +405,7 @@ async fn leases_move_their_metrics(metrics: &Metrics) {
     let leases = CutLeases::default();
     let node = |leases: CutLeases| {
         TasksLayer::builder(store.clone())
+            .with_anonymous_tasks()
             .with_worker_lease(LEASE)
             .with_lease_store(leases)
             .without_janitor()

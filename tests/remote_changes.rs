@@ -117,6 +117,7 @@ async fn a_cancel_on_another_node_drops_the_auto_call_running_here() {
         }
     });
     let layer = TasksLayer::builder(a)
+        .with_anonymous_tasks()
         .without_janitor()
         .with_tool_mode(
             "slow",
@@ -189,6 +190,7 @@ async fn a_node_reads_only_the_remote_changes_it_has_an_interest_in<S: TaskStore
 
     let reads = Arc::new(Reads::default());
     let layer = TasksLayer::builder(Intercept::new(b, reads.clone()))
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .unwrap();
@@ -287,7 +289,9 @@ async fn a_failed_write_on_a_made_up_id_starts_no_background_re_reads() {
 
     let hooks = Arc::new(FailedWrites::default());
     let store = Arc::new(Intercept::new(MemoryStore::new(), hooks.clone()));
-    let layer = TasksLayer::builder(store.clone()).without_janitor();
+    let layer = TasksLayer::builder(store.clone())
+        .with_anonymous_tasks()
+        .without_janitor();
     let server = Server::with_layer(layer).await;
 
     let made_up = TaskId::random();

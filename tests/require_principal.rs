@@ -1,6 +1,7 @@
-//! `with_require_principal()`: a request without a `Principal` may neither create
-//! nor read tasks, and is told so with -32603 `principal_required`; calls that stay
-//! synchronous, and requests with a principal, are not affected.
+//! Secure by default: without `with_anonymous_tasks()`, a request without a
+//! `Principal` may neither create nor read tasks, and is told so with -32603
+//! `principal_required`, naming the setter; calls that stay synchronous, and
+//! requests with a principal, are not affected.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use mcp_tasks::TaskMode;
 use mcp_tasks::wire::RpcError;
 use serde_json::{Value, json};
-use support::fixtures::{ListenSupport, Server, layer_builder, listen_builder};
+use support::fixtures::{ListenSupport, Server, strict_layer_builder, strict_listen_builder};
 use support::http::Reply;
 
 fn assert_principal_required(reply: &Reply, what: &str) {
@@ -20,7 +21,8 @@ fn assert_principal_required(reply: &Reply, what: &str) {
         reply.assert_error(RpcError::INTERNAL_ERROR, 200);
     }
     assert_eq!(
-        reply.json["error"]["message"], "Tasks require an authenticated principal",
+        reply.json["error"]["message"],
+        "Tasks require an authenticated principal (anonymous tasks need with_anonymous_tasks())",
         "{what}"
     );
     assert_eq!(
@@ -31,7 +33,7 @@ fn assert_principal_required(reply: &Reply, what: &str) {
 }
 
 async fn strict_server() -> Server {
-    let builder = layer_builder().with_require_principal().with_tool_mode(
+    let builder = strict_layer_builder().with_tool_mode(
         "greet_auto",
         TaskMode::Auto {
             after: Duration::from_millis(1),
@@ -118,11 +120,7 @@ async fn anonymous_task_requests_are_refused_before_any_lookup() {
 #[tokio::test]
 async fn an_anonymous_listen_for_task_ids_is_refused() {
     let store = std::sync::Arc::new(mcp_tasks::MemoryStore::new());
-    let server = Server::listening_with(
-        ListenSupport::Stream,
-        listen_builder(store).with_require_principal(),
-    )
-    .await;
+    let server = Server::listening_with(ListenSupport::Stream, strict_listen_builder(store)).await;
     let client = server.client();
     let task = client.create_task_id("job", json!({}), Some("alice")).await;
     let reply = client

@@ -121,7 +121,11 @@ async fn a_fast_call_is_answered_unchanged() {
         assert!(reply.content_type().starts_with(expected_type));
 
         // Byte for byte what the same server says without any task configuration.
-        let plain = Server::start(TasksLayer::builder(MemoryStore::new()), json).await;
+        let plain = Server::start(
+            TasksLayer::builder(MemoryStore::new()).with_anonymous_tasks(),
+            json,
+        )
+        .await;
         let reference = plain
             .client()
             .call_tool("sleep", json!({"ms": 5}), true, ALICE)
@@ -444,11 +448,13 @@ async fn the_policy_wins_over_per_tool_modes() {
         .await;
 
     // No tool modes at all: the policy alone makes `sleep` automatic.
-    let builder = TasksLayer::builder(MemoryStore::new()).with_task_policy(|tool, _| {
-        (tool == "sleep").then_some(TaskMode::Auto {
-            after: Duration::from_millis(50),
-        })
-    });
+    let builder = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
+        .with_task_policy(|tool, _| {
+            (tool == "sleep").then_some(TaskMode::Auto {
+                after: Duration::from_millis(50),
+            })
+        });
     let server = Server::start(builder, true).await;
     let client = server.client();
     let id = client
@@ -495,6 +501,7 @@ async fn cancel_and_expiry_drop_a_raw_inner_future() {
         }
     });
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .with_tool_mode(
             "hang",
             TaskMode::Auto {

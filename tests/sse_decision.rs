@@ -55,6 +55,7 @@ fn service(
         }
     });
     let layer = TasksLayer::builder(MemoryStore::new())
+        .with_anonymous_tasks()
         .without_janitor()
         .build()
         .unwrap();

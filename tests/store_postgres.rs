@@ -383,6 +383,79 @@ async fn a_table_without_created_at_is_upgraded_in_place_and_lists() {
     assert_eq!(anonymous.records, [early]);
 }
 
+/// A counts table of the layout before byte counts is upgraded in place by
+/// `migrate`: each owner's bytes are summed from its rows (the records as stored),
+/// a second run changes nothing, and writes after it keep the count.
+#[tokio::test]
+async fn a_counts_table_without_bytes_is_upgraded_in_place() {
+    use mcp_tasks::store::{Scope, Transition, encoded_len};
+    use support::stores::postgres::{DropTable, database_url, node, scratch_table};
+
+    let Some(url) = database_url() else {
+        return;
+    };
+    let table = scratch_table();
+    let _drop = DropTable::new(url.clone(), table.clone());
+    let store = node(&url, &table).await;
+    let now = Timestamp::now();
+    let alice = mcp_tasks::Principal::from("alice");
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        let mut record = TaskRecord::new(TaskId::random(), Some(alice.clone()), now);
+        record.status_message = Some("m".repeat(n * 100));
+        ids.push(record.id);
+        store.create(record, CreateLimits::default()).await.unwrap();
+    }
+    let anonymous = TaskRecord::new(TaskId::random(), None, now);
+    store
+        .create(anonymous.clone(), CreateLimits::default())
+        .await
+        .unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let run = |statement: String| sqlx::query(sqlx::AssertSqlSafe(statement));
+    run(format!("ALTER TABLE \"{table}_counts\" DROP COLUMN bytes"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    store.migrate().await.expect("the upgrade");
+    store.migrate().await.expect("a second run changes nothing");
+    let size_of = async |ids: &[TaskId]| -> u64 {
+        let mut total = 0;
+        for id in ids {
+            let record = store.get(id, Scope::Any, now).await.unwrap().unwrap();
+            total += encoded_len(&record) as u64;
+        }
+        total
+    };
+    assert_eq!(
+        store.owner_bytes(Some(&alice)).await.unwrap(),
+        size_of(&ids).await,
+        "alice's bytes are summed from her rows"
+    );
+    assert_eq!(
+        store.owner_bytes(None).await.unwrap(),
+        encoded_len(&anonymous) as u64
+    );
+    let done = Transition::Complete {
+        result: serde_json::json!({"text": "r".repeat(50_000)}),
+        message: None,
+    };
+    store
+        .update(&ids[0], Scope::Any, &done, now)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.owner_bytes(Some(&alice)).await.unwrap(),
+        size_of(&ids).await,
+        "a write after the upgrade keeps the count"
+    );
+}
+
 /// Writes are announced after their commit, in batches: a burst of concurrent
 /// creates on one node, far more than one batch's worth in flight at a time, reaches
 /// the other node in full, every id once at least.

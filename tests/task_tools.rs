@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use mcp_tasks::input::{InputRequest, InputRequests};
 use mcp_tasks::wire::RpcError;
 use mcp_tasks::{TaskId, TasksLayerBuilder};
-use retrofit_app::{Retrofit, layer_builder, mcp_service};
+use retrofit_app::{Retrofit, authenticated_layer_builder_on, layer_builder, mcp_service};
 use serde_json::{Value, json};
 use support::fixtures::{Server, layer_builder as fixture_builder};
 use support::http::{Client, Reply, serve_layered};
@@ -537,8 +537,9 @@ async fn an_auto_required_tool_becomes_a_task_instead_of_a_refusal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_task_tools_refuse_anonymous_callers_when_a_principal_is_required() {
-    let server = retrofitted(layer_builder().with_task_tools().with_require_principal()).await;
+async fn the_task_tools_refuse_anonymous_callers_by_default() {
+    let store = std::sync::Arc::new(mcp_tasks::MemoryStore::new());
+    let server = retrofitted(authenticated_layer_builder_on(store).with_task_tools()).await;
     let client = &server.client;
     let id = mcp_tasks::TaskId::random().to_string();
     let refused = client

@@ -71,6 +71,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tasks_layer =
         common::with_lease_from_env(TasksLayer::builder(common::store_from_env().await?))
             .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+            // The conformance suite's clients send no principal.
+            .with_anonymous_tasks()
             .with_tool_mode("greet", TaskMode::Never)
             .with_tool_mode("failing_job", TaskMode::Required)
             .with_tool_mode("test_tool_with_task", TaskMode::Required)

@@ -260,8 +260,17 @@ pub(crate) fn layer_builder() -> TasksLayerBuilder {
     layer_builder_on(Arc::new(MemoryStore::new()))
 }
 
-/// [`layer_builder`] over `store`.
+/// [`layer_builder`] over `store`. The demo has no authentication: its callers
+/// are anonymous, so it allows anonymous tasks (shared by every caller).
 pub(crate) fn layer_builder_on(store: Arc<dyn mcp_tasks::store::TaskStore>) -> TasksLayerBuilder {
+    authenticated_layer_builder_on(store).with_anonymous_tasks()
+}
+
+/// [`layer_builder_on`] for callers an authentication layer names: tasks only
+/// for requests with a principal, as the layer comes.
+pub(crate) fn authenticated_layer_builder_on(
+    store: Arc<dyn mcp_tasks::store::TaskStore>,
+) -> TasksLayerBuilder {
     TOOLS.iter().fold(
         TasksLayer::builder(store).with_server_info(NAME, env!("CARGO_PKG_VERSION")),
         |builder, tool| builder.with_tool_mode(*tool, TaskMode::Auto { after: AFTER }),

@@ -39,6 +39,7 @@ mod backoff;
 mod bridge;
 mod config;
 mod edge;
+mod federate;
 mod logs;
 mod metrics;
 mod proxy;
@@ -63,6 +64,7 @@ use auth::PrincipalLayer;
 use bridge::Bridge;
 use config::{Config, Parsed};
 use edge::EdgeLayer;
+use federate::{Federate, FederationConfig, Handles};
 use metrics::Metrics;
 use proxy::Proxy;
 use serve::Readiness;
@@ -119,11 +121,14 @@ fn main() -> ExitCode {
 async fn run(config: Config) -> Result<(), BoxError> {
     let metrics = Metrics::install()?;
     let store = store::open(&config.store).await?;
+    // A 2026-07-28 upstream's own tasks, carried under handles (`federate.rs`).
+    let federation = FederationConfig::from_env()?;
     let tasks = tasks_layer(
         &config,
+        &federation,
         store::with_node(TasksLayer::builder(store), &config.store),
     )?;
-    let service = service_stack(&config, tasks.clone());
+    let service = service_stack(&config, &federation, tasks.clone());
 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
@@ -149,10 +154,15 @@ async fn run(config: Config) -> Result<(), BoxError> {
 /// `AutoRequired`, the task tools if asked for.
 fn tasks_layer(
     config: &Config,
+    federation: &FederationConfig,
     builder: mcp_tasks::TasksLayerBuilder,
 ) -> Result<TasksLayer, BoxError> {
     let mut builder = builder
         .with_server_info(NAME, env!("CARGO_PKG_VERSION"))
+        // Who may see a task is decided by `--principal`: under `bearer-jwt` a
+        // request without a token never reaches the layer; under `none` every task
+        // is shared, which the operator chose.
+        .with_anonymous_tasks()
         .with_default_mode(TaskMode::Auto {
             after: config.auto_after,
         });
@@ -166,6 +176,9 @@ fn tasks_layer(
     }
     if config.task_tools {
         builder = builder.with_task_tools();
+    }
+    if federation.upstream_tasks {
+        builder = builder.with_inner_tasks(federate::HANDLE_PREFIX);
     }
     Ok(builder.build()?)
 }
@@ -182,8 +195,15 @@ where
 /// The gateway's service at `/mcp`, outermost first: the principal, the strict
 /// edge, the bridge's marks around the layer, the layer, the era bridge over the
 /// proxy to the upstream.
-fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
+fn service_stack(
+    config: &Config,
+    federation: &FederationConfig,
+    tasks: TasksLayer,
+) -> GatewayService {
     let proxy = Proxy::with_config(config.upstream.clone(), config.proxy.clone());
+    let handles = federation
+        .upstream_tasks
+        .then(|| Handles::new(&federation.handle_key, &config.upstream.to_string()));
     let service = ServiceBuilder::new()
         .map_response(boxed)
         // A missing or refused token goes no further.
@@ -193,6 +213,9 @@ fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)
         .layer(tasks)
-        .service(Bridge::new(proxy, config.bridge.clone()));
+        .service(Federate::new(
+            Bridge::new(proxy, config.bridge.clone()),
+            handles,
+        ));
     BoxCloneService::new(service)
 }

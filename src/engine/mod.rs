@@ -15,18 +15,20 @@ use crate::defaults::MAX_TTL;
 use crate::error::StoreError;
 use crate::notify::{ListenNotifier, TaskNotifier};
 use crate::observe;
-use crate::outage::Outage;
+use crate::outage::{Outage, SharedOutage};
 use crate::store::StoreCalls;
 use crate::store::{CreateLimits, TaskStore, Updated};
 use crate::task::{ErrorObject, Principal, Scope, TaskId, TaskRecord, Timestamp, Transition};
 use crate::wire::RpcError;
 
+mod bytes;
 mod node_work;
 mod relay;
 mod render;
 mod wait;
 
-pub(crate) use node_work::NodeWork;
+pub(crate) use bytes::{Cut, Ledger, limit_reached};
+pub(crate) use node_work::{LeaseLog, NodeWork};
 pub(crate) use relay::relay_remote_changes;
 pub(crate) use render::json_len_within;
 pub use wait::Ended;
@@ -63,6 +65,10 @@ pub(crate) struct Engine {
     lease_stop: Mutex<Option<crate::spawn::Stop>>,
     /// Set once this layer has warned about a task without a principal.
     anonymous_warned: std::sync::atomic::AtomicBool,
+    /// What bounds each owner's stored bytes.
+    bytes: Ledger,
+    /// The warnings of new tasks refused for want of a worker lease.
+    lease_refusals: SharedOutage,
 }
 
 impl Engine {
@@ -85,6 +91,10 @@ impl Engine {
             relay_all: false,
             lease_stop: Mutex::new(None),
             anonymous_warned: std::sync::atomic::AtomicBool::new(false),
+            bytes: Ledger::default(),
+            lease_refusals: SharedOutage::new(
+                "store the worker lease of a new task, so new tasks are refused",
+            ),
         }
     }
 
@@ -161,7 +171,7 @@ impl Engine {
     /// on it or working on it, an `Auto` runner, a listen stream naming it, or a
     /// hold. A task this node does not know is never re-read on its account.
     pub(crate) fn knows(&self, id: &TaskId) -> bool {
-        self.node.knows(id) || self.listen.registry().names(id)
+        self.node.knows(id) || self.listen.names(id)
     }
 
     pub(crate) fn principal(&self, parts: &http::request::Parts) -> Option<Principal> {
@@ -172,57 +182,60 @@ impl Engine {
     }
 
     /// Whether a request of `owner` may have tasks: always with a principal; without
-    /// one, refused (-32603) under
-    /// [`with_require_principal`](crate::TasksLayerBuilder::with_require_principal),
-    /// and otherwise allowed after one warning per layer.
+    /// one, only under
+    /// [`with_anonymous_tasks`](crate::TasksLayerBuilder::with_anonymous_tasks), and
+    /// otherwise refused (-32603, naming that setter). The first refusal of a layer
+    /// logs one warning.
     pub(crate) fn admit_owner(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
-        self.refuse_anonymous(owner)?;
-        if owner.is_none()
-            && !self
-                .anonymous_warned
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            tracing::warn!(
-                "a task was made or read without a Principal: anonymous tasks are shared by \
-                 every unauthenticated caller. If requests are authenticated, the \
-                 authentication layer is probably placed below TasksLayer (it must run \
-                 first, as an outer layer); with_require_principal() refuses anonymous tasks"
-            );
-        }
-        Ok(())
-    }
-
-    /// The refusal of [`admit_owner`](Self::admit_owner) alone, with no warning.
-    pub(crate) fn refuse_anonymous(&self, owner: Option<&Principal>) -> Result<(), RpcError> {
-        if owner.is_some() || !self.config.require_principal {
+        if owner.is_some() || self.config.anonymous_tasks {
             return Ok(());
         }
+        if !self
+            .anonymous_warned
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                "a task was refused to a request without a Principal. If requests are \
+                 authenticated, the authentication layer is probably placed below \
+                 TasksLayer (it must run first, as an outer layer); a server without \
+                 authentication allows anonymous tasks with with_anonymous_tasks()"
+            );
+        }
         observe::task_refused("principal_required");
-        Err(
-            RpcError::internal("Tasks require an authenticated principal")
-                .with_data(serde_json::json!({"reason": "principal_required"})),
-        )
+        Err(RpcError::internal(PRINCIPAL_REQUIRED)
+            .with_data(serde_json::json!({"reason": "principal_required"})))
     }
 
     /// Gives up the explicit holds ([`hold`](NodeWork::hold)) of tasks the store has
     /// ended or no longer has (they expired, or ended on a node whose change this
     /// one never saw).
     pub(crate) async fn release_ended_holds(&self) {
-        let held = self.node.held();
-        for id in held {
-            if self.has_ended(&id).await {
-                self.node.release(&id);
-            }
+        for id in self.ended_among(&self.node.held()).await {
+            self.node.release(&id);
         }
     }
 
-    /// Whether the store has `id` ended or gone (`false` when it cannot tell).
-    pub(crate) async fn has_ended(&self, id: &TaskId) -> bool {
-        match self.store.get(id, Scope::Any, Timestamp::now()).await {
-            Ok(None) => true,
-            Ok(Some(record)) => record.status.is_terminal(),
-            Err(_) => false,
+    /// Those of `ids` the store has ended or no longer has, read
+    /// [`HOLDS_READ_BATCH`] at a time; a batch the store fails to read counts as
+    /// unfinished.
+    pub(crate) async fn ended_among(&self, ids: &[TaskId]) -> Vec<TaskId> {
+        let mut ended = Vec::new();
+        for batch in ids.chunks(HOLDS_READ_BATCH) {
+            let Ok(found) = self
+                .store
+                .get_many(batch, Scope::Any, Timestamp::now())
+                .await
+            else {
+                continue;
+            };
+            let unfinished: std::collections::HashSet<TaskId> = found
+                .iter()
+                .filter(|task| !task.status.is_terminal())
+                .map(|task| task.id)
+                .collect();
+            ended.extend(batch.iter().filter(|id| !unfinished.contains(id)));
         }
+        ended
     }
 
     pub(crate) fn limits(&self) -> CreateLimits {
@@ -277,17 +290,34 @@ impl Engine {
         self.node.stop_runner(record);
         if record.status.is_terminal() {
             self.node.release(&record.id);
+            self.bytes.forget_owner(&record.id);
         }
     }
 
     /// A store update that tells the notifier and any waiting worker when it changed
-    /// the task.
+    /// the task: [`write`](Self::write), for a caller that need not know whether
+    /// the bounds changed the transition.
     pub(crate) async fn update(
         &self,
         id: &TaskId,
         scope: Scope<'_>,
         transition: &Transition,
     ) -> Result<Option<Updated>, StoreError> {
+        Ok(self.write(id, scope, transition).await?.0)
+    }
+
+    /// Every write to a task: the transition within the size bounds and its owner's
+    /// bytes ([`bound`](Self::bound), which may refuse it or replace it with the
+    /// task's failure, said by the [`Cut`]), then the store update, then everyone
+    /// who waits is told when it changed the task.
+    pub(crate) async fn write(
+        &self,
+        id: &TaskId,
+        scope: Scope<'_>,
+        transition: &Transition,
+    ) -> Result<(Option<Updated>, Option<Cut>), StoreError> {
+        let bounded = self.bound(id, scope, transition).await?;
+        let transition = &*bounded.transition;
         let updated = match self
             .store
             .update(id, scope, transition, Timestamp::now())
@@ -310,10 +340,12 @@ impl Engine {
         {
             if u.record.status.is_terminal() {
                 observe::task_finished(u.record.status);
+            } else {
+                self.bytes.note_owner(u.record.id, &u.record.owner);
             }
             self.changed(&u.record);
         }
-        Ok(updated)
+        Ok((updated, bounded.cut))
     }
 
     /// A create whose outcome is unknown (the store failed or timed out after it may
@@ -450,23 +482,29 @@ impl Engine {
         self.node.waits.wake_all();
     }
 
-    /// Validates a new task's settings, stores it, and returns the stored record.
+    /// Validates a new task's settings, stores it, and returns the stored record,
+    /// with the hold that covers it until its work is registered.
     pub(crate) async fn create_task(
         &self,
         owner: Option<Principal>,
         spec: &NewTask,
-    ) -> Result<TaskRecord, RpcError> {
+    ) -> Result<(TaskRecord, Creating<'_>), RpcError> {
         self.create_task_as(TaskId::random(), owner, spec).await
     }
 
     /// [`create_task`](Self::create_task) under an id the caller drew, so that it
     /// can make up for a create it abandons midway.
+    ///
+    /// While worker leases are kept, the task is held, and the hold stored, before
+    /// the create: a node that dies at any point after it leaves a task a survivor
+    /// fails. A node whose keeper cannot store the hold refuses the task
+    /// ([`no_worker_lease`]) rather than run it unleased.
     pub(crate) async fn create_task_as(
         &self,
         id: TaskId,
         owner: Option<Principal>,
         spec: &NewTask,
-    ) -> Result<TaskRecord, RpcError> {
+    ) -> Result<(TaskRecord, Creating<'_>), RpcError> {
         let ttl = match spec.ttl {
             Some(ttl) => ttl,
             None => self.config.default_ttl,
@@ -489,17 +527,36 @@ impl Engine {
             Some(Some(ms)) => Some(ms),
             None => self.config.default_poll_interval.and_then(duration_ms),
         };
+        let creating = Creating { engine: self, id };
+        if let Some(seq) = self.node.hold_creating(id) {
+            let within = self.node.lease_bound() / 2;
+            if !self.node.hold_stored(seq, within).await {
+                observe::task_refused("no_worker_lease");
+                self.lease_refusals
+                    .failed(&StoreError::backend(NO_WORKER_LEASE));
+                return Err(no_worker_lease());
+            }
+            self.lease_refusals.succeeded();
+        }
         let mut record = TaskRecord::new(id, owner, Timestamp::now());
         record.ttl_ms = ttl_ms;
         record.poll_interval_ms = poll_ms;
         record.status_message = spec.status_message.clone();
-        match self.store.create(record.clone(), self.limits()).await {
+        let admitted = match self.admit_create(&mut record).await {
+            Ok(admitted) => admitted,
+            Err(StoreError::LimitReached(limit)) => return Err(limit_reached(limit)),
+            Err(e) => {
+                tracing::error!(error = %crate::error::Chain(&e), "task store failed before a create");
+                return Err(RpcError::internal_error());
+            }
+        };
+        let created = self.store.create(record.clone(), self.limits()).await;
+        drop(admitted);
+        match created {
             Ok(()) => {}
             Err(StoreError::LimitReached(limit)) => {
                 observe::task_refused(limit.as_str());
-                tracing::warn!(limit = limit.as_str(), "task refused: task limit reached");
-                return Err(RpcError::internal("Task limit reached")
-                    .with_data(serde_json::json!({"limit": limit.as_str()})));
+                return Err(limit_reached(limit));
             }
             Err(e) => {
                 tracing::error!(error = %crate::error::Chain(&e), "task store failed to create a task");
@@ -509,9 +566,43 @@ impl Engine {
             }
         }
         observe::task_created();
+        self.bytes.note_owner(record.id, &record.owner);
         self.changed(&record);
-        Ok(record)
+        Ok((record, creating))
     }
+}
+
+/// The hold of a task being created, from before its create until the caller
+/// has registered its work (or handed it on): dropped, it ends.
+#[must_use = "the hold ends when this is dropped"]
+pub(crate) struct Creating<'a> {
+    engine: &'a Engine,
+    id: TaskId,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.engine.node.end_creating(&self.id);
+    }
+}
+
+/// How many explicit holds one read checks for their end.
+const HOLDS_READ_BATCH: usize = 1_000;
+
+/// Why a node without a working lease refuses new tasks, in its log.
+const NO_WORKER_LEASE: &str = "this node could not store its worker lease on a new task";
+
+/// The refusal of a call that would have become a task on a node whose lease
+/// keeper cannot store the task's hold (the lease store is out of reach): HTTP 503
+/// with `Retry-After`, as a drain's refusal, so that the call is sent again, to
+/// this node or another. No task is stored, and no work for one started.
+pub(crate) fn no_worker_lease() -> RpcError {
+    RpcError::new(
+        RpcError::INTERNAL_ERROR,
+        "No worker lease: this node cannot take new tasks now",
+        http::StatusCode::SERVICE_UNAVAILABLE,
+    )
+    .with_data(retryable("no_worker_lease"))
 }
 
 /// Why the work on a task stopped before the task ended, through no fault of the
@@ -568,6 +659,11 @@ fn internal_failure(message: &str) -> Transition {
         message: Some(message.to_owned()),
     }
 }
+
+/// The message of the refusal of a task to a request without a principal: it names
+/// the setting that allows anonymous tasks.
+pub(crate) const PRINCIPAL_REQUIRED: &str =
+    "Tasks require an authenticated principal (anonymous tasks need with_anonymous_tasks())";
 
 /// The message of a task failed because its create was not confirmed by the store.
 pub(crate) const CREATE_UNCONFIRMED: &str =

@@ -12,16 +12,37 @@ use tokio::sync::{Notify, watch};
 
 use super::wait::Waits;
 use crate::observe::Live;
-use crate::task::{TaskId, TaskRecord, TaskStatus};
+use crate::task::{TaskId, TaskRecord};
 
 /// Holds gained and given up since a lease keeper last renewed.
 #[derive(Debug, Default)]
 pub(crate) struct LeaseLog {
     pub(crate) hold: HashSet<TaskId>,
     pub(crate) release: HashSet<TaskId>,
+    /// How many hold changes this node had recorded when the log was taken: a
+    /// store that has this log applied has every change up to this number.
+    pub(crate) seq: u64,
 }
 
 impl LeaseLog {
+    /// Applies `newer` (a log taken after this one) on top of it: what `newer`
+    /// records of a task wins.
+    pub(crate) fn merge_newer(&mut self, newer: LeaseLog) {
+        for id in newer.hold {
+            self.release.remove(&id);
+            self.hold.insert(id);
+        }
+        for id in newer.release {
+            self.hold.remove(&id);
+            self.release.insert(id);
+        }
+        self.seq = self.seq.max(newer.seq);
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.hold.is_empty() && self.release.is_empty()
+    }
+
     /// Puts `earlier` (a log taken before this one was recorded) back under it: what
     /// this one records of a task wins.
     fn merge_earlier(&mut self, earlier: LeaseLog) {
@@ -38,6 +59,15 @@ impl LeaseLog {
     }
 }
 
+/// How far the lease keeper has brought the store's copy of this node's holds:
+/// every change numbered up to `recorded` is stored; the last renewal that tried to
+/// store the changes up to `failed` failed.
+#[derive(Debug, Default, Clone, Copy)]
+struct LeaseProgress {
+    recorded: u64,
+    failed: u64,
+}
+
 /// This node's running work and holds, the registry the lease keeper renews and
 /// the drain waits on.
 #[derive(Default)]
@@ -50,6 +80,11 @@ pub(crate) struct NodeWork {
     idle: Notify,
     /// Tasks worked on elsewhere that this node holds a lease on (`Tasks::hold`).
     held: Mutex<HashSet<TaskId>>,
+    /// Tasks being created here: held from before their create until their work
+    /// is registered, so that no stored task is ever without a hold.
+    creating: Mutex<HashSet<TaskId>>,
+    /// What the lease keeper has stored of the hold changes.
+    lease_progress: watch::Sender<LeaseProgress>,
     /// Woken when this node starts work on a task, for the lease keeper.
     lease_changes: Arc<Notify>,
     /// Set while a lease keeper runs: only then are hold changes recorded.
@@ -185,6 +220,12 @@ impl NodeWork {
     pub(crate) fn leased(&self) -> Vec<TaskId> {
         let mut leased = self.running();
         leased.extend(self.held.lock().unwrap_or_else(|p| p.into_inner()).iter());
+        leased.extend(
+            self.creating
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter(),
+        );
         leased.sort_unstable();
         leased.dedup();
         leased
@@ -243,6 +284,11 @@ impl NodeWork {
         let _ = tokio::time::timeout(wait, settled.wait_for(|settled| *settled)).await;
     }
 
+    /// The lease length of the running lease keeper (zero when none runs).
+    pub(crate) fn lease_bound(&self) -> Duration {
+        Duration::from_millis(self.lease_bound_ms.load(Ordering::Acquire))
+    }
+
     /// Whether a drain has ended: the lease keeper gives the lease up once it can.
     pub(crate) fn is_drain_ended(&self) -> bool {
         self.drain_ended.load(Ordering::Acquire)
@@ -257,16 +303,74 @@ impl NodeWork {
         self.leasing.load(Ordering::Acquire)
     }
 
-    /// Records that this node now holds `id`, and wakes the keeper.
-    fn note_hold(&self, id: TaskId) {
+    /// Records that this node now holds `id`, and wakes the keeper. The number of
+    /// the change, `None` when no keeper runs.
+    fn note_hold(&self, id: TaskId) -> Option<u64> {
         if !self.is_leasing() {
-            return;
+            return None;
         }
         let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
         log.release.remove(&id);
         log.hold.insert(id);
+        log.seq += 1;
+        let seq = log.seq;
         drop(log);
         self.lease_changes.notify_one();
+        Some(seq)
+    }
+
+    /// Holds `id` before its create reaches the store, until
+    /// [`end_creating`](Self::end_creating): the number of the change the keeper
+    /// must store before the task may be created, `None` when no keeper runs.
+    pub(crate) fn hold_creating(&self, id: TaskId) -> Option<u64> {
+        self.creating
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id);
+        self.note_hold(id)
+    }
+
+    /// The create of `id` is over: its work holds it from now on, if it has any.
+    pub(crate) fn end_creating(&self, id: &TaskId) {
+        if self
+            .creating
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+        {
+            self.note_release(id);
+        }
+    }
+
+    /// Whether a create waits for its hold to be stored.
+    pub(crate) fn has_creating(&self) -> bool {
+        !self
+            .creating
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// Waits until the keeper has stored the hold change numbered `seq`: `true`
+    /// then; `false` once a renewal meant to store it failed, or after `within`.
+    pub(crate) async fn hold_stored(&self, seq: u64, within: Duration) -> bool {
+        let mut progress = self.lease_progress.subscribe();
+        let settled = progress.wait_for(|p| p.recorded >= seq || p.failed >= seq);
+        match tokio::time::timeout(within, settled).await {
+            Ok(Ok(progress)) => progress.recorded >= seq,
+            _ => false,
+        }
+    }
+
+    /// The keeper stored every hold change up to `seq` (`stored`), or failed to.
+    pub(crate) fn holds_settled(&self, seq: u64, stored: bool) {
+        self.lease_progress.send_modify(|progress| {
+            if stored {
+                progress.recorded = progress.recorded.max(seq);
+            } else {
+                progress.failed = progress.failed.max(seq);
+            }
+        });
     }
 
     /// Records that this node no longer holds `id`, unless something else on it
@@ -285,6 +389,11 @@ impl NodeWork {
                 .held
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
+                .contains(id)
+            || self
+                .creating
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .contains(id);
         if still_held {
             return;
@@ -292,6 +401,7 @@ impl NodeWork {
         let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
         log.hold.remove(id);
         log.release.insert(*id);
+        log.seq += 1;
     }
 
     /// Stops this node's work on `id`, whose lease another node claimed: its `Auto`
@@ -308,7 +418,15 @@ impl NodeWork {
 
     /// The hold changes recorded since the last call.
     pub(crate) fn take_lease_log(&self) -> LeaseLog {
-        std::mem::take(&mut *self.lease_log.lock().unwrap_or_else(|p| p.into_inner()))
+        let mut log = self.lease_log.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = log.seq;
+        std::mem::replace(
+            &mut *log,
+            LeaseLog {
+                seq,
+                ..LeaseLog::default()
+            },
+        )
     }
 
     /// Puts back the changes [`take_lease_log`](Self::take_lease_log) took and no
@@ -335,15 +453,16 @@ impl NodeWork {
         self.wake_if_idle();
     }
 
-    /// A terminal task needs no runner: a cancelled one has its runner aborted.
-    /// Called on every record this process writes or reads on a waiter's behalf, so
-    /// a cancel seen by any path stops the local runner.
+    /// A terminal task needs no runner: one ended by anything but its runner's own
+    /// write (a cancel, a failure written by a node that claimed this node's lease)
+    /// has its runner aborted. Called on every record this process writes or reads
+    /// on a waiter's behalf, so an end seen by any path stops the local runner.
     pub(crate) fn stop_runner(&self, record: &TaskRecord) {
         if !record.status.is_terminal() {
             return;
         }
         if let Some(runner) = self.take_runner(&record.id)
-            && record.status == TaskStatus::Cancelled
+            && tokio::task::try_id() != Some(runner.id())
         {
             runner.abort();
         }

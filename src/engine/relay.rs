@@ -51,7 +51,7 @@ pub(crate) async fn relay_remote_changes(engine: std::sync::Weak<Engine>, mut fe
                     );
                     engine.wake_all();
                     ids.extend(engine.node.running());
-                    ids.extend(engine.listen.registry().task_ids());
+                    ids.extend(engine.listen.task_ids());
                 }
                 None => return,
             }

@@ -1,11 +1,12 @@
-//! What results the layer writes share: the `serverInfo` meta and the result size
-//! limit. How a task answers the call that made it is the routes' (`routes/decide.rs`).
+//! What results the layer writes share: the `serverInfo` meta, and a JSON length
+//! counted only up to a cap. How a task answers the call that made it is the
+//! routes' (`routes/decide.rs`); the size bounds of what a task stores are
+//! `bytes.rs`'s.
 
 use serde_json::{Map, Value};
 
 use super::Engine;
-use crate::task::{ErrorObject, Transition};
-use crate::wire::{RpcError, ServerInfoMeta};
+use crate::wire::ServerInfoMeta;
 
 impl Engine {
     /// `serverInfo` for the `_meta` of results the layer writes.
@@ -39,25 +40,4 @@ pub(crate) fn json_len_within(value: &Value, cap: usize) -> Option<usize> {
     let mut count = Count { len: 0, cap };
     serde_json::to_writer(&mut count, value).ok()?;
     Some(count.len)
-}
-
-impl Engine {
-    /// A completion whose serialized result passes `max_result_bytes` is refused:
-    /// `Err` carries the failure to store instead (-32603 "Result too large").
-    pub(crate) fn limit_result(&self, transition: Transition) -> Result<Transition, Transition> {
-        let Transition::Complete { result, .. } = &transition else {
-            return Ok(transition);
-        };
-        if json_len_within(result, self.config.max_result_bytes).is_some() {
-            return Ok(transition);
-        }
-        tracing::warn!(
-            max_result_bytes = self.config.max_result_bytes,
-            "a task result is too large; the task fails instead"
-        );
-        Err(Transition::Fail {
-            error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Result too large"),
-            message: Some("Result too large".into()),
-        })
-    }
 }

@@ -65,6 +65,9 @@ impl TasksLayerBuilder {
         if c.listen_ack_timeout.is_zero() {
             return Err(ConfigError::ZeroDuration("listen_ack_timeout"));
         }
+        if c.edited_answer_timeout.is_zero() {
+            return Err(ConfigError::ZeroDuration("edited_answer_timeout"));
+        }
         if c.max_request_bytes == 0 {
             return Err(ConfigError::ZeroLimit("max_request_bytes"));
         }
@@ -79,6 +82,12 @@ impl TasksLayerBuilder {
         }
         if c.max_result_bytes == 0 {
             return Err(ConfigError::ZeroLimit("max_result_bytes"));
+        }
+        if c.max_bytes_per_owner == 0 {
+            return Err(ConfigError::ZeroLimit("max_bytes_per_owner"));
+        }
+        if c.max_status_message_bytes == 0 {
+            return Err(ConfigError::ZeroLimit("max_status_message_bytes"));
         }
         if c.default_ttl.is_some_and(|d| d.is_zero()) {
             return Err(ConfigError::ZeroDuration("default_ttl"));
@@ -124,6 +133,15 @@ impl TasksLayerBuilder {
                 max: defaults::MAX_TTL,
             });
         }
+        if let Some(prefix) = &self.config.inner_tasks
+            && prefix
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ConfigError::InvalidName(
+                "the inner task prefix must hold a character outside A-Z a-z 0-9 - _",
+            ));
+        }
         if let Some((name, version)) = self.server_name.take() {
             if name.trim().is_empty() {
                 return Err(ConfigError::EmptyServerName);
@@ -147,7 +165,7 @@ impl TasksLayerBuilder {
                 }),
             None => None,
         };
-        self.listen.registry().set_byte_bounds(
+        self.listen.set_byte_bounds(
             self.config.max_listen_bytes_per_owner,
             self.config.max_listen_bytes,
         );
@@ -180,8 +198,12 @@ impl TasksLayerBuilder {
         }
         if let (Some(leasing), true) = (leasing, enabled) {
             let engine = Arc::downgrade(&layer.engine);
+            let bound = leasing.bound;
             match crate::spawn::spawn_loop(|stopped| leasing.run(engine, stopped)) {
                 Some(stop) => {
+                    // From here on, every hold goes to the keeper: none taken before
+                    // its first renewal is missed.
+                    layer.engine.node().start_leasing(bound);
                     layer.engine.keep_lease(stop);
                 }
                 None => tracing::warn!(

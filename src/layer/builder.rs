@@ -93,6 +93,8 @@ impl TasksLayerBuilder {
                 max_input_response_bytes: defaults::MAX_INPUT_RESPONSE_BYTES,
                 max_task_input_bytes: defaults::MAX_TASK_INPUT_BYTES,
                 max_result_bytes: defaults::MAX_RESULT_BYTES,
+                max_bytes_per_owner: defaults::MAX_BYTES_PER_OWNER,
+                max_status_message_bytes: defaults::MAX_STATUS_MESSAGE_BYTES,
                 server_info: None,
                 tool_modes: HashMap::new(),
                 default_mode: TaskMode::Optional,
@@ -105,9 +107,11 @@ impl TasksLayerBuilder {
                 max_listen_bytes_per_owner: defaults::MAX_LISTEN_BYTES_PER_OWNER,
                 max_listen_bytes: defaults::MAX_LISTEN_BYTES,
                 listen_ack_timeout: defaults::LISTEN_ACK_TIMEOUT,
+                edited_answer_timeout: defaults::EDITED_ANSWER_TIMEOUT,
                 keep_alive: defaults::KEEP_ALIVE,
                 store_timeout: defaults::STORE_TIMEOUT,
-                require_principal: false,
+                anonymous_tasks: false,
+                inner_tasks: None,
             },
             notifier: Some(Arc::new(listen.clone())),
             listen,
@@ -245,6 +249,42 @@ impl TasksLayerBuilder {
         self.config.task_tools = true;
         self
     }
+
+    /// Carries the inner service's own tasks (default: off), for a layer in front
+    /// of a server that has tasks of its own, such as a gateway in front of another
+    /// 2026-07-28 server. The inner service's task ids must start with `prefix`,
+    /// which must hold a character outside `A-Z a-z 0-9 - _` so that none of the
+    /// layer's own ids starts with it (otherwise [`build`](Self::build) fails with
+    /// [`ConfigError::InvalidName`]).
+    ///
+    /// With it:
+    /// - a `tools/call` that the inner service answers with a task of its own
+    ///   (`resultType: "task"`) reaches the client unchanged; an
+    ///   [`Auto`](TaskMode::Auto) call keeps the tasks extension in the capabilities
+    ///   it forwards, so that the inner service may make one;
+    /// - `tasks/get`, `tasks/update` and `tasks/cancel` of an id with `prefix` go to
+    ///   the inner service, after the layer's own checks (media types, the envelope,
+    ///   the declared extension, an anonymous caller), and its answer is the
+    ///   client's;
+    /// - `subscriptions/listen` sends the ids with `prefix` on to the inner
+    ///   service's listen and follows the rest itself; the acknowledgment lists
+    ///   both;
+    /// - the layer's own `Auto` tasks go on beside them. An inner task that arrives
+    ///   after an `Auto` call became a layer task fails that task with -32603, its
+    ///   `error.data.taskId` naming the inner task.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new()).with_inner_tasks("up.").build();
+    /// assert!(layer.is_ok());
+    /// let refused = TasksLayer::builder(MemoryStore::new()).with_inner_tasks("up").build();
+    /// assert!(refused.is_err());
+    /// ```
+    pub fn with_inner_tasks(mut self, prefix: impl Into<String>) -> Self {
+        self.config.inner_tasks = Some(prefix.into().into());
+        self
+    }
 }
 
 /// # Who owns a task, and who answers
@@ -280,34 +320,35 @@ impl TasksLayerBuilder {
         self
     }
 
-    /// Refuses tasks to anonymous requests: a request without a [`Principal`] may
-    /// not create, read, answer, cancel or listen to tasks (default: it may, and
-    /// sees only anonymous tasks).
+    /// Lets requests without a [`Principal`] have tasks: anonymous tasks, which
+    /// every unauthenticated caller shares (each sees only the anonymous ones). For
+    /// a server with no authentication at all: a local tool, a test, a demo.
     ///
-    /// The refusal is -32603 with the message "Tasks require an authenticated
-    /// principal" and `error.data` `{"reason": "principal_required"}`, with HTTP 200,
-    /// after the capability check: a tool that would become a task (`Required`,
-    /// `Auto`, or a handler asking for one) is answered with it, and so are
-    /// `tasks/get`, `tasks/update`, `tasks/cancel` and a listen naming task ids. A
-    /// call that stays synchronous is not affected. It is a server-side refusal,
+    /// By default they are refused: a request without a principal may not create,
+    /// read, answer, cancel or listen to tasks. The refusal is -32603 with the
+    /// message "Tasks require an authenticated principal (anonymous tasks need
+    /// with_anonymous_tasks())" and `error.data` `{"reason": "principal_required"}`,
+    /// with HTTP 200, after the capability check: a tool that would become a task
+    /// (`Required`, `Auto`, or a handler asking for one) is answered with it, and so
+    /// are `tasks/get`, `tasks/update`, `tasks/cancel` and a listen naming task ids.
+    /// A call that stays synchronous is not affected. It is a server-side refusal,
     /// not a challenge: answering 401 is the authentication layer's job, with the
     /// `WWW-Authenticate` header only it can fill in; a request that reaches this
     /// layer without a principal means that layer let it through, most often
-    /// because it sits below `TasksLayer` instead of above it.
-    ///
-    /// Without this setting, the first task a layer sees made or read without a
-    /// principal logs one `tracing` warning naming that likely cause.
+    /// because it sits below `TasksLayer` instead of above it. The first refusal of
+    /// a layer logs one `tracing` warning naming that likely cause.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
     ///
+    /// // A local server without authentication: every caller is anonymous.
     /// let layer = TasksLayer::builder(MemoryStore::new())
-    ///     .with_require_principal()
+    ///     .with_anonymous_tasks()
     ///     .build();
     /// assert!(layer.is_ok());
     /// ```
-    pub fn with_require_principal(mut self) -> Self {
-        self.config.require_principal = true;
+    pub fn with_anonymous_tasks(mut self) -> Self {
+        self.config.anonymous_tasks = true;
         self
     }
 
@@ -454,6 +495,32 @@ impl TasksLayerBuilder {
         self
     }
 
+    /// How long the layer waits for an inner answer it edits before passing it on
+    /// (`server/discover`, `tools/list` with the task tools, a 2025-11-25
+    /// `initialize`), an SSE answer read to its end (default
+    /// [`defaults::EDITED_ANSWER_TIMEOUT`], 30 s). Past it the inner call is dropped
+    /// and the client gets -32603 "The server did not finish its answer in time",
+    /// with HTTP 504. Zero is refused.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
+    ///
+    /// let layer = TasksLayer::builder(MemoryStore::new())
+    ///     .with_edited_answer_timeout(Duration::from_secs(10))
+    ///     .build();
+    /// assert!(layer.is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new())
+    ///     .with_edited_answer_timeout(Duration::ZERO)
+    ///     .build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroDuration("edited_answer_timeout"));
+    /// ```
+    pub fn with_edited_answer_timeout(mut self, timeout: Duration) -> Self {
+        self.config.edited_answer_timeout = timeout;
+        self
+    }
+
     /// The most listen streams carrying task ids one principal (or all anonymous
     /// callers together) may hold open at once (default
     /// [`defaults::MAX_LISTEN_STREAMS_PER_OWNER`], 16). One more is answered -32603
@@ -531,9 +598,9 @@ impl TasksLayerBuilder {
     /// [`with_max_listen_bytes_per_owner`](Self::with_max_listen_bytes_per_owner),
     /// with `{"limit": "listen_bytes_total"}`. The principal whose streams hold the
     /// most pays for this bound: when a change of another principal's, who holds
-    /// less, would pass it, the largest holder's streams end first (dropping what
-    /// they hold queued) and the change is delivered if it then fits. Zero is
-    /// refused.
+    /// less, would pass it, or a new listen's snapshot would, the largest holder's
+    /// streams end first (dropping what they hold queued) and the change is
+    /// delivered (the listen opened) if it then fits. Zero is refused.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};

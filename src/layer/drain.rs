@@ -32,9 +32,11 @@ impl TasksLayer {
     /// readiness delay before the drain (see [`is_draining`](Self::is_draining)),
     /// the lease release and the HTTP server's own shutdown. A process killed
     /// mid-drain fails nothing itself: on a shared store the other nodes fail its
-    /// unfinished tasks later, as lost. Work that can outlast a deploy (minutes, hours) does not belong to a
-    /// process that deploys replace: hand it to a durable job queue, and let the
-    /// queue's workers report on the task ([`Tasks`](crate::worker::Tasks)).
+    /// unfinished tasks later, as lost. Work that can outlast a deploy (minutes,
+    /// hours) does not belong to a process that deploys replace: hand it to a
+    /// durable job queue (the feature `queue` has one, `mcp_tasks::queue`), whose
+    /// workers report on the task ([`Tasks`](crate::worker::Tasks)); a drain fails
+    /// none of those tasks.
     ///
     /// Calls that arrive while it drains:
     ///
@@ -91,7 +93,7 @@ impl TasksLayer {
                 "drain: tasks still running after the grace period were failed"
             );
         }
-        engine.listen().registry().end_all();
+        engine.listen().end_all();
         engine.node().end_drain().await;
         failed
     }

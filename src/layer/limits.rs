@@ -220,7 +220,9 @@ impl TasksLayerBuilder {
     /// [`defaults::MAX_RESULT_BYTES`], 8 MiB, below rmcp's 16 MiB client limit). A
     /// completion with a larger result, from [`Tasks::complete`](crate::worker::Tasks::complete)
     /// or a [`TaskMode::Auto`] call, fails the task with -32603 "Result too large"
-    /// instead. Zero is refused.
+    /// instead; so does a failure whose error (its `data` included) is larger, and
+    /// input requests of one call larger than it fail the task with -32603 "Input
+    /// requests too large". Zero is refused.
     ///
     /// ```
     /// use mcp_tasks::{MemoryStore, TasksLayer};
@@ -233,6 +235,59 @@ impl TasksLayerBuilder {
     /// ```
     pub fn with_max_result_bytes(mut self, bytes: usize) -> Self {
         self.config.max_result_bytes = bytes;
+        self
+    }
+
+    /// The most bytes the tasks of one principal (or of all anonymous callers
+    /// together) may store (default [`defaults::MAX_BYTES_PER_OWNER`], 64 MiB):
+    /// each task's record as stored (its result or error, input requests and
+    /// answers, status message), counted by the store
+    /// ([`TaskStore::owner_bytes`](crate::store::TaskStore::owner_bytes)) until the
+    /// record is removed. A write that would pass it is not stored: a new task and
+    /// a client's `tasks/update` answer -32603 "Task limit reached" with
+    /// `error.data` `{"limit": "bytes_per_owner"}` (HTTP 200), a status message is
+    /// left out (the worker's call returns
+    /// [`StoreError::LimitReached`](crate::error::StoreError::LimitReached)), and a
+    /// result, an error or input requests fail the task with that same error, so the
+    /// task ends. Another principal is never refused for it. Zero is refused.
+    ///
+    /// The bound is read from the store before each write that grows a task, with
+    /// what this node is writing for the principal meanwhile; writes of one
+    /// principal on several nodes at once may pass it by what lands during one such
+    /// read.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
+    ///
+    /// let big = TasksLayer::builder(MemoryStore::new()).with_max_bytes_per_owner(1 << 30);
+    /// assert!(big.build().is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_bytes_per_owner(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_bytes_per_owner"));
+    /// ```
+    pub fn with_max_bytes_per_owner(mut self, bytes: usize) -> Self {
+        self.config.max_bytes_per_owner = bytes;
+        self
+    }
+
+    /// The longest status message a task keeps, in bytes of UTF-8 (default
+    /// [`defaults::MAX_STATUS_MESSAGE_BYTES`], 4 KiB). A longer one, from a
+    /// handler's progress, a worker or a [`TaskSpec`](crate::TaskSpec), is cut on a
+    /// character boundary and ends with "…" (within the bound): a status message is
+    /// text for people, and the protocol gives it no length, so the task goes on
+    /// with the start of it. Zero is refused.
+    ///
+    /// ```
+    /// use mcp_tasks::{MemoryStore, TasksLayer};
+    /// use mcp_tasks::error::ConfigError;
+    ///
+    /// let short = TasksLayer::builder(MemoryStore::new()).with_max_status_message_bytes(256);
+    /// assert!(short.build().is_ok());
+    /// let zero = TasksLayer::builder(MemoryStore::new()).with_max_status_message_bytes(0).build();
+    /// assert_eq!(zero.unwrap_err(), ConfigError::ZeroLimit("max_status_message_bytes"));
+    /// ```
+    pub fn with_max_status_message_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_status_message_bytes = bytes;
         self
     }
 }

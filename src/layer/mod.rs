@@ -56,7 +56,7 @@ pub use builder::TasksLayerBuilder;
 /// use mcp_tasks::body::RequestBody;
 /// use mcp_tasks::wire::{EXTENSION_ID, MCP_METHOD, MCP_NAME, MCP_PROTOCOL_VERSION};
 /// use mcp_tasks::wire::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, PROTOCOL_VERSION};
-/// use mcp_tasks::{MemoryStore, TaskId, TasksLayer};
+/// use mcp_tasks::{MemoryStore, Principal, TaskId, TasksLayer};
 /// use serde_json::{Value, json};
 /// use tower::{Layer as _, ServiceExt as _};
 ///
@@ -81,6 +81,7 @@ pub use builder::TasksLayerBuilder;
 ///     .header(MCP_PROTOCOL_VERSION, PROTOCOL_VERSION)
 ///     .header(MCP_METHOD, "tasks/get")
 ///     .header(MCP_NAME, &task_id) // the task id, on tasks/get, tasks/update, tasks/cancel
+///     .extension(Principal::from("alice")) // what an authentication layer inserts
 ///     .body(Full::from(body.to_string()))?;
 ///
 /// let response = service.oneshot(request).await?;

@@ -172,19 +172,19 @@ impl Budget {
         }
     }
 
-    /// The principal whose streams hold the most bytes, if that is not `owner` and
-    /// it holds more than `owner` does.
-    pub(super) fn largest_other_than(
-        &self,
-        owner: &Option<Principal>,
-    ) -> Option<Option<Principal>> {
+    /// The principals whose streams hold more bytes than `owner`'s, the most
+    /// first: who pays for the total.
+    pub(super) fn larger_than(&self, owner: &Option<Principal>) -> Vec<Option<Principal>> {
         let held = self.lock();
         let mine = held.per_owner.get(owner).copied().unwrap_or(0);
-        held.per_owner
+        let mut larger: Vec<(&Option<Principal>, usize)> = held
+            .per_owner
             .iter()
             .filter(|(other, bytes)| *other != owner && **bytes > mine)
-            .max_by_key(|(_, bytes)| **bytes)
-            .map(|(other, _)| other.clone())
+            .map(|(other, bytes)| (other, *bytes))
+            .collect();
+        larger.sort_by_key(|&(_, bytes)| std::cmp::Reverse(bytes));
+        larger.into_iter().map(|(other, _)| other.clone()).collect()
     }
 
     fn release(&self, owner: &Option<Principal>, bytes: usize) {

@@ -2,14 +2,16 @@
 #![doc = include_str!("docs.md")]
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
-use crate::task::TaskRecord;
+use crate::task::{Principal, TaskId, TaskRecord};
 
 mod budget;
-pub(crate) mod registry;
+mod registry;
 
 use registry::Registry;
+pub(crate) use registry::{ByteLimit, Reservation, StreamLimit, Subscription};
 
 /// Told about every change to a task, right after the store write, in the process
 /// that made it. With a store shared between nodes ([`TaskStore::subscribe`]), a
@@ -124,9 +126,89 @@ pub struct ListenNotifier {
     registry: Arc<Registry>,
 }
 
+/// What a snapshot read within the listen byte bounds
+/// ([`ListenNotifier::read_snapshot`]) came to.
+pub(crate) enum SnapshotRead<E> {
+    /// The records read, and the room reserved for them: both go to
+    /// [`Subscription::snapshot`].
+    Read(Vec<TaskRecord>, Reservation),
+    /// The records would pass this bound, even once the largest holders paid.
+    TooManyBytes(ByteLimit),
+    /// The read failed.
+    Failed(E),
+}
+
 impl ListenNotifier {
-    pub(crate) fn registry(&self) -> &Arc<Registry> {
-        &self.registry
+    /// Opens a stream for `owner` naming `tasks`, unless the layer holds
+    /// `max_total` streams or the principal `max_per_owner` already; it stays until
+    /// the subscription is dropped (or closed).
+    pub(crate) fn open(
+        &self,
+        owner: Option<Principal>,
+        tasks: &[TaskId],
+        max_per_owner: usize,
+        max_total: usize,
+    ) -> Result<Subscription, StreamLimit> {
+        self.registry
+            .try_register(owner, tasks, max_per_owner, max_total)
+    }
+
+    /// A stream for `owner` naming `tasks`, without any cap.
+    #[cfg(test)]
+    pub(crate) fn register(&self, owner: Option<Principal>, tasks: &[TaskId]) -> Subscription {
+        self.registry.register(owner, tasks)
+    }
+
+    /// Reads the snapshot of a new stream of `owner`'s with `read`, given the most
+    /// bytes the records may take (`Ok(None)` when they would take more): within
+    /// the room its principal's streams have left under both byte bounds, reserved
+    /// first. When the layer's total is what leaves too little, room is made as for
+    /// a change to open streams: the principal holding the most, if it holds more
+    /// than `owner`, pays with its streams, and the read is made again, until it
+    /// fits or nobody holding more has a stream left.
+    pub(crate) async fn read_snapshot<E, Fut>(
+        &self,
+        owner: &Option<Principal>,
+        mut read: impl FnMut(usize) -> Fut,
+    ) -> SnapshotRead<E>
+    where
+        Fut: Future<Output = Result<Option<Vec<TaskRecord>>, E>>,
+    {
+        loop {
+            let reservation = self.registry.reserve(owner).await;
+            match read(reservation.bytes()).await {
+                Ok(Some(records)) => return SnapshotRead::Read(records, reservation),
+                Ok(None) => {
+                    let limit = reservation.limit();
+                    drop(reservation);
+                    if limit != ByteLimit::Total || !self.registry.make_room(owner) {
+                        return SnapshotRead::TooManyBytes(limit);
+                    }
+                }
+                Err(e) => return SnapshotRead::Failed(e),
+            }
+        }
+    }
+
+    /// Whether some open stream names `task`.
+    pub(crate) fn names(&self, task: &TaskId) -> bool {
+        self.registry.names(task)
+    }
+
+    /// The ids some open stream named: what a re-check after missed changes re-reads.
+    pub(crate) fn task_ids(&self) -> Vec<TaskId> {
+        self.registry.task_ids()
+    }
+
+    /// Asks every open stream to end (a server-side shutdown): each writes what it
+    /// has pending, then the listen result, then closes.
+    pub(crate) fn end_all(&self) {
+        self.registry.end_all();
+    }
+
+    /// Sets the byte bounds of what the streams hold: per principal, and in all.
+    pub(crate) fn set_byte_bounds(&self, per_owner: usize, total: usize) {
+        self.registry.set_byte_bounds(per_owner, total);
     }
 
     /// How many listen streams are open on this layer (each one a client's

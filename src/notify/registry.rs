@@ -203,29 +203,41 @@ impl Registry {
         }
     }
 
-    /// `record`'s change once the layer's total bound made room for it: when another
-    /// principal's streams hold more bytes than its owner's, that principal's streams
-    /// are ended, dropping what they hold queued, and the change is tried again. So
-    /// the principal holding the most pays for the total, not one whose small change
-    /// arrived last.
+    /// `record`'s change once the layer's total bound made room for it
+    /// ([`make_room`](Self::make_room)), and tried again.
     fn change_after_ending_the_largest(
         &self,
         record: &TaskRecord,
     ) -> Result<Option<Arc<Change>>, ByteLimit> {
-        let Some(largest) = self.budget.largest_other_than(&record.owner) else {
+        if !self.make_room(&record.owner) {
             return Err(ByteLimit::Total);
-        };
-        let theirs: Vec<Arc<Slot>> = self
-            .lock()
-            .streams
-            .values()
-            .filter(|slot| slot.principal == largest)
-            .cloned()
-            .collect();
-        for slot in &theirs {
-            slot.shed(ByteLimit::Total);
         }
         self.change(record, None)
+    }
+
+    /// Makes room under the layer's total bound for `owner`: the open streams of
+    /// the principal holding the most bytes, among those holding more than `owner`
+    /// does, are ended, dropping what they hold queued. So the principal holding
+    /// the most pays for the total, not one whose small change (or new listen)
+    /// came last. `false` when no such principal has an open stream left.
+    pub(super) fn make_room(&self, owner: &Option<Principal>) -> bool {
+        for larger in self.budget.larger_than(owner) {
+            let theirs: Vec<Arc<Slot>> = self
+                .lock()
+                .streams
+                .values()
+                .filter(|slot| slot.principal == larger)
+                .cloned()
+                .collect();
+            let mut ended = false;
+            for slot in &theirs {
+                ended |= slot.shed(ByteLimit::Total);
+            }
+            if ended {
+                return true;
+            }
+        }
+        false
     }
 
     /// Queues `records` for `subscription` alone (its snapshot), each sharing the
@@ -485,12 +497,12 @@ impl Slot {
 
     /// Ends the stream because its reader is too far behind: everything pending
     /// is dropped, nothing more is queued, and the stream writes the listen result
-    /// next.
-    fn shed(&self, limit: ByteLimit) {
+    /// next. `false` when it had ended already.
+    fn shed(&self, limit: ByteLimit) -> bool {
         let (waker, dropped) = {
             let mut state = self.lock();
             if state.closed {
-                return;
+                return false;
             }
             state.closed = true;
             state.ending = true;
@@ -514,6 +526,7 @@ impl Slot {
         if let Some(waker) = waker {
             waker.wake();
         }
+        true
     }
 
     /// Takes every pending state, oldest first; with none, keeps `waker` to be woken
@@ -593,12 +606,6 @@ impl Subscription {
     /// Whether the server asked this stream to end (see [`Registry::end_all`]).
     pub(crate) fn is_ending(&self) -> bool {
         self.slot.lock().ending
-    }
-
-    /// The registry this stream is in.
-    #[cfg(test)]
-    pub(crate) fn registry(&self) -> &Arc<Registry> {
-        &self.registry
     }
 
     /// Ends the stream: nothing more is delivered to it.

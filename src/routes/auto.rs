@@ -14,6 +14,11 @@
 //! Stopping is dropping: `tasks/cancel` aborts the runner through
 //! [`Engine::changed`](crate::engine::Engine), which drops the inner call's future,
 //! and the TTL margin drops it from inside the runner.
+//!
+//! With [`with_inner_tasks`](crate::TasksLayerBuilder::with_inner_tasks) the call
+//! keeps the tasks extension, so that an inner server with tasks of its own may
+//! answer with one: within the budget it reaches the client like any answer;
+//! after it, the layer's task fails, naming the inner task in `error.data`.
 
 use std::future::{Future, poll_fn};
 use std::sync::Arc;
@@ -50,11 +55,13 @@ const RETRY_LAST: Duration = Duration::from_secs(2);
 
 /// Runs a `tools/call` of an [`Auto`](crate::TaskMode::Auto) tool for a client that
 /// declared the extension (or one served by the task tools). `inner` must be ready
-/// (polled). It becomes a task if it runs past `after`.
+/// (polled). It becomes a task if it runs past `after`. With `inner_tasks` the
+/// inner service may answer with a task of its own.
 pub(crate) async fn run<S, B, ResBody>(
     call: Call<'_, S>,
     after: Duration,
     shape: Shape,
+    inner_tasks: bool,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -64,7 +71,7 @@ where
     ResBody: Body<Data = Bytes> + Send + 'static,
     ResBody::Error: Into<BoxError>,
 {
-    let id = call.envelope.id.clone();
+    let id: Option<Box<str>> = call.envelope.reply_id().map(Box::from);
     let owner = call.principal();
     let Call {
         engine,
@@ -75,11 +82,11 @@ where
     } = call;
     // Refused before the call starts: whether it would become a task depends on
     // its timing, and an anonymous call is refused either way.
-    if let Err(e) = engine.refuse_anonymous(owner.as_ref()) {
-        return Ok(reply(e, id.as_ref()));
+    if let Err(e) = engine.admit_owner(owner.as_ref()) {
+        return Ok(reply(e, id.as_deref()));
     }
-    let Some(call) = Resend::new(parts, bytes) else {
-        return Ok(reply(RpcError::parse_error(), id.as_ref()));
+    let Some(call) = Resend::new(parts, bytes, inner_tasks) else {
+        return Ok(reply(RpcError::parse_error(), id.as_deref()));
     };
     let (answer_tx, mut answer_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel();
@@ -95,6 +102,7 @@ where
         reports: progress.subscribe(),
         progress,
         shape,
+        inner_tasks,
     };
     let handle = tokio::spawn(runner.run(inner, answer_tx, go_rx, me_rx));
     let _ = me_tx.send(handle.abort_handle());
@@ -114,15 +122,16 @@ where
         }
         Err(_) => {
             tracing::error!("an auto task runner ended without an answer; answering -32603");
-            Ok(reply(RpcError::internal_error(), id.as_ref()))
+            Ok(reply(RpcError::internal_error(), id.as_deref()))
         }
     }
 }
 
 /// What it takes to send the original call again: the request head (its
 /// extensions included, the `Principal` with them) and the JSON-RPC message with
-/// the tasks extension removed from its client capabilities. Every other value of
-/// the message is sent as the client wrote it.
+/// the tasks extension removed from its client capabilities (kept when the inner
+/// service's own tasks are carried). Every other value of the message is sent as
+/// the client wrote it.
 struct Resend {
     method: http::Method,
     uri: http::Uri,
@@ -135,12 +144,14 @@ struct Resend {
 }
 
 impl Resend {
-    fn new(parts: http::request::Parts, bytes: &[u8]) -> Option<Resend> {
+    fn new(parts: http::request::Parts, bytes: &[u8], inner_tasks: bool) -> Option<Resend> {
         let mut message = RawObject::parse(bytes)?;
-        strip_extension(&mut message);
+        if !inner_tasks {
+            strip_extension(&mut message);
+        }
         let own_progress_token = progress::ensure_token(&mut message);
         let mut extensions = parts.extensions;
-        // The inner handler cannot make a task of its own: the layer already does.
+        // The inner handler cannot make a layer task: the layer already does.
         extensions.insert(TaskContext::refused(TaskRefused::NotDeclared));
         Some(Resend {
             method: parts.method,
@@ -301,7 +312,7 @@ where
 }
 
 /// The inner answer as the client receives it, unchanged.
-fn pass_on<B, E>(exchange: Exchange<B, E>, id: Option<&Value>) -> Reply<B, E>
+fn pass_on<B, E>(exchange: Exchange<B, E>, id: Option<&str>) -> Reply<B, E>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
@@ -346,6 +357,8 @@ pub(super) enum Step {
         requests: Map<String, Value>,
         state: Option<String>,
     },
+    /// The inner server answered with a task of its own (its id, if it gave one).
+    InnerTask(Option<String>),
 }
 
 fn internal(why: &'static str) -> Step {
@@ -408,7 +421,12 @@ pub(super) fn step_of(message: Option<Value>) -> Step {
             }
             Step::Ask { requests, state }
         }
-        Some("task") => internal("the inner server answered with a task of its own"),
+        Some("task") => Step::InnerTask(
+            result
+                .get("taskId")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ),
         _ => {
             result
                 .entry("resultType")
@@ -447,8 +465,8 @@ struct Runner<S> {
     /// An unpolled clone for the MRTR retries (made ready before each use).
     spare: S,
     call: Resend,
-    /// The client's JSON-RPC id.
-    id: Option<Value>,
+    /// The client's JSON-RPC id, as the client wrote it.
+    id: Option<Box<str>>,
     owner: Option<Principal>,
     /// When the task expires: store calls that fail are retried until then.
     expires_at: Option<Timestamp>,
@@ -457,6 +475,8 @@ struct Runner<S> {
     reports: tokio::sync::watch::Receiver<Option<String>>,
     /// How the task is answered.
     shape: Shape,
+    /// Whether the inner service may answer with a task of its own.
+    inner_tasks: bool,
 }
 
 impl<S> Runner<S> {
@@ -491,22 +511,23 @@ impl<S> Runner<S> {
         };
         if let Some(done) = done {
             tracing::debug!("auto call answered within its budget");
-            let _ = answer.send((pass_on(done, self.id.as_ref()), Outcome::Forwarded));
+            let _ = answer.send((pass_on(done, self.id.as_deref()), Outcome::Forwarded));
             return;
         }
-        let created = match self.engine.admit_owner(self.owner.as_ref()) {
+        let engine = self.engine.clone();
+        let created = match engine.admit_owner(self.owner.as_ref()) {
             Ok(()) => {
-                self.engine
+                engine
                     .create_task(self.owner.clone(), &NewTask::default())
                     .await
             }
             Err(e) => Err(e),
         };
-        let record = match created {
-            Ok(record) => record,
+        let (record, creating) = match created {
+            Ok(created) => created,
             Err(e) => {
                 let outcome = Outcome::Error(e.code());
-                let _ = answer.send((Ok(reply(e, self.id.as_ref())), outcome));
+                let _ = answer.send((Ok(reply(e, self.id.as_deref())), outcome));
                 return;
             }
         };
@@ -519,9 +540,10 @@ impl<S> Runner<S> {
         if let Ok(me) = me.await {
             self.engine.node().register_runner(task, me);
         }
+        drop(creating);
         let handle = self
             .shape
-            .response(&self.engine, &record, self.id.as_ref())
+            .response(&self.engine, &record, self.id.as_deref())
             .map(ResponseBody::full);
         if answer.send((Ok(handle), Outcome::Task)).is_err() {
             // The client left before it learned the id: no one can reach the task.
@@ -579,6 +601,13 @@ impl<S> Runner<S> {
                     return self
                         .finish(&task, Transition::Fail { error, message })
                         .await;
+                }
+                Step::InnerTask(inner) => {
+                    let fail = match self.inner_tasks {
+                        true => inner_task_too_late(inner),
+                        false => internal_fail("the inner server answered with a task of its own"),
+                    };
+                    return self.finish(&task, fail).await;
                 }
                 Step::Ask { requests, state } => (requests, state),
             };
@@ -680,10 +709,6 @@ impl<S> Runner<S> {
     }
 
     async fn finish(&mut self, task: &TaskId, transition: Transition) {
-        let transition = self
-            .engine
-            .limit_result(transition)
-            .unwrap_or_else(|fail| fail);
         if let Some((updated, _)) = self.write(task, &transition).await
             && let Err(e) = updated.outcome
             // The client's cancel won the race, or an earlier attempt whose answer
@@ -694,6 +719,21 @@ impl<S> Runner<S> {
             let fail = internal_fail("the tool's result could not be stored");
             let _ = self.write(task, &fail).await;
         }
+    }
+}
+
+/// The end of a layer task whose inner call answered with a task of the inner
+/// server's own, made after the layer's: the client follows that one instead.
+fn inner_task_too_late(inner: Option<String>) -> Transition {
+    tracing::debug!("an auto task failed: the inner server made a task of its own after it");
+    let mut error = ErrorObject::new(
+        RpcError::INTERNAL_ERROR,
+        "The server made a task of its own after this call had become a task; follow that task",
+    );
+    error.data = inner.map(|id| serde_json::json!({ "taskId": id }));
+    Transition::Fail {
+        error,
+        message: Some("The server made a task of its own".into()),
     }
 }
 
@@ -750,8 +790,9 @@ mod tests {
         }
         let empty = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "input_required"}});
         assert!(matches!(classify(full(empty, false)), Step::Fail(e) if e.code == -32603));
-        let nested = json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task"}});
-        assert!(matches!(classify(full(nested, false)), Step::Fail(_)));
+        let nested =
+            json!({"jsonrpc": "2.0", "id": 1, "result": {"resultType": "task", "taskId": "in.1"}});
+        assert!(matches!(classify(full(nested, false)), Step::InnerTask(Some(id)) if id == "in.1"));
         assert!(matches!(
             classify::<(), ()>(Exchange::Failed(())),
             Step::Fail(_)
@@ -765,7 +806,7 @@ mod tests {
             "_meta": {META_CLIENT_CAPABILITIES: {"extensions": {EXTENSION_ID: {}, "other": {}}}}}});
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.extensions.insert(Principal::from("alice"));
-        let call = Resend::new(parts, body.to_string().as_bytes()).unwrap();
+        let call = Resend::new(parts, body.to_string().as_bytes(), false).unwrap();
         let message = as_value(&call.message);
         let extensions = &message["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
         assert_eq!(extensions, &json!({"other": {}}));
@@ -789,6 +830,12 @@ mod tests {
         let without = as_value(&call.retry(3, Map::new(), None));
         assert!(without["params"].get("inputResponses").is_none());
         assert!(without["params"].get("requestState").is_none());
+        // Carrying the inner server's own tasks, the call keeps the extension.
+        let (parts, ()) = Request::new(()).into_parts();
+        let kept = Resend::new(parts, body.to_string().as_bytes(), true).unwrap();
+        let kept = as_value(&kept.message);
+        let extensions = &kept["params"]["_meta"][META_CLIENT_CAPABILITIES]["extensions"];
+        assert_eq!(extensions, &json!({EXTENSION_ID: {}, "other": {}}));
     }
 
     fn as_value(message: &RawObject) -> Value {
@@ -802,7 +849,7 @@ mod tests {
             r#"{{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"tools/call","params":{{"name":"t","arguments":{arguments},"_meta":{{"{META_CLIENT_CAPABILITIES}":{{"extensions":{{"{EXTENSION_ID}":{{}}}}}}}}}}}}"#
         );
         let (parts, ()) = Request::new(()).into_parts();
-        let call = Resend::new(parts, body.as_bytes()).unwrap();
+        let call = Resend::new(parts, body.as_bytes(), false).unwrap();
         let first = String::from_utf8(call.message.to_vec()).unwrap();
         assert!(
             first.contains(&format!(r#""arguments":{arguments}"#)),

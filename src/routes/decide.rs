@@ -5,7 +5,7 @@
 //!
 //! | era, client | the tool's mode | plan |
 //! |---|---|---|
-//! | 2026-07-28, declared | `Auto`/`AutoRequired` | `Auto` after its budget (refused while draining) |
+//! | 2026-07-28, declared | `Auto`/`AutoRequired` | `Auto` after its budget (refused while draining); with inner tasks, the inner service may answer with its own |
 //! | 2026-07-28, declared | `Required`, `Optional` | handler, context open (refused while draining) |
 //! | 2026-07-28, not declared | `Required`/`AutoRequired` | -32021 (or the task tools) |
 //! | 2025-11-25 with `params.task` | `Never` | -32601 |
@@ -63,19 +63,19 @@ impl Shape {
         self,
         engine: &Engine,
         task: &TaskRecord,
-        id: Option<&Value>,
+        id: Option<&str>,
     ) -> Response<Bytes> {
         match self {
             Shape::Create => {
                 let server_info = engine.config().server_info.as_ref();
-                result_response_with(ReplyId::Value(id), http::HeaderMap::new(), |out| {
+                result_response_with(ReplyId::Raw(id), http::HeaderMap::new(), |out| {
                     TaskJson::summary(task)
                         .as_result("task", server_info)
                         .write_json(out);
                 })
             }
             Shape::Create2025 => {
-                result_response_with(ReplyId::Value(id), http::HeaderMap::new(), |out| {
+                result_response_with(ReplyId::Raw(id), http::HeaderMap::new(), |out| {
                     crate::task::task_2025(task).write_create_result(out);
                 })
             }
@@ -95,8 +95,15 @@ pub(crate) enum Plan {
     ShuttingDown,
     /// One of the task tools, answered from the store.
     TaskTool,
-    /// [`TaskMode::Auto`]: run in the background, a task past `after`.
-    Auto { after: Duration, shape: Shape },
+    /// [`TaskMode::Auto`]: run in the background, a task past `after`. With
+    /// `inner_tasks` the inner service may answer with a task of its own
+    /// ([`with_inner_tasks`](crate::TasksLayerBuilder::with_inner_tasks)), which
+    /// reaches the client as it is.
+    Auto {
+        after: Duration,
+        shape: Shape,
+        inner_tasks: bool,
+    },
     /// The tool's handler, with this context.
     Handler { context: TaskContext, shape: Shape },
 }
@@ -129,7 +136,7 @@ pub(crate) fn plan<S>(call: &Call<'_, S>, era: Era) -> Plan {
             return None;
         }
         engine
-            .refuse_anonymous(call.principal().as_ref())
+            .admit_owner(call.principal().as_ref())
             .err()
             .map(Plan::Refuse)
     };
@@ -149,7 +156,11 @@ pub(crate) fn plan<S>(call: &Call<'_, S>, era: Era) -> Plan {
             return refused;
         }
         return match mode.auto_after() {
-            Some(after) => Plan::Auto { after, shape },
+            Some(after) => Plan::Auto {
+                after,
+                shape,
+                inner_tasks: false,
+            },
             None => Plan::Handler {
                 context: TaskContext::open(),
                 shape,
@@ -157,7 +168,10 @@ pub(crate) fn plan<S>(call: &Call<'_, S>, era: Era) -> Plan {
         };
     }
     match era {
-        Era::Modern { declared } => modern(mode, declared, draining, anonymous_refused),
+        Era::Modern { declared } => {
+            let inner_tasks = config.inner_tasks.is_some();
+            modern(mode, declared, draining, inner_tasks, anonymous_refused)
+        }
         Era::Legacy { task } => legacy(mode, task, draining, anonymous_refused),
     }
 }
@@ -166,6 +180,7 @@ fn modern(
     mode: TaskMode,
     declared: bool,
     draining: bool,
+    inner_tasks: bool,
     anonymous_refused: impl Fn(TaskMode) -> Option<Plan>,
 ) -> Plan {
     let shape = Shape::Create;
@@ -176,7 +191,11 @@ fn modern(
         && declared
     {
         if !draining {
-            return Plan::Auto { after, shape };
+            return Plan::Auto {
+                after,
+                shape,
+                inner_tasks,
+            };
         }
         observe::task_refused("shutting_down");
     }
@@ -228,6 +247,7 @@ fn legacy(
         Some(_) => Plan::Auto {
             after: Duration::ZERO,
             shape,
+            inner_tasks: false,
         },
         None => Plan::Handler {
             context: TaskContext::open(),

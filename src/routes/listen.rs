@@ -13,6 +13,8 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt as _;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -20,24 +22,32 @@ use tower_service::Service;
 use super::{Call, Reply, forward, reply};
 use crate::body::{BoxBody, ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::{TaskContext, TaskRefused};
+use crate::engine::Engine;
 use crate::error::BoxError;
-use crate::notify::registry::{ByteLimit, Subscription};
+use crate::notify::{ByteLimit, SnapshotRead, Subscription};
 use crate::observe::{self, Outcome};
 use crate::store::Budgeted;
-use crate::task::{Scope, TaskId, TaskRecord, Timestamp};
+use crate::task::{Principal, Scope, TaskId, TaskRecord, Timestamp};
 use crate::wire::sse::{self, Splitter};
 use crate::wire::{Envelope, META_SUBSCRIPTION_ID, RawObject, RpcError};
 
 const ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
-/// Handles a modern `subscriptions/listen` request that reached the layer.
+/// Handles a modern `subscriptions/listen` request that reached the layer: admits
+/// it ([`admit`]), hands it to the inner service ([`open`]), and serves the stream
+/// ([`serve`]).
 ///
 /// Without `params.notifications.taskIds` the request is the inner service's
 /// business alone and passes through. With it: the ids are checked, kept only when
 /// the caller owns the task, registered, and removed from the forwarded request; the
 /// inner service's stream is then wrapped so that its acknowledgment lists the
 /// agreed ids and task notifications are merged in.
+///
+/// Ids of the inner service's own tasks
+/// ([`with_inner_tasks`](crate::TasksLayerBuilder::with_inner_tasks)) stay in the
+/// forwarded request, alone: the inner service follows them, and the ids its
+/// acknowledgment agrees to are listed beside the layer's own, as it wrote them.
 pub(crate) async fn call<S, B, ResBody>(call: Call<'_, S>) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>> + Send + 'static,
@@ -48,30 +58,55 @@ where
 {
     let Call {
         engine,
-        mut inner,
+        inner,
         mut parts,
         bytes,
         envelope,
         declared,
     } = call;
-    let bytes = bytes.clone();
-    let id = envelope.id.as_ref();
+    let id = envelope.reply_id();
     parts
         .extensions
         .insert(TaskContext::refused(TaskRefused::NotToolCall));
-    let requested = requested_task_ids(&envelope);
-    let (Some(requested), Some(subscription_id)) =
-        (requested.as_ref(), id.filter(|v| !v.is_null()))
-    else {
-        return forward(inner, parts, bytes, id).await;
+    let (stream, agreed, inner_ids) = match admit(&engine, &parts, &envelope, declared).await {
+        Ok(Some(admitted)) => admitted,
+        Ok(None) => return forward(inner, parts, bytes.clone(), id).await,
+        Err(refused) => return Ok(reply(refused, id)),
+    };
+    let inner_refs: Vec<&Value> = inner_ids.iter().collect();
+    let bytes = with_task_ids(&bytes, &inner_refs).unwrap_or_else(|| bytes.clone());
+    if parts.headers.contains_key(header::CONTENT_LENGTH) {
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
+    let carries_inner = !inner_ids.is_empty();
+    let opened = open(&engine, inner, parts, bytes).await?;
+    Ok(serve(stream, agreed, carries_inner, opened))
+}
+
+/// Admits a listen that names task ids: checks them, registers the stream under
+/// the stream caps, and queues each agreed task's current state (its snapshot)
+/// within the byte bounds. The stream, the ids agreed (those the caller owns),
+/// and the ids of the inner service's own tasks, left for it to follow; `None`
+/// for a listen without task ids (or without a request id), the inner service's
+/// alone.
+async fn admit(
+    engine: &Engine,
+    parts: &http::request::Parts,
+    envelope: &Envelope<'_>,
+    declared: bool,
+) -> Result<Option<(Stream, Vec<Value>, Vec<Value>)>, RpcError> {
+    let requested = requested_task_ids(envelope);
+    let id = envelope.reply_id().and_then(raw_id);
+    let (Some(requested), Some(subscription_id)) = (requested.as_ref(), id) else {
+        return Ok(None);
     };
     if !declared {
-        return Ok(reply(RpcError::tasks_extension_required(), id));
+        return Err(RpcError::tasks_extension_required());
     }
-    let owner = engine.principal(&parts);
-    if let Err(e) = engine.admit_owner(owner.as_ref()) {
-        return Ok(reply(e, id));
-    }
+    let owner = engine.principal(parts);
+    engine.admit_owner(owner.as_ref())?;
     let requested = match requested.as_array() {
         Some(ids)
             if ids.len() <= engine.config().max_listen_task_ids
@@ -80,20 +115,24 @@ where
             ids
         }
         _ => {
-            return Ok(reply(
-                RpcError::invalid_params("taskIds must be an array of at most 1000 strings"),
-                id,
+            return Err(RpcError::invalid_params(
+                "taskIds must be an array of at most 1000 strings",
             ));
         }
     };
 
+    let (inner_ids, requested): (Vec<&Value>, Vec<&Value>) = requested.iter().partition(|id| {
+        id.as_str()
+            .is_some_and(|id| engine.config().is_inner_task(id))
+    });
+    let inner_ids: Vec<Value> = inner_ids.into_iter().cloned().collect();
     // Register before reading the tasks, so that no change made while they are
     // read is missed; ids the caller does not own are dropped right after, and are
     // never delivered in between (delivery checks the owner).
     let mut candidates: Vec<TaskId> = Vec::with_capacity(requested.len());
     if engine.has_notifier() {
         let mut seen = HashSet::with_capacity(requested.len());
-        for text in requested.iter().filter_map(Value::as_str) {
+        for text in requested.iter().filter_map(|id| id.as_str()) {
             if let Ok(task) = text.parse::<TaskId>()
                 && seen.insert(task)
             {
@@ -102,96 +141,111 @@ where
         }
     }
     let config = engine.config();
-    let registered = engine.listen().registry().try_register(
+    let opened = engine.listen().open(
         owner.clone(),
         &candidates,
         config.max_listen_streams_per_owner,
         config.max_listen_streams,
     );
-    let mut subscription = match registered {
-        Ok(subscription) => subscription,
-        Err(limit) => {
-            tracing::warn!(
-                limit = limit.as_str(),
-                "listen refused: too many listen streams"
-            );
-            observe::listen_refused(limit.as_str());
-            let refused = RpcError::internal("Too many listen streams")
-                .with_data(json!({"limit": limit.as_str()}));
-            return Ok(reply(refused, id));
-        }
+    let mut subscription = opened.map_err(|limit| {
+        tracing::warn!(
+            limit = limit.as_str(),
+            "listen refused: too many listen streams"
+        );
+        observe::listen_refused(limit.as_str());
+        RpcError::internal("Too many listen streams").with_data(json!({"limit": limit.as_str()}))
+    })?;
+    let agreed = snapshot(engine, &mut subscription, &owner, &candidates).await?;
+    let stream = Stream {
+        subscription,
+        subscription_id,
+        keep_alive: config.keep_alive,
     };
-    // The snapshot: each task's state as it is now, all in one owner-scoped store
-    // round trip, queued to follow the acknowledgment, so that a change made before
-    // the stream opened is not missed. Read after registering: a change delivered
-    // meanwhile is as new or newer, and an older state is never queued after it.
-    // Read within the room the principal's streams have left (reserved first, so
-    // that concurrent listens share it): a snapshot that would not fit is refused
-    // before it is fetched.
-    let registry = engine.listen().registry();
-    let reservation = if candidates.is_empty() {
-        None
+    let agreed = agreed
+        .iter()
+        .map(|t| Value::String(t.to_string()))
+        .collect();
+    Ok(Some((stream, agreed, inner_ids)))
+}
+
+/// Queues the snapshot of a new stream: each task's state as it is now, all in
+/// one owner-scoped store round trip, to follow the acknowledgment, so that a
+/// change made before the stream opened is not missed. Read after registering: a
+/// change delivered meanwhile is as new or newer, and an older state is never
+/// queued after it. Read within the room the principal's streams have left (a
+/// snapshot that would not fit is refused before it is fetched; at the layer's
+/// total, the largest holder pays first). The ids found, which the stream keeps.
+async fn snapshot(
+    engine: &Engine,
+    subscription: &mut Subscription,
+    owner: &Option<Principal>,
+    candidates: &[TaskId],
+) -> Result<Vec<TaskId>, RpcError> {
+    let (records, reservation) = if candidates.is_empty() {
+        (Vec::new(), None)
     } else {
-        Some(registry.reserve(&owner).await)
-    };
-    let read = match &reservation {
-        None => Ok(Budgeted::Within(Vec::new())),
-        Some(reservation) => {
-            engine
+        let read = |budget| async move {
+            let scope = Scope::Owner(owner.as_ref());
+            let read = engine
                 .store()
-                .get_many_within(
-                    &candidates,
-                    Scope::Owner(owner.as_ref()),
-                    Timestamp::now(),
-                    reservation.bytes(),
-                )
-                .await
-        }
-    };
-    let records = match read {
-        Ok(Budgeted::Within(found)) => {
-            // Only ids asked for (a store could answer others), each once.
-            let asked: HashSet<&TaskId> = candidates.iter().collect();
-            let mut kept = HashSet::with_capacity(found.len());
-            found
-                .into_iter()
-                .filter(|r| asked.contains(&r.id) && kept.insert(r.id))
-                .collect()
-        }
-        Ok(Budgeted::OverBudget) => {
-            let limit = reservation
-                .as_ref()
-                .map_or(ByteLimit::PerOwner, |r| r.limit());
-            return Ok(too_many_bytes(limit, id));
-        }
-        Err(e) => {
-            tracing::error!(error = %crate::error::Chain(&e), "task store failed while reading the listen snapshot");
-            Vec::new()
+                .get_many_within(candidates, scope, Timestamp::now(), budget);
+            match read.await {
+                Ok(Budgeted::Within(found)) => Ok(Some(found)),
+                Ok(Budgeted::OverBudget) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        match engine.listen().read_snapshot(owner, read).await {
+            SnapshotRead::Read(found, reservation) => {
+                // Only ids asked for (a store could answer others), each once.
+                let asked: HashSet<&TaskId> = candidates.iter().collect();
+                let mut kept = HashSet::with_capacity(found.len());
+                let found = found
+                    .into_iter()
+                    .filter(|r| asked.contains(&r.id) && kept.insert(r.id))
+                    .collect();
+                (found, Some(reservation))
+            }
+            SnapshotRead::TooManyBytes(limit) => return Err(too_many_bytes(limit)),
+            SnapshotRead::Failed(e) => {
+                tracing::error!(error = %crate::error::Chain(&e), "task store failed while reading the listen snapshot");
+                (Vec::new(), None)
+            }
         }
     };
     let agreed: Vec<TaskId> = records.iter().map(|r: &TaskRecord| r.id).collect();
     subscription.retain(&agreed);
-    if let Err(limit) = subscription.snapshot(records, reservation) {
-        return Ok(too_many_bytes(limit, id));
-    }
-    let agreed_ids: Vec<Value> = agreed
-        .iter()
-        .map(|t| Value::String(t.to_string()))
-        .collect();
+    subscription
+        .snapshot(records, reservation)
+        .map_err(too_many_bytes)?;
+    Ok(agreed)
+}
 
-    let stream = Stream {
-        subscription,
-        subscription_id: subscription_id.clone(),
-        keep_alive: engine.config().keep_alive,
-    };
-    let bytes = without_task_ids(&bytes).unwrap_or(bytes);
-    if parts.headers.contains_key(header::CONTENT_LENGTH) {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    }
-    // The inner service has until the deadline to answer and acknowledge; a stalled
-    // one is dropped, and the client gets a tasks-only stream.
+/// How the inner service answered a listen.
+enum Opened<ResBody> {
+    /// With an event stream, which began as [`First`] says.
+    Stream(http::response::Parts, First),
+    /// With an answer of its own for the client (a refusal of the filter, say).
+    Answer(Response<ResponseBody<ResBody>>),
+    /// Not in time, or with no listen support: the layer serves the task
+    /// notifications alone.
+    Alone,
+}
+
+/// Hands the listen (its task ids removed) to the inner service, which has until
+/// the acknowledgment deadline to answer and begin its stream; a stalled one is
+/// dropped.
+async fn open<S, B, ResBody>(
+    engine: &Engine,
+    mut inner: S,
+    parts: http::request::Parts,
+    bytes: Bytes,
+) -> Result<Opened<ResBody>, S::Error>
+where
+    S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
     let deadline = Instant::now() + engine.config().listen_ack_timeout;
     let call = inner.call(Request::from_parts(parts, RequestBody::buffered(bytes)));
     let response = match tokio::time::timeout_at(deadline, call).await {
@@ -200,7 +254,7 @@ where
             tracing::warn!(
                 "the inner service did not answer the listen in time; serving task notifications alone"
             );
-            return Ok(tasks_only(stream, agreed_ids));
+            return Ok(Opened::Alone);
         }
     };
     let (head, body) = response.into_parts();
@@ -210,7 +264,10 @@ where
         let passed_on = match head.status {
             StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED => None,
             status if !status.is_success() => {
-                return Ok(Response::from_parts(head, ResponseBody::inner(body)));
+                return Ok(Opened::Answer(Response::from_parts(
+                    head,
+                    ResponseBody::inner(body),
+                )));
             }
             _ => match tokio::time::timeout_at(
                 deadline,
@@ -224,31 +281,53 @@ where
                     (code != Some(RpcError::METHOD_NOT_FOUND)).then_some(bytes)
                 }
                 Ok(Ok(overflow @ ReadOutcome::Overflow(..))) => {
-                    return Ok(Response::from_parts(head, overflow.into_body()));
+                    return Ok(Opened::Answer(Response::from_parts(
+                        head,
+                        overflow.into_body(),
+                    )));
                 }
                 // A failed or stalled answer: no listen support to speak of.
                 Ok(Err(_)) | Err(_) => None,
             },
         };
         if let Some(answer) = passed_on {
-            return Ok(Response::from_parts(head, ResponseBody::full(answer)));
+            return Ok(Opened::Answer(Response::from_parts(
+                head,
+                ResponseBody::full(answer),
+            )));
         }
         tracing::debug!(
             status = head.status.as_u16(),
             "the inner service has no listen stream; serving task notifications alone"
         );
-        return Ok(tasks_only(stream, agreed_ids));
+        return Ok(Opened::Alone);
     }
     let body: BoxBody = Box::pin(body.map_err(Into::into));
     let cap = engine.config().max_response_bytes;
-    let first = match tokio::time::timeout_at(deadline, first_message(body, cap)).await {
-        Ok(first) => first,
+    match tokio::time::timeout_at(deadline, first_message(body, cap)).await {
+        Ok(first) => Ok(Opened::Stream(head, first)),
         Err(_) => {
             tracing::warn!(
                 "the inner listen stream sent no acknowledgment in time; serving task notifications alone"
             );
-            return Ok(tasks_only(stream, agreed_ids));
+            Ok(Opened::Alone)
         }
+    }
+}
+
+/// The client's response: the inner stream with the task notifications merged in
+/// (its acknowledgment listing the `agreed` ids), the layer's own stream of task
+/// notifications, or the inner service's answer.
+fn serve<B>(
+    stream: Stream,
+    agreed: Vec<Value>,
+    carries_inner: bool,
+    opened: Opened<B>,
+) -> Response<ResponseBody<B>> {
+    let (head, first) = match opened {
+        Opened::Answer(answer) => return answer,
+        Opened::Alone => return tasks_only(stream, agreed),
+        Opened::Stream(head, first) => (head, first),
     };
     match first {
         First::Acknowledged {
@@ -257,39 +336,42 @@ where
             body,
         } => {
             let params = object_entry(&mut ack, "params");
-            let meta = object_entry_in(params, "_meta");
-            meta.insert(META_SUBSCRIPTION_ID.into(), stream.subscription_id.clone());
+            object_entry_in(params, "_meta");
             let notifications = object_entry_in(params, "notifications");
-            notifications.insert("taskIds".into(), Value::Array(agreed_ids));
-            let ack = sse::data_event(&serde_json::to_vec(&ack).unwrap_or_default());
-            Ok(merged(head, ListenBody::new(stream, ack, rest, Some(body))))
+            let mut task_ids = agreed;
+            if carries_inner
+                && let Some(Value::Array(inner_agreed)) = notifications.remove("taskIds")
+            {
+                task_ids.extend(inner_agreed.into_iter().filter(Value::is_string));
+            }
+            notifications.insert("taskIds".into(), Value::Array(task_ids));
+            let ack = stamped(&ack, &stream.subscription_id);
+            merged(head, ListenBody::new(stream, ack, rest, Some(body)))
         }
         First::Other { rest, body } => {
             tracing::warn!(
                 "the inner listen stream did not start with an acknowledgment; sending one"
             );
-            let ack = acknowledgment(&stream.subscription_id, agreed_ids);
-            Ok(merged(head, ListenBody::new(stream, ack, rest, Some(body))))
+            let ack = acknowledgment(&stream.subscription_id, agreed);
+            merged(head, ListenBody::new(stream, ack, rest, Some(body)))
         }
         First::Unsupported => {
             tracing::debug!(
                 "the inner service refused the listen; serving task notifications alone"
             );
-            Ok(tasks_only(stream, agreed_ids))
+            tasks_only(stream, agreed)
         }
     }
 }
 
 /// The refusal of a listen whose snapshot would pass a byte bound.
-fn too_many_bytes<B>(limit: ByteLimit, id: Option<&Value>) -> Response<ResponseBody<B>> {
+fn too_many_bytes(limit: ByteLimit) -> RpcError {
     tracing::warn!(
         limit = limit.as_str(),
         "listen refused: the principal's listen streams hold too many bytes"
     );
     observe::listen_refused(limit.as_str());
-    let refused =
-        RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}));
-    reply(refused, id)
+    RpcError::internal("Too many listen bytes").with_data(json!({"limit": limit.as_str()}))
 }
 
 /// The inner stream's head over the merged body: its length no longer holds, and
@@ -310,13 +392,20 @@ fn requested_task_ids(envelope: &Envelope<'_>) -> Option<Value> {
     Some(serde_json::from_str(ids.get()).unwrap_or(Value::Null))
 }
 
-/// The request body with `params.notifications.taskIds` removed: the inner service
-/// never sees the extension's field, and sees every other value as the client
+/// The request body with `params.notifications.taskIds` holding only `inner`, the
+/// ids of the inner service's own tasks, or removed when there are none: the inner
+/// service never sees the layer's ids, and sees every other value as the client
 /// wrote it.
-fn without_task_ids(bytes: &[u8]) -> Option<Bytes> {
+fn with_task_ids(bytes: &[u8], inner: &[&Value]) -> Option<Bytes> {
     let mut message = RawObject::parse(bytes)?;
-    let removed = message.edit(&["params", "notifications"], |n| n.remove("taskIds"));
-    removed.then(|| Bytes::from(message.to_vec()))
+    let edited = message.edit(&["params", "notifications"], |n| match inner.is_empty() {
+        true => n.remove("taskIds"),
+        false => {
+            n.insert("taskIds", inner);
+            true
+        }
+    });
+    edited.then(|| Bytes::from(message.to_vec()))
 }
 
 fn object_entry<'a>(value: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
@@ -342,31 +431,87 @@ fn object_entry_in<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Ma
     }
 }
 
+/// The request's id as the subscription's, kept as the client wrote it.
+fn raw_id(id: &str) -> Option<Box<RawValue>> {
+    RawValue::from_string(id.to_owned()).ok()
+}
+
+/// The SSE event of `message` with `params._meta[META_SUBSCRIPTION_ID]` written as
+/// `id`'s own text (`params._meta` must be an object).
+fn stamped(message: &Value, id: &RawValue) -> Bytes {
+    let message = Stamped {
+        value: message,
+        id,
+        path: &["params", "_meta"],
+    };
+    sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
+}
+
+/// A JSON value written with the subscription id, as its raw text, at the end of
+/// `path`: a `Value` would read `18446744073709551616` as a float.
+struct Stamped<'a> {
+    value: &'a Value,
+    id: &'a RawValue,
+    path: &'a [&'a str],
+}
+
+impl Serialize for Stamped<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let Some(map) = self.value.as_object() else {
+            return self.value.serialize(serializer);
+        };
+        let mut out = serializer.serialize_map(None)?;
+        match self.path.split_first() {
+            None => {
+                for (key, value) in map.iter().filter(|(k, _)| *k != META_SUBSCRIPTION_ID) {
+                    out.serialize_entry(key, value)?;
+                }
+                out.serialize_entry(META_SUBSCRIPTION_ID, self.id)?;
+            }
+            Some((next, path)) => {
+                for (key, value) in map {
+                    if key == next {
+                        let id = self.id;
+                        out.serialize_entry(key, &Stamped { value, id, path })?;
+                    } else {
+                        out.serialize_entry(key, value)?;
+                    }
+                }
+            }
+        }
+        out.end()
+    }
+}
+
 /// The layer's own acknowledgment: only the task ids, for a stream the inner
 /// service does not serve.
-fn acknowledgment(subscription_id: &Value, task_ids: Vec<Value>) -> Bytes {
+fn acknowledgment(subscription_id: &RawValue, task_ids: Vec<Value>) -> Bytes {
     let message = json!({
         "jsonrpc": "2.0",
         "method": ACKNOWLEDGED,
         "params": {
-            "_meta": {META_SUBSCRIPTION_ID: subscription_id},
+            "_meta": {},
             "notifications": {"taskIds": task_ids},
         },
     });
-    sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
+    stamped(&message, subscription_id)
+}
+
+/// `{"<META_SUBSCRIPTION_ID>":<id>}`, the id as the client wrote it.
+fn subscription_meta(subscription_id: &RawValue) -> String {
+    let key = serde_json::to_string(META_SUBSCRIPTION_ID).unwrap_or_default();
+    format!("{{{key}:{}}}", subscription_id.get())
 }
 
 /// The result of the listen request, ending its stream from the server's side.
-fn listen_result(subscription_id: &Value) -> Bytes {
-    let message = json!({
-        "jsonrpc": "2.0",
-        "id": subscription_id,
-        "result": {
-            "resultType": "complete",
-            "_meta": {META_SUBSCRIPTION_ID: subscription_id},
-        },
-    });
-    sse::data_event(&serde_json::to_vec(&message).unwrap_or_default())
+fn listen_result(subscription_id: &RawValue) -> Bytes {
+    let message = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"resultType\":\"complete\",\"_meta\":{}}}}}",
+        subscription_id.get(),
+        subscription_meta(subscription_id)
+    );
+    sse::data_event(message.as_bytes())
 }
 
 fn tasks_only<B>(stream: Stream, task_ids: Vec<Value>) -> Response<ResponseBody<B>> {
@@ -387,10 +532,8 @@ fn tasks_only<B>(stream: Stream, task_ids: Vec<Value>) -> Response<ResponseBody<
 
 /// `data: {"jsonrpc":"2.0","method":"notifications/tasks","params":{"_meta":{…},`
 /// for one subscription: a task's DetailedTask fields follow.
-fn notification_prefix(subscription_id: &Value) -> Bytes {
-    let mut meta = Map::with_capacity(1);
-    meta.insert(META_SUBSCRIPTION_ID.into(), subscription_id.clone());
-    let meta = serde_json::to_string(&meta).unwrap_or_else(|_| "{}".into());
+fn notification_prefix(subscription_id: &RawValue) -> Bytes {
+    let meta = subscription_meta(subscription_id);
     Bytes::from(format!(
         "data: {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tasks\",\"params\":{{\"_meta\":{meta},"
     ))
@@ -459,7 +602,8 @@ async fn first_message(mut body: BoxBody, cap: usize) -> First {
 /// What a listen body needs besides the inner stream.
 struct Stream {
     subscription: Subscription,
-    subscription_id: Value,
+    /// The listen request's id, as the client wrote it.
+    subscription_id: Box<RawValue>,
     keep_alive: Duration,
 }
 
@@ -624,10 +768,9 @@ impl Body for ListenBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::task::Waker;
 
-    use crate::notify::registry::Registry;
+    use crate::notify::{ListenNotifier, TaskNotifier as _};
     use crate::task::{Principal, TaskRecord};
 
     fn record(id: TaskId, owner: Option<&str>, revision: u64, message: &str) -> TaskRecord {
@@ -637,11 +780,10 @@ mod tests {
         r
     }
 
-    fn body(rest: &[u8]) -> ListenBody {
-        let registry = Arc::new(Registry::default());
+    fn body(rest: &[u8], listen: &ListenNotifier, tasks: &[TaskId]) -> ListenBody {
         let stream = Stream {
-            subscription: registry.register(None, &[]),
-            subscription_id: json!(1),
+            subscription: listen.register(None, tasks),
+            subscription_id: super::raw_id("1").unwrap(),
             keep_alive: Duration::from_secs(60),
         };
         ListenBody::new(stream, Bytes::new(), Bytes::copy_from_slice(rest), None)
@@ -649,7 +791,11 @@ mod tests {
 
     #[test]
     fn only_whole_events_are_split_off() {
-        let mut b = body(b"data: {\"a\":1}\n\ndata: {\"b\"");
+        let mut b = body(
+            b"data: {\"a\":1}\n\ndata: {\"b\"",
+            &ListenNotifier::default(),
+            &[],
+        );
         assert_eq!(&b.whole_events().unwrap()[..], b"data: {\"a\":1}\n\n");
         assert!(b.whole_events().is_none());
         b.events.push(b":2}\r\n");
@@ -663,13 +809,13 @@ mod tests {
 
     #[test]
     fn a_notification_is_one_data_line_of_the_detailed_task() {
-        let mut b = body(b"");
-        b.stream.subscription_id = json!("a \"quoted\"\nid");
+        let listen = ListenNotifier::default();
         let task = TaskId::random();
-        b.stream.subscription = b.stream.subscription.registry().register(None, &[task]);
+        let mut b = body(b"", &listen, &[task]);
+        b.stream.subscription_id = super::raw_id(r#""a \"quoted\"\nid""#).unwrap();
         let mut r = record(task, None, 1, "hi");
         r.result = Some(json!({"content": []}));
-        b.stream.subscription.registry().deliver(&r);
+        listen.task_changed(&r);
         let mut bytes = BytesMut::new();
         while let Some(piece) = b.notifications(&mut Context::from_waker(Waker::noop())) {
             bytes.extend_from_slice(&piece);
@@ -692,11 +838,19 @@ mod tests {
     #[test]
     fn task_ids_are_removed_from_the_forwarded_request() {
         let request = br#"{"jsonrpc":"2.0","id":3,"method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"taskIds":["x"]}}}"#;
-        let forwarded: Value = serde_json::from_slice(&without_task_ids(request).unwrap()).unwrap();
+        let forwarded: Value =
+            serde_json::from_slice(&with_task_ids(request, &[]).unwrap()).unwrap();
         assert_eq!(
             forwarded["params"]["notifications"],
             json!({"toolsListChanged": true})
         );
-        assert!(without_task_ids(br#"{"params":{"notifications":{}}}"#).is_none());
+        assert!(with_task_ids(br#"{"params":{"notifications":{}}}"#, &[]).is_none());
+        let inner = json!("in.1");
+        let forwarded: Value =
+            serde_json::from_slice(&with_task_ids(request, &[&inner]).unwrap()).unwrap();
+        assert_eq!(
+            forwarded["params"]["notifications"],
+            json!({"toolsListChanged": true, "taskIds": ["in.1"]})
+        );
     }
 }

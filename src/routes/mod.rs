@@ -65,9 +65,9 @@ pub(crate) struct Call<'a, S> {
 }
 
 impl<S> Call<'_, S> {
-    /// The request's JSON-RPC id, as parsed.
-    pub(crate) fn id(&self) -> Option<&Value> {
-        self.envelope.id.as_ref()
+    /// The request's JSON-RPC id as replies echo it ([`Envelope::reply_id`]).
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.envelope.reply_id()
     }
 
     /// The caller, as the layer's principal function (or the request's
@@ -85,7 +85,7 @@ impl<S> Call<'_, S> {
             self.inner,
             self.parts,
             self.bytes.clone(),
-            self.envelope.id.as_ref(),
+            self.envelope.reply_id(),
         )
         .await
     }
@@ -93,7 +93,9 @@ impl<S> Call<'_, S> {
     /// Hands the request to the inner service and rewrites its answer with `edit`,
     /// JSON or SSE alike ([`sse::rewrite_response`]): what the layer does to the
     /// answers it adds to. A failed status, an answer past the response cap, or one
-    /// `edit` leaves unchanged passes as the inner service wrote it.
+    /// `edit` leaves unchanged passes as the inner service wrote it. An answer not
+    /// read to its end within the edited-answer timeout is dropped, and the client
+    /// gets -32603 with HTTP 504.
     pub(crate) async fn forward_edited<B, ResBody>(
         self,
         edit: impl FnOnce(&mut Value) -> bool,
@@ -111,18 +113,35 @@ impl<S> Call<'_, S> {
             envelope,
             ..
         } = self;
-        let id = envelope.id.as_ref();
-        let response = inner
-            .call(Request::from_parts(
-                parts,
-                RequestBody::buffered(bytes.clone()),
-            ))
-            .await?;
-        let (mut head, body) = response.into_parts();
-        if !head.status.is_success() {
-            return Ok(Response::from_parts(head, ResponseBody::inner(body)));
-        }
-        let read = match read_up_to(body, engine.config().max_response_bytes).await {
+        let id = envelope.reply_id();
+        let limit = engine.config().edited_answer_timeout;
+        let answer = async {
+            let response = inner
+                .call(Request::from_parts(
+                    parts,
+                    RequestBody::buffered(bytes.clone()),
+                ))
+                .await?;
+            let (head, body) = response.into_parts();
+            if !head.status.is_success() {
+                return Ok(Err(Response::from_parts(head, ResponseBody::inner(body))));
+            }
+            let read = read_up_to(body, engine.config().max_response_bytes).await;
+            Ok(Ok((head, read)))
+        };
+        let (mut head, read) = match tokio::time::timeout(limit, answer).await {
+            Ok(Ok(Ok(read))) => read,
+            Ok(Ok(Err(passed))) => return Ok(passed),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                tracing::warn!(
+                    timeout_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+                    "the inner service did not finish an answer the layer edits in time; answering -32603"
+                );
+                return Ok(reply(RpcError::answer_timed_out(), id));
+            }
+        };
+        let read = match read {
             Ok(ReadOutcome::Complete(read)) => read,
             Ok(overflow) => return Ok(Response::from_parts(head, overflow.into_body())),
             Err(e) => {
@@ -157,9 +176,19 @@ pub(crate) fn route_span(method: &str) -> tracing::Span {
 }
 
 /// A JSON-RPC error response written by the layer.
-pub(crate) fn reply<B>(error: RpcError, id: Option<&Value>) -> Response<ResponseBody<B>> {
+/// `id` is the request's id as the client wrote it ([`Envelope::reply_id`]).
+pub(crate) fn reply<B>(error: RpcError, id: Option<&str>) -> Response<ResponseBody<B>> {
     observe::outcome(Outcome::Error(error.code()));
-    error.to_response(id).map(ResponseBody::full)
+    let mut response = error.to_response_raw(id).map(ResponseBody::full);
+    // A refusal the call may be sent again after (a drain, no worker lease): a
+    // proxy or load balancer retries it, on another node.
+    if response.status() == http::StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 /// HTTP 202 with no body: a notification the layer took (it changes nothing), or
@@ -176,7 +205,7 @@ pub(crate) fn accepted<B>() -> Response<ResponseBody<B>> {
 /// that a proxy or load balancer retries it on another node, and `error.data`
 /// `{"retryable": true, "reason": "shutting_down"}` for a client that reads only
 /// the JSON-RPC body. The call never reached the inner service: a retry is safe.
-pub(crate) fn shutting_down<B>(id: Option<&Value>) -> Response<ResponseBody<B>> {
+pub(crate) fn shutting_down<B>(id: Option<&str>) -> Response<ResponseBody<B>> {
     observe::task_refused("shutting_down");
     let refused = RpcError::new(
         RpcError::INTERNAL_ERROR,
@@ -184,12 +213,7 @@ pub(crate) fn shutting_down<B>(id: Option<&Value>) -> Response<ResponseBody<B>> 
         http::StatusCode::SERVICE_UNAVAILABLE,
     )
     .with_data(retryable(Interrupted::ShuttingDown.reason()));
-    let mut response = reply(refused, id);
-    response.headers_mut().insert(
-        http::header::RETRY_AFTER,
-        http::HeaderValue::from_static("1"),
-    );
-    response
+    reply(refused, id)
 }
 
 /// Stores the task a spec asks for and starts its work. A request dropped before
@@ -210,10 +234,12 @@ pub(crate) async fn create_task(
     let created = engine.create_task_as(id, owner, &spec.task).await;
     // An error is settled already: refused, or made up for by the engine.
     pending.id = None;
-    let record = created?;
+    let (record, creating) = created?;
     pending.id = Some(id);
     worker::start(engine, id, start).await;
     pending.id = None;
+    // Its work holds it from here on (a start function takes its own hold).
+    drop(creating);
     Ok(record)
 }
 
@@ -238,7 +264,7 @@ pub(crate) async fn forward<S, B, ResBody>(
     mut inner: S,
     parts: http::request::Parts,
     bytes: Bytes,
-    id: Option<&Value>,
+    id: Option<&str>,
 ) -> Reply<ResBody, S::Error>
 where
     S: Service<Request<RequestBody<B>>, Response = Response<ResBody>>,
@@ -254,7 +280,7 @@ where
 /// the request id when the layer read it (`null` on the header-only fast path).
 pub(crate) fn refuse_stray_task<B>(
     mut response: Response<B>,
-    id: Option<&serde_json::Value>,
+    id: Option<&str>,
 ) -> Response<ResponseBody<B>> {
     if response.extensions_mut().remove::<TaskSpec>().is_none() {
         return response.map(ResponseBody::inner);
@@ -330,6 +356,7 @@ mod tests {
     async fn a_create_dropped_after_its_commit_is_failed_not_left_working() {
         let store = Arc::new(StoresThenHangs::default());
         let layer = TasksLayer::builder(store.clone())
+            .with_anonymous_tasks()
             .without_janitor()
             .build()
             .expect("a valid layer");

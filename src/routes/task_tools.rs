@@ -113,12 +113,12 @@ pub(crate) async fn answer_tool<S, B>(call: Call<'_, S>) -> Response<ResponseBod
     let tool = envelope.param_str("name");
     let arguments = envelope.param("arguments").unwrap_or(&Value::Null);
     if let Err(e) = engine.admit_owner(owner.as_ref()) {
-        return reply(e, envelope.id.as_ref());
+        return reply(e, envelope.reply_id());
     }
     let scope = Scope::Owner(owner.as_ref());
     let result = answer(&engine, tool.as_deref().unwrap_or(""), arguments, scope).await;
     observe::outcome(Outcome::Result);
-    tool_response(&engine, envelope.id.as_ref(), result, legacy)
+    tool_response(&engine, envelope.reply_id(), result, legacy)
 }
 
 /// Whether a `tools/call` names one of the task tools.
@@ -358,7 +358,7 @@ fn tool_result(
 
 fn tool_response<B>(
     engine: &Engine,
-    id: Option<&Value>,
+    id: Option<&str>,
     answer: ToolAnswer,
     legacy: bool,
 ) -> Response<ResponseBody<B>> {
@@ -393,6 +393,14 @@ async fn answer(engine: &Engine, tool: &str, arguments: &Value, scope: Scope<'_>
     match outcome {
         Ok(Some(answer)) => answer,
         Ok(None) => unknown(),
+        Err(StoreError::LimitReached(limit)) => {
+            let refused = crate::engine::limit_reached(limit);
+            ToolAnswer::error(format!(
+                "The answers were not accepted: the tasks of this principal store as many \
+                 bytes as they may ({}); cancel a task, or wait until some expire.",
+                refused.message()
+            ))
+        }
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "task store failed");
             ToolAnswer::error(format!(

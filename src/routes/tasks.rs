@@ -1,7 +1,9 @@
 //! `tasks/get`, `tasks/update` and `tasks/cancel`: answered from the store, scoped
-//! to the caller, never reaching the inner service. A request whose `Mcp-Method`
-//! header names one of them is answered by [`tasks_now`] without awaiting when the
-//! store answers at once; any other reaches [`call`].
+//! to the caller, never reaching the inner service, unless the id names one of the
+//! inner service's own tasks ([`is_inner`]): that request is checked, then handed
+//! to the inner service. A request whose `Mcp-Method` header names one of them is
+//! answered by [`tasks_now`] without awaiting when the store answers at once; any
+//! other reaches [`call`].
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response};
@@ -40,7 +42,9 @@ where
 {
     let Call {
         engine,
+        inner,
         parts,
+        bytes,
         envelope,
         ..
     } = call;
@@ -48,6 +52,10 @@ where
         Ok(owner) => owner,
         Err(response) => return Ok(response),
     };
+    if is_inner(&engine, &envelope) {
+        observe::outcome(Outcome::Forwarded);
+        return super::forward(inner, parts, bytes.clone(), envelope.reply_id()).await;
+    }
     let answer = answer(&engine, &envelope, Scope::Owner(owner.as_ref())).await;
     Ok(respond(&engine, &envelope, parts.headers, answer))
 }
@@ -154,6 +162,7 @@ pub(crate) fn tasks_now<'a, B>(
     };
     if envelope.is_legacy(&parts.headers)
         || !is_tasks_method(&envelope.method)
+        || is_inner(engine, &envelope)
         || !super::route_span(&envelope.method).is_disabled()
     {
         return TasksNow::Dispatch(parts);
@@ -171,6 +180,16 @@ pub(crate) fn tasks_now<'a, B>(
             headers: parts.headers,
         }),
     }
+}
+
+/// Whether the request's `taskId` names one of the inner service's own tasks
+/// ([`with_inner_tasks`](crate::TasksLayerBuilder::with_inner_tasks)): the inner
+/// service answers for it, an unknown one included.
+fn is_inner(engine: &Engine, envelope: &Envelope<'_>) -> bool {
+    engine.config().inner_tasks.is_some()
+        && envelope
+            .param_str("taskId")
+            .is_some_and(|id| engine.config().is_inner_task(&id))
 }
 
 /// What a `tasks/*` request is answered with.
@@ -274,8 +293,12 @@ pub(crate) fn not_found() -> RpcError {
     RpcError::invalid_params("Failed to retrieve task: Task not found")
 }
 
-/// -32603 for a failed store call, logged with its cause.
+/// -32603 for a failed store call, logged with its cause; for a write refused at
+/// a cap (its owner's stored bytes), -32603 "Task limit reached" naming it.
 pub(crate) fn store_failed(e: StoreError) -> RpcError {
+    if let StoreError::LimitReached(limit) = e {
+        return crate::engine::limit_reached(limit);
+    }
     tracing::error!(error = %crate::error::Chain(&e), "task store failed");
     RpcError::internal_error()
 }

@@ -46,7 +46,11 @@ where
         Plan::Refuse(e) => Ok(reply(e, call.id())),
         Plan::ShuttingDown => Ok(super::shutting_down(call.id())),
         Plan::TaskTool => Ok(task_tools::answer_tool(call).await),
-        Plan::Auto { after, shape } => Box::pin(super::auto::run(call, after, shape)).await,
+        Plan::Auto {
+            after,
+            shape,
+            inner_tasks,
+        } => Box::pin(super::auto::run(call, after, shape, inner_tasks)).await,
         Plan::Handler { context, shape } => run(call, context, shape).await,
     }
 }
@@ -74,7 +78,7 @@ where
         ..
     } = call;
     let engine = &engine;
-    let id = envelope.id.as_ref();
+    let id = envelope.reply_id();
     parts.extensions.insert(context.clone());
     let response = inner
         .call(Request::from_parts(
@@ -100,7 +104,7 @@ where
             context,
             spec: spec_on_response,
             owner,
-            id: id.cloned(),
+            id: id.map(Box::from),
             shape,
         };
         let body = DecidingBody::new(Box::pin(body.map_err(Into::into)), decision);
@@ -147,7 +151,8 @@ pub(crate) struct Decision {
     /// A spec the inner service put on its response head (way 2).
     pub(crate) spec: Option<TaskSpec>,
     pub(crate) owner: Option<Principal>,
-    pub(crate) id: Option<Value>,
+    /// The request's id as the client wrote it.
+    pub(crate) id: Option<Box<str>>,
     /// How the task is answered.
     pub(crate) shape: Shape,
 }
@@ -169,7 +174,7 @@ impl Decision {
                 ..
             } = self;
             return Some(Box::pin(async move {
-                let settled = settle(&engine, owner, answer, shape, id.as_ref()).await;
+                let settled = settle(&engine, owner, answer, shape, id.as_deref()).await;
                 sse::data_event(settled.body())
             }));
         };
@@ -182,8 +187,8 @@ impl Decision {
         } = self;
         Some(Box::pin(async move {
             let message = match super::create_task(&engine, owner, spec).await {
-                Ok(task) => shape.response(&engine, &task, id.as_ref()).into_body(),
-                Err(e) => e.to_body(id.as_ref()),
+                Ok(task) => shape.response(&engine, &task, id.as_deref()).into_body(),
+                Err(e) => e.to_body_raw(id.as_deref()),
             };
             sse::data_event(&message)
         }))
@@ -357,7 +362,7 @@ async fn settle(
     owner: Option<Principal>,
     answer: Option<Value>,
     shape: Shape,
-    id: Option<&Value>,
+    id: Option<&str>,
 ) -> Response<Bytes> {
     let end = match super::auto::step_of(answer) {
         Step::Complete(result) => Transition::Complete {
@@ -368,7 +373,7 @@ async fn settle(
             error,
             message: None,
         },
-        Step::Ask { .. } => Transition::Fail {
+        Step::Ask { .. } | Step::InnerTask(_) => Transition::Fail {
             error: ErrorObject::new(RpcError::INTERNAL_ERROR, "Internal error"),
             message: None,
         },
@@ -377,17 +382,16 @@ async fn settle(
         Ok(task) => task,
         Err(e) => {
             observe::outcome(Outcome::Error(e.code()));
-            return e.to_response(id);
+            return e.to_response_raw(id);
         }
     };
-    let end = engine.limit_result(end).unwrap_or_else(|refused| refused);
     let task = match engine.update(&created.id, Scope::Any, &end).await {
         Ok(Some(updated)) => updated.record,
         Ok(None) => created,
         Err(e) => {
             tracing::error!(error = %crate::error::Chain(&e), "task store failed");
             observe::outcome(Outcome::Error(RpcError::INTERNAL_ERROR));
-            return RpcError::internal_error().to_response(id);
+            return RpcError::internal_error().to_response_raw(id);
         }
     };
     observe::outcome(Outcome::Task);

@@ -140,6 +140,10 @@ impl StoreCalls {
         .await
     }
 
+    pub(crate) async fn owner_bytes(&self, owner: Option<&Principal>) -> Result<u64, StoreError> {
+        timed("owner_bytes", self.timeout, self.store.owner_bytes(owner)).await
+    }
+
     pub(crate) fn subscribe(&self) -> Option<ChangeFeed> {
         self.store.subscribe()
     }

@@ -71,6 +71,10 @@ impl Rest {
 }
 
 impl Stored {
+    pub(super) fn owner(&self) -> Option<&Principal> {
+        self.owner.as_ref()
+    }
+
     pub(super) fn into_owner(self) -> Option<Principal> {
         self.owner
     }

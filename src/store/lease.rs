@@ -9,6 +9,12 @@
 //! changes. No clock is stored: the other nodes judge a lease dead by watching its
 //! counter stand still on their own monotonic clocks, then claim it in one atomic
 //! step that re-checks the counter, fail its holds, and forget it.
+//!
+//! A task has one holder: the lease that took it last. A renewal that holds a task
+//! another lease holds (another node's, or an earlier incarnation's of the same
+//! node) takes it over in the same atomic step, so a claim of the earlier holder
+//! no longer lists it and the work of the live node is never failed for a death
+//! that is not its own.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -18,6 +24,11 @@ use std::time::Duration;
 use crate::error::StoreError;
 use crate::store::BoxFuture;
 use crate::task::TaskId;
+
+/// The most task ids the layer sends in one renewal, and the most the shared
+/// stores put in one statement or script: a larger change is split, so that no
+/// single store call grows with the number of holds.
+pub(crate) const RENEW_BATCH: usize = 5_000;
 
 /// The identity of one layer instance (one node) in a cluster, in log lines and
 /// lease keys. By default the host name, the process id and six random hex digits
@@ -118,7 +129,8 @@ impl fmt::Display for NodeId {
 
 /// One lease: a node, and the incarnation of the process running as that node.
 /// A process that restarts under the same [`NodeId`] is a new incarnation, so
-/// the holds of the one before are failed, never silently taken over.
+/// the holds of the one before are failed, but for those the new one holds again
+/// (it took them over).
 ///
 /// ```
 /// use mcp_tasks::store::{LeaseId, NodeId};
@@ -189,7 +201,8 @@ pub struct Renewal<'a> {
     /// The first renewal of this incarnation: only it may create the lease. A later
     /// renewal that finds no lease learns that it was claimed and forgotten.
     pub first: bool,
-    /// Tasks the node holds from now on.
+    /// Tasks the node holds from now on. A task the lease does not hold yet is
+    /// taken over from the lease that holds it, if any: it leaves that lease's holds.
     pub hold: &'a [TaskId],
     /// Tasks the node no longer holds.
     pub release: &'a [TaskId],
@@ -297,7 +310,9 @@ pub struct LeaseState {
 pub trait LeaseStore: fmt::Debug + Send + Sync + 'static {
     /// Renews `renewal.lease` and applies its hold changes, in one round trip, unless
     /// the lease was claimed ([`Renewed::Lost`]). Only a `first` renewal creates a
-    /// lease.
+    /// lease. A task newly held is taken over in the same atomic step: it leaves
+    /// the holds of any other lease, so that only its last holder's claim lists it.
+    /// One the lease holds already keeps its holder as it is.
     fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>>;
 
     /// Every lease, with its renewal count, length and claim.
@@ -407,7 +422,42 @@ impl<L: LeaseStore + ?Sized> LeaseStore for Arc<L> {
 /// ```
 #[derive(Clone, Default)]
 pub struct MemoryLeases {
-    leases: Arc<Mutex<HashMap<LeaseId, Lease>>>,
+    leases: Arc<Mutex<Leases>>,
+}
+
+/// Every lease, and which lease holds each held task.
+#[derive(Default)]
+struct Leases {
+    leases: HashMap<LeaseId, Lease>,
+    holders: HashMap<TaskId, LeaseId>,
+}
+
+impl Leases {
+    /// `lease` holds `id` from now on: taken from its previous holder, if any.
+    fn take(&mut self, lease: &LeaseId, id: TaskId) {
+        if let Some(before) = self.holders.insert(id, lease.clone())
+            && &before != lease
+            && let Some(earlier) = self.leases.get_mut(&before)
+        {
+            earlier.tasks.remove(&id);
+        }
+    }
+
+    /// `lease` no longer holds `id`.
+    fn let_go(&mut self, lease: &LeaseId, id: &TaskId) {
+        if self.holders.get(id) == Some(lease) {
+            self.holders.remove(id);
+        }
+    }
+
+    /// Removes `lease` and its holds.
+    fn remove(&mut self, lease: &LeaseId) {
+        if let Some(gone) = self.leases.remove(lease) {
+            for id in &gone.tasks {
+                self.let_go(lease, id);
+            }
+        }
+    }
 }
 
 struct Lease {
@@ -431,7 +481,7 @@ impl MemoryLeases {
         MemoryLeases::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseId, Lease>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Leases> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -439,7 +489,7 @@ impl MemoryLeases {
 impl fmt::Debug for MemoryLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryLeases")
-            .field("leases", &self.lock().len())
+            .field("leases", &self.lock().leases.len())
             .finish()
     }
 }
@@ -447,7 +497,7 @@ impl fmt::Debug for MemoryLeases {
 impl LeaseStore for MemoryLeases {
     fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
         let mut leases = self.lock();
-        let renewed = match leases.get(renewal.lease) {
+        let renewed = match leases.leases.get(renewal.lease) {
             None if !renewal.first => Renewed::Lost { tasks: None },
             Some(lease) if lease.claimed => Renewed::Lost {
                 tasks: Some(lease.sorted_tasks()),
@@ -458,22 +508,42 @@ impl LeaseStore for MemoryLeases {
                 } else {
                     Renewed::New
                 };
-                let lease = leases
-                    .entry(renewal.lease.clone())
-                    .or_insert_with(|| Lease {
-                        renewals: 0,
-                        bound: renewal.bound,
-                        claimed: false,
-                        tasks: HashSet::new(),
-                    });
+                let me = renewal.lease;
+                let lease = leases.leases.entry(me.clone()).or_insert_with(|| Lease {
+                    renewals: 0,
+                    bound: renewal.bound,
+                    claimed: false,
+                    tasks: HashSet::new(),
+                });
                 lease.renewals += 1;
                 lease.bound = renewal.bound;
+                let mut dropped = Vec::new();
                 if renewal.replace {
-                    lease.tasks.clear();
+                    let keep: HashSet<&TaskId> = renewal.hold.iter().collect();
+                    lease.tasks.retain(|id| {
+                        let kept = keep.contains(id);
+                        if !kept {
+                            dropped.push(*id);
+                        }
+                        kept
+                    });
                 }
-                lease.tasks.extend(renewal.hold.iter().copied());
+                let new: Vec<TaskId> = renewal
+                    .hold
+                    .iter()
+                    .filter(|id| lease.tasks.insert(**id))
+                    .copied()
+                    .collect();
                 for id in renewal.release {
-                    lease.tasks.remove(id);
+                    if lease.tasks.remove(id) {
+                        dropped.push(*id);
+                    }
+                }
+                for id in &dropped {
+                    leases.let_go(me, id);
+                }
+                for id in new {
+                    leases.take(me, id);
                 }
                 renewed
             }
@@ -484,6 +554,7 @@ impl LeaseStore for MemoryLeases {
     fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
         let mut all: Vec<LeaseState> = self
             .lock()
+            .leases
             .iter()
             .map(|(id, lease)| LeaseState {
                 lease: id.clone(),
@@ -501,7 +572,7 @@ impl LeaseStore for MemoryLeases {
         lease: &'a LeaseId,
         renewals: u64,
     ) -> BoxFuture<'a, Result<Option<Vec<TaskId>>, StoreError>> {
-        let claimed = self.lock().get_mut(lease).and_then(|lease| {
+        let claimed = self.lock().leases.get_mut(lease).and_then(|lease| {
             (lease.claimed || lease.renewals == renewals).then(|| {
                 lease.claimed = true;
                 lease.sorted_tasks()
@@ -512,7 +583,7 @@ impl LeaseStore for MemoryLeases {
 
     fn forget<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut leases = self.lock();
-        if leases.get(lease).is_some_and(|l| l.claimed) {
+        if leases.leases.get(lease).is_some_and(|l| l.claimed) {
             leases.remove(lease);
         }
         Box::pin(std::future::ready(Ok(())))
@@ -520,7 +591,7 @@ impl LeaseStore for MemoryLeases {
 
     fn release<'a>(&'a self, lease: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
         let mut leases = self.lock();
-        if leases.get(lease).is_some_and(|l| !l.claimed) {
+        if leases.leases.get(lease).is_some_and(|l| !l.claimed) {
             leases.remove(lease);
         }
         Box::pin(std::future::ready(Ok(())))

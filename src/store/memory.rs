@@ -25,8 +25,15 @@ const PRUNE_BATCH: usize = 256;
 /// removals taken off the index under it at a time: creates never wait long.
 const INDEX_BATCH: usize = 256;
 
-/// A record taken out of its shard: its owner, and its entry in the owner's list.
-type Removed = (Option<Principal>, Listed);
+/// Shards of the per-owner byte counts: writers of different owners rarely meet.
+const BYTE_SHARDS: usize = 16;
+
+/// One shard of the per-owner byte counts.
+type ByteCounts = HashMap<Option<Principal>, u64>;
+
+/// A record taken out of its shard: its owner, its entry in the owner's list, and
+/// the bytes it was counted at.
+type Removed = (Option<Principal>, Listed, u64);
 
 /// The default store: records in memory, for a single process.
 ///
@@ -69,6 +76,10 @@ pub struct MemoryStore {
     /// counts, and `list` reads its pages there. One map for all shards, so an
     /// owner with few tasks keeps one small entry, not one in each shard.
     per_owner: Mutex<HashMap<Option<Principal>, OwnerTasks>>,
+    /// The bytes each owner's records take ([`Stored::encoded_len_bound`]), spread
+    /// over [`BYTE_SHARDS`] maps by the owner: changed under the record's shard lock
+    /// on a create or an update, and after it on a removal.
+    bytes: Box<[Mutex<ByteCounts>]>,
     clock: Clock,
 }
 
@@ -102,6 +113,7 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             rows: AtomicUsize::new(0),
             per_owner: Mutex::new(HashMap::new()),
+            bytes: (0..BYTE_SHARDS).map(|_| Mutex::default()).collect(),
             clock: Clock::Caller,
         }
     }
@@ -255,15 +267,42 @@ impl MemoryStore {
         }
     }
 
-    /// Takes records removed from their shards off the row count and their
-    /// owners' lists, a batch at a time under the lock.
+    /// Takes records removed from their shards off the row count, their owners'
+    /// lists and their owners' bytes, a batch at a time under the lock.
     fn release(&self, removed: Vec<Removed>) {
         for batch in removed.chunks(INDEX_BATCH) {
             let mut owners = self.owners();
             self.rows.fetch_sub(batch.len(), Ordering::AcqRel);
-            for (owner, entry) in batch {
+            for (owner, entry, _) in batch {
                 Self::unlist(&mut owners, owner, entry);
             }
+        }
+        for (owner, _, bytes) in &removed {
+            self.count_bytes(owner, 0, *bytes);
+        }
+    }
+
+    /// The byte counts of the shard `owner` falls in.
+    fn bytes_of(&self, owner: &Option<Principal>) -> std::sync::MutexGuard<'_, ByteCounts> {
+        use std::hash::BuildHasher as _;
+        let at = BYTES_HASH.hash_one(owner) as usize % BYTE_SHARDS;
+        // Counts are changed whole; a panic elsewhere cannot tear one.
+        self.bytes[at]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds `added` bytes to `owner`'s count and takes `removed` off it; an owner
+    /// at zero keeps no entry.
+    fn count_bytes(&self, owner: &Option<Principal>, added: u64, removed: u64) {
+        if added == removed {
+            return;
+        }
+        let mut counts = self.bytes_of(owner);
+        let count = counts.entry(owner.clone()).or_insert(0);
+        *count = count.saturating_add(added).saturating_sub(removed);
+        if *count == 0 {
+            counts.remove(owner);
         }
     }
 
@@ -405,6 +444,11 @@ struct IdHasher {
     hash: u64,
 }
 
+/// How an owner picks its shard of the byte counts: fixed keys, since an owner
+/// choosing its name gains nothing by sharing a shard with another.
+static BYTES_HASH: std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher> =
+    std::hash::BuildHasherDefault::new();
+
 fn folded_multiply(x: u64, y: u64) -> u64 {
     let product = u128::from(x) * u128::from(y);
     (product as u64) ^ ((product >> 64) as u64)
@@ -447,14 +491,15 @@ impl Shard {
         Some(owner)
     }
 
-    /// Removes the record of `id`, if stored: its owner and list entry.
+    /// Removes the record of `id`, if stored: its owner, list entry and size.
     fn take(&mut self, id: TaskId) -> Option<Removed> {
         let stored = self.tasks.remove(&id)?;
         let entry = Listed {
             created_at: stored.created_at(),
             id,
         };
-        Some((stored.into_owner(), entry))
+        let bytes = stored.encoded_len_bound() as u64;
+        Some((stored.into_owner(), entry, bytes))
     }
 
     /// Removes up to `max` records expired at `now`, oldest first; returns what
@@ -543,6 +588,13 @@ impl TaskStore for MemoryStore {
             } else if let Some(at) = retired_at {
                 shard.retired.insert((at, id));
             }
+            // Counted under the shard's lock, so no removal can take the record
+            // off its owner's count first.
+            self.count_bytes(
+                &stored.owner().cloned(),
+                stored.encoded_len_bound() as u64,
+                0,
+            );
             shard.tasks.insert(id, Box::new(stored));
             Ok(())
         })
@@ -680,7 +732,10 @@ impl TaskStore for MemoryStore {
             let outcome = snapshot.apply(transition, now);
             if outcome == Ok(crate::store::Applied::Changed) {
                 let skew = record.skew_ms();
+                let before = record.encoded_len_bound() as u64;
                 **record = Stored::from(snapshot.clone()).with_skew(skew);
+                let after = record.encoded_len_bound() as u64;
+                self.count_bytes(&snapshot.owner, after, before);
             }
             if !was_retired && snapshot.retired_at().is_some() {
                 // Retention counts from now by the store's clock (on the caller's,
@@ -713,6 +768,17 @@ impl TaskStore for MemoryStore {
             }
             Ok(removed_total)
         })
+    }
+
+    /// One counter read: each owner's bytes are counted as records are written
+    /// and removed.
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let owner = owner.cloned();
+        let bytes = self.bytes_of(&owner).get(&owner).copied().unwrap_or(0);
+        Box::pin(async move { Ok(bytes) })
     }
 
     /// Reads the owner's entries in list order (kept for every owner, updated
@@ -959,9 +1025,9 @@ mod tests {
         }
         let read = store.get(&ids[0], Scope::Any, Timestamp::from_millis(0));
         let owner = read.await.unwrap().unwrap().owner.unwrap();
-        // The shard's copy, the per-owner count's (both from the first create),
-        // the ten records' and this one.
-        assert_eq!(owner.holders(), 13);
+        // The shard's copy, the per-owner count's and the byte count's (all from
+        // the first create), the ten records' and this one.
+        assert_eq!(owner.holders(), 14);
     }
 
     #[tokio::test]

@@ -26,16 +26,19 @@ mod owned;
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+pub(crate) mod retry;
 pub(crate) mod rules;
 mod values;
 
 pub(crate) use calls::StoreCalls;
 pub use feed::{ChangeFeed, ChangeSender, FEED_CAPACITY, FeedEvent};
 pub use janitor::Janitor;
+pub(crate) use lease::RENEW_BATCH;
 pub use lease::{LeaseId, LeaseState, LeaseStore, MemoryLeases, NodeId, Renewal, Renewed};
 pub use rules::retention_cutoff;
-pub(crate) use values::json_len;
 pub use values::{Budgeted, Clock, CreateLimits, ListFrom, ListPage, Updated, encoded_len};
+pub(crate) use values::{COUNT_SLACK, json_len};
 // The in-file tests name the memory store from here; everyone else from the root.
 #[cfg(test)]
 pub(crate) use memory::MemoryStore;
@@ -511,6 +514,48 @@ pub trait TaskStore: std::fmt::Debug + Send + Sync + 'static {
         Box::pin(async { Err(StoreError::Unsupported("list")) })
     }
 
+    /// How many bytes `owner`'s records take (`None`: the anonymous ones): the sum
+    /// of their encoded sizes, [`encoded_len`], counted from the moment a write
+    /// lands until the record is removed (by [`cleanup`](Self::cleanup), or by a
+    /// create that prunes to make room), expired records not yet removed included.
+    /// A store may count more for a record (an upper bound, at most 1 KiB over),
+    /// never less. The layer
+    /// reads it before a write that grows a task, to hold each principal within
+    /// [`with_max_bytes_per_owner`](crate::TasksLayerBuilder::with_max_bytes_per_owner),
+    /// so it must cost what reading one counter costs, never a scan of the owner's
+    /// records (the built-in stores keep a count per owner, changed with each write).
+    ///
+    /// The default is [`StoreError::Unsupported`]: a store of your own that does not
+    /// count serves everything else, and the layer then leaves the per-principal
+    /// byte bound out (it says so once, in a warning).
+    ///
+    /// ```
+    /// use mcp_tasks::store::{CreateLimits, Scope, Timestamp, Transition, encoded_len};
+    /// use mcp_tasks::{MemoryStore, Principal, TaskId, TaskRecord};
+    /// use mcp_tasks::store::TaskStore;
+    /// use serde_json::json;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), mcp_tasks::error::StoreError> {
+    /// let store = MemoryStore::new();
+    /// let alice = Principal::from("alice");
+    /// let id = TaskId::random();
+    /// store.create(TaskRecord::new(id, Some(alice.clone()), Timestamp::now()), CreateLimits::default()).await?;
+    /// let done = Transition::Complete { result: json!({"text": "x".repeat(100_000)}), message: None };
+    /// let task = store.update(&id, Scope::Any, &done, Timestamp::now()).await?.unwrap().record;
+    /// assert!(store.owner_bytes(Some(&alice)).await? >= encoded_len(&task) as u64);
+    /// assert_eq!(store.owner_bytes(None).await?, 0); // nobody else's records count
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let _ = owner;
+        Box::pin(async { Err(StoreError::Unsupported("owner_bytes")) })
+    }
+
     /// Ids of tasks changed by *other* processes sharing this store, for stores
     /// shared between nodes (`None`, the default, for a single-process store).
     ///
@@ -650,6 +695,13 @@ impl<T: TaskStore + ?Sized> TaskStore for Arc<T> {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
         (**self).list(owner, from, limit, now)
+    }
+
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        (**self).owner_bytes(owner)
     }
 
     fn subscribe(&self) -> Option<ChangeFeed> {

@@ -103,7 +103,7 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
             // Nothing to write: the answer holds for the revision just read.
             return Ok(Some(Updated::new(record, outcome)));
         }
-        match backend.write_if(expected, &record).await? {
+        match write_if(backend, expected, &record, scope, now).await? {
             Written::Done => return Ok(Some(Updated::new(record, outcome))),
             Written::Gone => return Ok(None),
             Written::Lost(fresh) => {
@@ -120,6 +120,40 @@ pub(crate) async fn compare_and_swap<B: CompareAndSwap + ?Sized>(
         }
     }
     Err(StoreError::Contention)
+}
+
+/// `backend.write_if`, tried once more when its connection was dropped
+/// ([`super::retry`]): the first try may have landed before the connection went, so
+/// a second that loses to exactly the record it writes found its own write.
+#[cfg(any(feature = "postgres", feature = "redis"))]
+async fn write_if<B: CompareAndSwap + ?Sized>(
+    backend: &B,
+    expected: u64,
+    record: &TaskRecord,
+    scope: Scope<'_>,
+    now: Timestamp,
+) -> Result<Written, StoreError> {
+    let error = match backend.write_if(expected, record).await {
+        Err(error) if super::retry::dropped(&error) => error,
+        written => return written,
+    };
+    tracing::debug!(
+        error = %crate::error::Chain(&error),
+        "mcp-tasks: a store connection was dropped; the write is tried again"
+    );
+    Ok(match backend.write_if(expected, record).await? {
+        Written::Lost(fresh) => {
+            let fresh = match fresh {
+                Some(fresh) => Some(*fresh),
+                None => backend.read(&record.id, scope, now).await?,
+            };
+            match fresh {
+                Some(fresh) if fresh == *record => Written::Done,
+                fresh => Written::Lost(fresh.map(Box::new)),
+            }
+        }
+        written => written,
+    })
 }
 
 /// The pauses of writers that keep losing a compare-and-swap on one task, after a

@@ -246,6 +246,10 @@ pub fn encoded_len(record: &TaskRecord) -> usize {
     json_len(record)
 }
 
+/// How many bytes more than its encoded size a store may count for one record in
+/// [`TaskStore::owner_bytes`](super::TaskStore::owner_bytes) (1 KiB).
+pub(crate) const COUNT_SLACK: usize = 1024;
+
 /// The length of `value`'s JSON, counted without building it.
 pub(crate) fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     /// A writer that keeps only the count.

@@ -112,6 +112,11 @@ pub enum StoreCall<'a> {
         /// The time of the read.
         now: Timestamp,
     },
+    /// [`TaskStore::owner_bytes`].
+    OwnerBytes {
+        /// Whose bytes (`None`: the anonymous ones).
+        owner: Option<&'a Principal>,
+    },
 }
 
 /// What an [`Intercept`] store does around the store it wraps. Every method has a
@@ -141,7 +146,7 @@ pub enum StoreCall<'a> {
 /// ```
 pub trait StoreHooks: Debug + Send + Sync + 'static {
     /// Runs before every `create`, `get`, `get_many`, `get_many_within`, `visible`,
-    /// `update`, `cleanup` and `list`. An error is the
+    /// `update`, `cleanup`, `list` and `owner_bytes`. An error is the
     /// call's answer, and the wrapped store is not called at all.
     fn before(&self, call: StoreCall<'_>) -> Result<(), StoreError> {
         let _ = call;
@@ -455,6 +460,16 @@ impl<S: TaskStore, H: StoreHooks> TaskStore for Intercept<S, H> {
             let result = self.store.list(owner, from, limit, now).await;
             self.hooks.after_list(&result);
             result
+        })
+    }
+
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            self.hooks.before(StoreCall::OwnerBytes { owner })?;
+            self.store.owner_bytes(owner).await
         })
     }
 

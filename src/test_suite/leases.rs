@@ -2,7 +2,8 @@
 //! keeps its node's lease length and holds; a claim re-checks the count atomically
 //! and a claimed lease is never renewed again; a survivor fails a stopped node's
 //! unfinished tasks; an outage of the leases that every node shares fails nothing;
-//! a node cut off alone loses its work and learns it.
+//! a node cut off alone loses its work and learns it; a hold takes a task over, so
+//! the death of its earlier holder fails nothing a live node holds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -102,7 +103,8 @@ fn sorted(mut ids: Vec<TaskId>) -> Vec<TaskId> {
 /// reports it lost, with the claimed holds) and is claimed again by anyone who
 /// finishes the claim; forgetting removes only a claimed lease. A renewal and a
 /// claim racing on one count never both win. Releasing removes an unclaimed lease
-/// and its holds, and leaves a claimed one to its claimer. `a` and `b` are two
+/// and its holds, and leaves a claimed one to its claimer. Renewals larger than a
+/// store's batches are applied whole. `a` and `b` are two
 /// instances over the same shared state: what one node renews, the other sees.
 pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S, b: S) {
     const RULE: &str = "nodes_leases_count_renewals_and_claim_atomically";
@@ -220,6 +222,37 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
     );
     forget(RULE, &*on_b, &other).await;
 
+    // Changes larger than any one statement or script takes (the layer sends at
+    // most 5 000 ids at once; a store may split) are applied whole, a replace too:
+    // with the default lease, whose quarter a store may give a renewal.
+    let many: Vec<TaskId> = (0..12_000).map(|_| TaskId::random()).collect();
+    let large = LeaseId::new(NodeId::random());
+    let long = |first, hold, release, replace| Renewal {
+        bound: crate::defaults::WORKER_LEASE,
+        ..renewal(&large, first, hold, release, replace)
+    };
+    renew(RULE, &*on_a, long(true, &many[..7_000], &[], true)).await;
+    renew(
+        RULE,
+        &*on_a,
+        long(false, &many[7_000..], &many[..6_000], false),
+    )
+    .await;
+    assert_eq!(
+        claim(RULE, &*on_b, &large, 2).await,
+        Some(sorted(many[6_000..].to_vec())),
+        "[{RULE}] a renewal of 11 000 changes must be applied whole"
+    );
+    forget(RULE, &*on_b, &large).await;
+    renew(RULE, &*on_a, long(true, &many[..6_000], &[], true)).await;
+    renew(RULE, &*on_a, long(false, &many[5_000..], &[], true)).await;
+    assert_eq!(
+        claim(RULE, &*on_b, &large, 2).await,
+        Some(sorted(many[5_000..].to_vec())),
+        "[{RULE}] a replace by 7 000 holds must leave exactly them"
+    );
+    forget(RULE, &*on_b, &large).await;
+
     // A renewal and a claim on the count it moves: exactly one wins.
     let racer = LeaseId::new(NodeId::random());
     renew(RULE, &*on_a, renewal(&racer, true, &ids[..1], &[], true)).await;
@@ -271,6 +304,153 @@ pub async fn nodes_leases_count_renewals_and_claim_atomically<S: TaskStore>(a: S
         "[{RULE}] releasing a claimed lease must leave it, and its holds, to the claimer"
     );
     forget(RULE, &*on_b, &claimed).await;
+}
+
+/// Multi-node: a renewal that holds a task another lease holds takes it over, in
+/// the same atomic step: the earlier holder (another node's lease, or an earlier
+/// incarnation of the same node) no longer lists it, so its claim does not either,
+/// and a renewal of the earlier holder that sends no change does not take it back.
+/// The taker's claim lists it. A task its holder let go is listed by no claim, and
+/// a lease that takes it afterwards holds it.
+pub async fn nodes_a_hold_takes_the_task_over<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_a_hold_takes_the_task_over";
+    let (on_a, on_b) = (leases_of(RULE, &a), leases_of(RULE, &b));
+    let ids: Vec<TaskId> = (0..4).map(|_| TaskId::random()).collect();
+    let node = NodeId::random();
+    let (earlier, restarted) = (LeaseId::new(node.clone()), LeaseId::new(node));
+    let other = LeaseId::new(NodeId::random());
+
+    renew(RULE, &*on_a, renewal(&earlier, true, &ids[..3], &[], true)).await;
+    // Another node takes one task; the same node, restarted, another.
+    renew(RULE, &*on_b, renewal(&other, true, &ids[..1], &[], true)).await;
+    renew(
+        RULE,
+        &*on_b,
+        renewal(&restarted, true, &ids[1..2], &[], true),
+    )
+    .await;
+    renew(RULE, &*on_a, renewal(&earlier, false, &[], &[], false)).await;
+    assert_eq!(
+        claim(RULE, &*on_b, &earlier, 2).await,
+        Some(vec![ids[2]]),
+        "[{RULE}] a claim of a task's earlier holder must not list what another lease took over"
+    );
+    forget(RULE, &*on_b, &earlier).await;
+    // What a lease holds already stays its own through a replace.
+    renew(RULE, &*on_b, renewal(&other, false, &ids[..1], &[], true)).await;
+    assert_eq!(
+        claim(RULE, &*on_a, &other, 2).await,
+        Some(vec![ids[0]]),
+        "[{RULE}] the lease that took a task over holds it"
+    );
+    assert_eq!(
+        claim(RULE, &*on_a, &restarted, 1).await,
+        Some(vec![ids[1]]),
+        "[{RULE}] a restarted node's new incarnation holds what it took over"
+    );
+    forget(RULE, &*on_a, &other).await;
+    forget(RULE, &*on_a, &restarted).await;
+
+    // Let go by its last holder: no earlier holder gets the task back.
+    let (first, second, third) = (
+        LeaseId::new(NodeId::random()),
+        LeaseId::new(NodeId::random()),
+        LeaseId::new(NodeId::random()),
+    );
+    renew(RULE, &*on_a, renewal(&first, true, &ids[3..], &[], true)).await;
+    renew(RULE, &*on_b, renewal(&second, true, &ids[3..], &[], true)).await;
+    renew(RULE, &*on_b, renewal(&second, false, &[], &ids[3..], false)).await;
+    assert_eq!(
+        claim(RULE, &*on_b, &first, 1).await,
+        Some(Vec::new()),
+        "[{RULE}] a task taken over and then let go must not return to its earlier holder"
+    );
+    forget(RULE, &*on_b, &first).await;
+    renew(RULE, &*on_a, renewal(&third, true, &ids[3..], &[], true)).await;
+    assert_eq!(
+        claim(RULE, &*on_b, &third, 1).await,
+        Some(ids[3..].to_vec()),
+        "[{RULE}] a task nobody holds is taken by the next lease that holds it"
+    );
+    forget(RULE, &*on_b, &third).await;
+    release(RULE, &*on_b, &second).await;
+}
+
+/// Multi-node: a node holds three tasks and stops. Before its lease is judged dead,
+/// a node on the other store takes one over (`Tasks::hold`), and the stopped node
+/// comes back under the same node id and takes another: only the third is failed,
+/// and the two taken over are still `working` once the stopped node's lease is
+/// gone.
+pub async fn nodes_work_taken_over_outlives_its_earlier_holder<S: TaskStore>(a: S, b: S) {
+    const RULE: &str = "nodes_work_taken_over_outlives_its_earlier_holder";
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let node = NodeId::new(format!("host-{}", &NodeId::random().as_str()[..8]))
+        .unwrap_or_else(|| panic!("[{RULE}] a valid node id"));
+    let layer = |store: &Arc<S>, node: Option<&NodeId>| {
+        let builder = TasksLayer::builder(store.clone())
+            .with_worker_lease(BOUND)
+            .without_janitor();
+        match node {
+            Some(node) => builder.with_node_id(node.clone()),
+            None => builder,
+        }
+        .build()
+        .unwrap_or_else(|e| panic!("[{rule}] building a layer failed: {e}", rule = RULE))
+    };
+    let doomed = layer(&a, Some(&node));
+    let survivor = layer(&b, None);
+    let now = Timestamp::now();
+    let tasks: Vec<_> = (0..3).map(|_| record(None, now, Some(HOUR_MS))).collect();
+    for task in &tasks {
+        create(RULE, &*a, task.clone(), CreateLimits::default()).await;
+        doomed.tasks().hold(task.id);
+    }
+    let (moved, resumed, lost) = (tasks[0].id, tasks[1].id, tasks[2].id);
+    // The holds reach the store with a renewal after the first.
+    let leases = leases_of(RULE, &*b);
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let dead = loop {
+        let found = leases
+            .leases()
+            .await
+            .unwrap_or_else(|e| panic!("[{RULE}] leases failed: {e}"))
+            .into_iter()
+            .find(|state| state.lease.node == node && state.renewals >= 2);
+        if let Some(state) = found {
+            break state.lease;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "[{RULE}] the holding node must renew"
+        );
+        tokio::time::sleep(BOUND / 8).await;
+    };
+
+    drop(doomed);
+    survivor.tasks().hold(moved);
+    let restarted = layer(&b, Some(&node));
+    restarted.tasks().hold(resumed);
+    let end = tokio::time::timeout(PATIENCE, survivor.tasks().ended(&lost))
+        .await
+        .unwrap_or_else(|_| panic!("[{RULE}] the stopped node's own task must fail"));
+    assert_eq!(end, TaskEnd::Failed, "[{RULE}] a lost task must end failed");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while state(RULE, &*leases, &dead).await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "[{RULE}] the stopped node's lease must be claimed and forgotten"
+        );
+        tokio::time::sleep(BOUND / 8).await;
+    }
+    for (id, taker) in [(moved, "another node"), (resumed, "the restarted node")] {
+        assert_eq!(
+            get_found(RULE, &*b, &id, Scope::Any, Timestamp::now())
+                .await
+                .status,
+            TaskStatus::Working,
+            "[{RULE}] a task {taker} took over must not be failed with its earlier holder"
+        );
+    }
 }
 
 /// Two layers, `doomed` and `survivor`, on `a` and `b`.

@@ -4,8 +4,10 @@
 //! must keep the same rules: a foreign owner reads exactly like a missing id,
 //! terminal states never change, expired records read as absent before any cleanup,
 //! the row caps hold under concurrent creates, concurrent writers on one task
-//! never lose an update, and [`TaskStore::list`] pages through one owner's live
-//! tasks, newest first, neither repeating nor skipping one. This module checks each rule with one public async
+//! never lose an update, [`TaskStore::list`] pages through one owner's live
+//! tasks, newest first, neither repeating nor skipping one, and
+//! [`TaskStore::owner_bytes`] counts each owner's records through every write and
+//! removal. This module checks each rule with one public async
 //! function, and [`task_store_tests!`](crate::task_store_tests) turns them all into
 //! `#[tokio::test]`s for a store of your choice.
 //!
@@ -123,7 +125,9 @@
 //! renewals and keeps its node's lease length, a claim re-checks the count
 //! atomically and a claimed lease is never renewed again, a layer on one node fails
 //! the unfinished tasks of a node that stopped, an outage of the leases every node
-//! shares fails nothing, and a node cut off alone learns that it lost its lease.
+//! shares fails nothing, a node cut off alone learns that it lost its lease, and a
+//! task has one holder, the lease that took it last, so the death of an earlier
+//! holder fails nothing a live node took over.
 //! [`task_store_node_tests!`](crate::task_store_node_tests) turns them into tests.
 //! Every wait in them is bounded, and a store may start listening in the
 //! background: the rules first write until each node has heard the other.
@@ -137,10 +141,12 @@
 //!
 //! [`TaskStore`]: crate::store::TaskStore
 //! [`TaskStore::list`]: crate::store::TaskStore::list
+//! [`TaskStore::owner_bytes`]: crate::store::TaskStore::owner_bytes
 //! [`TaskStore::subscribe`]: crate::store::TaskStore::subscribe
 //! [`TaskStore::leases`]: crate::store::TaskStore::leases
 //! [`StoreError::Contention`]: crate::error::StoreError::Contention
 
+mod bytes;
 mod clock;
 mod contention;
 mod create;
@@ -155,6 +161,9 @@ mod ownership;
 mod transitions;
 mod values;
 
+pub use bytes::{
+    owner_bytes_follow_every_write_and_removal, owner_bytes_hold_under_concurrent_writes,
+};
 pub use clock::node_clocks_minutes_apart_agree_on_expiry;
 pub use contention::{concurrent_terminal_writes_one_wins, concurrent_updates_never_lost};
 pub use create::{
@@ -172,8 +181,9 @@ pub use input::{
 };
 pub use intercept::{Intercept, StoreCall, StoreHooks};
 pub use leases::{
-    nodes_a_node_cut_off_learns_it_lost_its_lease, nodes_a_shared_lease_outage_fails_nothing,
-    nodes_leases_count_renewals_and_claim_atomically, nodes_lost_workers_fail_on_the_survivor,
+    nodes_a_hold_takes_the_task_over, nodes_a_node_cut_off_learns_it_lost_its_lease,
+    nodes_a_shared_lease_outage_fails_nothing, nodes_leases_count_renewals_and_claim_atomically,
+    nodes_lost_workers_fail_on_the_survivor, nodes_work_taken_over_outlives_its_earlier_holder,
 };
 pub use list::{
     list_continues_after_a_task_that_is_gone, list_leaves_out_expired_tasks,
@@ -201,9 +211,11 @@ pub use values::values_round_trip_unchanged;
 /// is evaluated once per test. Invoke the macro inside a module of its own, since
 /// each rule becomes a test function named after it.
 ///
-/// The `list_*` rules need [`TaskStore::list`](crate::store::TaskStore::list): a
-/// store that keeps its default (`Unsupported`) fails them, and can call the other
-/// rules one by one instead.
+/// The `list_*` rules need [`TaskStore::list`](crate::store::TaskStore::list), and
+/// the `owner_bytes_*` rules
+/// [`TaskStore::owner_bytes`](crate::store::TaskStore::owner_bytes): a store that
+/// keeps their default (`Unsupported`) fails them, and can call the other rules one
+/// by one instead.
 ///
 /// ```no_run
 /// mod memory_store_contract {
@@ -259,6 +271,8 @@ macro_rules! task_store_tests {
             list_leaves_out_tasks_removed_by_cleanup,
             list_limit_zero_is_empty,
             list_continues_after_a_task_that_is_gone,
+            owner_bytes_follow_every_write_and_removal,
+            owner_bytes_hold_under_concurrent_writes,
         );
     };
     (@rules $factory:expr; $($rule:ident),* $(,)?) => {
@@ -340,6 +354,8 @@ macro_rules! task_store_node_tests {
             nodes_lost_workers_fail_on_the_survivor,
             nodes_a_shared_lease_outage_fails_nothing,
             nodes_a_node_cut_off_learns_it_lost_its_lease,
+            nodes_a_hold_takes_the_task_over,
+            nodes_work_taken_over_outlives_its_earlier_holder,
         );
         $crate::task_store_node_tests!(@all $factory;
             nodes_concurrent_terminal_writes_one_wins,

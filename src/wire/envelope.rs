@@ -22,11 +22,9 @@ use super::{
 /// a [`Value`] only when a route asks for one ([`params`](Self::params)), once.
 #[derive(Debug)]
 pub(crate) struct Envelope<'a> {
-    /// The id as a JSON value (`None` when absent; a number past `i64`/`u64` is
-    /// read as a float here, so replies echo [`raw_id`](Self::raw_id) instead).
-    pub(crate) id: Option<Value>,
     /// The id's JSON text exactly as the client wrote it; `None` when the member
-    /// is absent (a notification), `Some("null")` for `"id": null`.
+    /// is absent (a notification), `Some("null")` for `"id": null`. Replies echo it
+    /// as it is ([`reply_id`](Self::reply_id)), never as a decoded number.
     raw_id: Option<&'a str>,
     /// Whether `jsonrpc` is exactly `"2.0"`.
     jsonrpc_ok: bool,
@@ -48,17 +46,6 @@ mod scan;
 mod shape;
 
 use shape::{Meta, Params, parse_with_serde};
-
-/// The id's JSON text as a value; an integer of up to 18 digits without serde_json.
-fn id_value(raw: &str) -> Option<Value> {
-    if (1..=18).contains(&raw.len())
-        && raw.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(n) = raw.parse::<u64>()
-    {
-        return Some(Value::from(n));
-    }
-    serde_json::from_str(raw).ok()
-}
 
 /// The text of a JSON string, borrowed when it has no escape; `None` for any other
 /// value, or a string whose escapes do not decode (a lone surrogate).
@@ -233,7 +220,6 @@ impl<'a> Envelope<'a> {
             return Ok(None);
         };
         Ok(Some(Envelope {
-            id: raw.id.and_then(id_value),
             raw_id: raw.id,
             jsonrpc_ok: raw.jsonrpc.and_then(as_str).as_deref() == Some("2.0"),
             method,
@@ -254,6 +240,13 @@ impl<'a> Envelope<'a> {
     /// id replies echo.
     pub(crate) fn valid_raw_id(&self) -> Option<&'a str> {
         self.raw_id.filter(|raw| is_valid_id(raw))
+    }
+
+    /// The id every reply the layer writes echoes, byte for byte as the client
+    /// wrote it (`18446744073709551616`, `-0` and a string's escapes stay as they
+    /// are); `None`, written `null`, for an id of a type a request may not carry.
+    pub(crate) fn reply_id(&self) -> Option<&'a str> {
+        self.valid_raw_id()
     }
 
     /// JSON-RPC envelope strictness: `jsonrpc` exactly `"2.0"`, and an id that is a

@@ -180,6 +180,16 @@ impl RpcError {
         Self::internal("Internal error")
     }
 
+    /// -32603 with HTTP 504: the inner service did not finish, in time, an answer
+    /// the layer had to read whole.
+    pub(crate) fn answer_timed_out() -> Self {
+        Self::new(
+            Self::INTERNAL_ERROR,
+            "The server did not finish its answer in time",
+            http::StatusCode::GATEWAY_TIMEOUT,
+        )
+    }
+
     /// -32603 with HTTP 200. Keep details out of `message`: clients see it.
     ///
     /// ```

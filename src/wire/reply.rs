@@ -69,12 +69,11 @@ fn render(id: Option<&str>, key: Member, value: &impl Serialize) -> Bytes {
     Bytes::from(out)
 }
 
-/// The id a reply echoes: as the client wrote it, or as the layer read it.
+/// The id a reply echoes: as the client wrote it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum ReplyId<'a> {
-    /// The id's JSON text as the request holds it.
+    /// The id's JSON text as the request holds it (`None`: `null`).
     Raw(Option<&'a str>),
-    Value(Option<&'a Value>),
 }
 
 /// Scratch space for [`result_response_with`], one per thread: a reply is written
@@ -99,8 +98,7 @@ pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
         out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
         match id {
             ReplyId::Raw(Some(raw)) => out.extend_from_slice(raw.as_bytes()),
-            ReplyId::Value(Some(value)) => write_value(out, value),
-            ReplyId::Raw(None) | ReplyId::Value(None) => out.extend_from_slice(b"null"),
+            ReplyId::Raw(None) => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"result\":");
         write(out);
@@ -142,9 +140,13 @@ pub(crate) fn result_response_with<W: FnOnce(&mut Vec<u8>)>(
     response
 }
 
-/// A JSON-RPC success response with the layer's result, HTTP 200.
-pub(crate) fn result_response(id: Option<&Value>, result: Map<String, Value>) -> Response<Bytes> {
-    json_response(StatusCode::OK, message_body(id, Member::Result, &result))
+/// A JSON-RPC success response with the layer's result, HTTP 200, echoing the
+/// request's id as the client wrote it.
+pub(crate) fn result_response(id: Option<&str>, result: Map<String, Value>) -> Response<Bytes> {
+    json_response(
+        StatusCode::OK,
+        message_body_raw(id, Member::Result, &result),
+    )
 }
 
 /// Appends `value` as JSON; a value that cannot be written (a map with non-string
@@ -167,7 +169,7 @@ mod tests {
     fn a_result_is_a_json_rpc_response_with_the_request_id() {
         let mut result = Map::new();
         result.insert("resultType".into(), json!("complete"));
-        let response = result_response(Some(&json!("a")), result);
+        let response = result_response(Some("\"a\""), result);
         assert_eq!(response.status(), StatusCode::OK);
         assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
         let body: Value = serde_json::from_slice(response.body()).unwrap();

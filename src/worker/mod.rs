@@ -291,7 +291,12 @@ impl Tasks {
     }
 
     /// New status text (`statusMessage`); the status stays. Listen streams get the
-    /// change as `notifications/tasks`.
+    /// change as `notifications/tasks`. Text longer than
+    /// [`with_max_status_message_bytes`](crate::TasksLayerBuilder::with_max_status_message_bytes)
+    /// (4 KiB) is cut, ending with "…"; once the task's principal stores
+    /// [`with_max_bytes_per_owner`](crate::TasksLayerBuilder::with_max_bytes_per_owner)
+    /// bytes, it is not written ([`TaskError::Store`] with
+    /// [`StoreError::LimitReached`](crate::error::StoreError::LimitReached)).
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -328,8 +333,13 @@ impl Tasks {
     /// A result whose JSON is larger than
     /// [`with_max_result_bytes`](crate::TasksLayerBuilder::with_max_result_bytes)
     /// (8 MiB by default) is not stored: the task becomes `failed` with -32603
-    /// "Result too large", and this returns [`TaskError::Refused`]. The same cap
-    /// holds for [`apply`](Self::apply) with a `Complete` transition.
+    /// "Result too large", and this returns [`TaskError::Refused`]. The same holds
+    /// for an error given to [`fail`](Self::fail) and for the questions of
+    /// [`require_input`](Self::require_input) ("Input requests too large"), through
+    /// [`apply`](Self::apply) too; and for a result that its principal's stored
+    /// bytes leave no room for
+    /// ([`with_max_bytes_per_owner`](crate::TasksLayerBuilder::with_max_bytes_per_owner)):
+    /// the task fails with -32603 "Task limit reached", `{"limit": "bytes_per_owner"}`.
     ///
     /// ```
     /// # use std::sync::Arc;
@@ -537,20 +547,11 @@ impl Tasks {
         id: &TaskId,
         transition: Transition,
     ) -> Result<TaskRecord, TaskError> {
-        let (transition, too_large) = match self.engine.limit_result(transition) {
-            Ok(transition) => (transition, false),
-            Err(fail) => (fail, true),
-        };
-        let updated = self
-            .engine
-            .update(id, Scope::Any, &transition)
-            .await?
-            .ok_or(TaskError::NotFound)?;
+        let (updated, cut) = self.engine.write(id, Scope::Any, &transition).await?;
+        let updated = updated.ok_or(TaskError::NotFound)?;
         updated.outcome?;
-        if too_large {
-            return Err(TaskError::Refused(TransitionError::Invalid(
-                "the result is larger than max_result_bytes; the task failed with \"Result too large\"",
-            )));
+        if let Some(cut) = cut {
+            return Err(TaskError::Refused(TransitionError::Invalid(cut.reason())));
         }
         Ok(updated.record)
     }
@@ -562,6 +563,12 @@ impl Tasks {
     /// ([`with_worker_lease`](crate::TasksLayerBuilder::with_worker_lease)). The lease
     /// ends by itself when the task ends, or with [`release`](Self::release). Work
     /// under a [`TaskHandle`] and `Auto` runners hold their tasks without this call.
+    ///
+    /// A task has one holder, the node that held it last: holding a task another
+    /// node held (a job picked up again after its worker died), or that this node
+    /// held before a restart under the same node id, takes it over once the hold
+    /// reaches the store (the next renewal, within 20 ms), and the claim of the dead
+    /// holder's lease no longer fails it.
     ///
     /// ```
     /// # async fn run(tasks: mcp_tasks::worker::Tasks, id: mcp_tasks::TaskId) -> Result<(), mcp_tasks::error::TaskError> {
@@ -607,7 +614,16 @@ pub(crate) enum Start {
     /// Called with the task's own handle; the layer spawns the future it returns.
     /// Spawns the work with its handle.
     Work(Box<dyn FnOnce(TaskHandle) + Send + 'static>),
+    /// Called with the id and awaited before the client gets its task: the hand-over
+    /// of the work to something durable (a job queue). A failed hand-over fails the
+    /// task with the error it returns.
+    #[cfg_attr(not(feature = "queue"), allow(dead_code))]
+    HandOver(Box<dyn FnOnce(TaskId) -> HandOver + Send + 'static>),
 }
+
+/// The hand-over of a task's work, awaited on the request's path: `Err` is the
+/// error the task fails with.
+pub(crate) type HandOver = crate::store::BoxFuture<'static, Result<(), ErrorObject>>;
 
 /// Starts the work of the task just stored as `id`: calls a `with_start` function,
 /// or spawns a `with_work` future with the task's handle. A start that panics fails
@@ -616,6 +632,18 @@ pub(crate) async fn start(engine: &Arc<Engine>, id: TaskId, start: Option<Start>
     let started = match start {
         None => return,
         Some(Start::Id(start)) => catch_unwind(AssertUnwindSafe(move || start(id))),
+        Some(Start::HandOver(hand_over)) => {
+            if let Err(error) = hand_over(id).await {
+                let fail = Transition::Fail {
+                    error,
+                    message: None,
+                };
+                if let Err(e) = engine.update(&id, Scope::Any, &fail).await {
+                    tracing::error!(error = %crate::error::Chain(&e), "could not mark a task failed after its hand-over failed");
+                }
+            }
+            return;
+        }
         Some(Start::Work(work)) => {
             engine.node().register_work(id);
             let handle = TaskHandle::new(Tasks::new(engine.clone()), id);

@@ -68,6 +68,7 @@ pub(crate) async fn raw_stack() -> Stack {
 /// The layer over an rmcp server (2026-07-28, stateless, JSON or SSE replies).
 pub(crate) async fn rmcp_stack(json_response: bool) -> Stack {
     let layer = TasksLayer::builder(mcp_tasks::MemoryStore::new())
+        .with_anonymous_tasks()
         .with_principal(|parts| bearer(&parts.headers))
         .with_server_info("rmcp-fixture", "1.0.0")
         .with_listen_ack_timeout(Duration::from_millis(200))

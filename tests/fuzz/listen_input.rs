@@ -60,6 +60,7 @@ fn questions() -> InputRequests {
 impl Stack {
     pub(crate) async fn new() -> Stack {
         let layer = TasksLayer::builder(MemoryStore::new())
+            .with_anonymous_tasks()
             .without_janitor()
             .with_principal(|parts| bearer(&parts.headers))
             .with_listen_ack_timeout(Duration::from_millis(200))

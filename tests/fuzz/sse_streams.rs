@@ -98,6 +98,7 @@ impl Stack {
             })
         };
         let layer = TasksLayer::builder(MemoryStore::new())
+            .with_anonymous_tasks()
             .without_janitor()
             .with_principal(|parts| bearer(&parts.headers))
             .with_listen_ack_timeout(Duration::from_millis(200))

@@ -18,8 +18,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use mcp_tasks::body::RequestBody;
+use mcp_tasks::error::StoreError;
 use mcp_tasks::input::{InputRequest, InputRequests};
-use mcp_tasks::store::TaskStore;
+use mcp_tasks::store::{BoxFuture, LeaseId, LeaseState, LeaseStore, Renewal, Renewed, TaskStore};
 use mcp_tasks::{TaskContext, TaskMode, TaskSpec, TasksLayer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -58,6 +59,7 @@ impl Node {
             after: Duration::from_millis(20),
         };
         let layer = TasksLayer::builder(store)
+            .with_anonymous_tasks()
             .with_principal(|parts| bearer(&parts.headers))
             .without_janitor()
             .with_store_timeout(store_timeout)
@@ -162,4 +164,38 @@ fn json_response(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
         http::HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// Leases that are never stored, as when a node's lease pool cannot open a
+/// connection while its task store works: every call fails.
+#[derive(Debug)]
+pub(crate) struct NoLeases;
+
+fn no_connection<T: Send + 'static>() -> mcp_tasks::store::BoxFuture<'static, Result<T, StoreError>>
+{
+    Box::pin(std::future::ready(Err(StoreError::backend(
+        "the lease pool cannot open a connection",
+    ))))
+}
+
+impl LeaseStore for NoLeases {
+    fn renew<'a>(&'a self, _: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
+        no_connection()
+    }
+
+    fn leases(&self) -> BoxFuture<'_, Result<Vec<LeaseState>, StoreError>> {
+        no_connection()
+    }
+
+    fn claim<'a>(
+        &'a self,
+        _: &'a LeaseId,
+        _: u64,
+    ) -> BoxFuture<'a, Result<Option<Vec<mcp_tasks::TaskId>>, StoreError>> {
+        no_connection()
+    }
+
+    fn forget<'a>(&'a self, _: &'a LeaseId) -> BoxFuture<'a, Result<(), StoreError>> {
+        no_connection()
+    }
 }

@@ -660,8 +660,14 @@ pub(crate) fn work_spec(tasks: Tasks) -> SpecFn {
 }
 
 /// The builder most HTTP tests start from: no janitor, `serverInfo` set,
-/// `task_only` configured `Required` and `never` configured `Never`.
+/// `task_only` configured `Required` and `never` configured `Never`, anonymous
+/// tasks allowed (the tests' clients send no principal unless they say so).
 pub(crate) fn layer_builder() -> TasksLayerBuilder {
+    strict_layer_builder().with_anonymous_tasks()
+}
+
+/// [`layer_builder`] as the layer comes: tasks only for requests with a principal.
+pub(crate) fn strict_layer_builder() -> TasksLayerBuilder {
     TasksLayer::builder(MemoryStore::new())
         .without_janitor()
         .with_server_info(SERVER_NAME, SERVER_VERSION)
@@ -670,8 +676,13 @@ pub(crate) fn layer_builder() -> TasksLayerBuilder {
 }
 
 /// The builder of the listen tests: principals from the builder's own hook (the
-/// `Authorization: Bearer` name), no janitor.
+/// `Authorization: Bearer` name), no janitor, anonymous tasks allowed.
 pub(crate) fn listen_builder(store: Arc<dyn TaskStore>) -> TasksLayerBuilder {
+    strict_listen_builder(store).with_anonymous_tasks()
+}
+
+/// [`listen_builder`] as the layer comes: tasks only for requests with a principal.
+pub(crate) fn strict_listen_builder(store: Arc<dyn TaskStore>) -> TasksLayerBuilder {
     TasksLayer::builder(store)
         .with_principal(|parts| bearer(&parts.headers))
         .without_janitor()

@@ -45,6 +45,9 @@ fn own_features() -> Vec<&'static str> {
     if cfg!(feature = "client") {
         features.push("client");
     }
+    if cfg!(feature = "queue") {
+        features.push("queue");
+    }
     features
 }
 
@@ -239,7 +242,9 @@ pub(crate) struct Proc {
 /// and `env`, and waits until it printed its bound address. Panics with what it
 /// printed when it exits or stays silent for [`STARTUP`].
 pub(crate) fn spawn(name: &str, features: &[&str], env: &[(&str, &str)]) -> Proc {
-    start(&build(name, features), name, env)
+    let mut proc = launch(&build(name, features), env);
+    proc.await_address(name);
+    proc
 }
 
 /// Builds (once) and starts the gateway binary with the gateway's `features`, as
@@ -258,6 +263,31 @@ pub(crate) fn spawn_gateway(features: &[&str], env: &[(&str, &str)]) -> Proc {
 
 /// Starts the executable at `path` as [`spawn`] describes; `name` is for messages.
 pub(crate) fn start(path: &Path, name: &str, env: &[(&str, &str)]) -> Proc {
+    let mut proc = launch(path, env);
+    proc.await_address(name);
+    proc
+}
+
+/// Builds (once) and starts the example `name`, an example that serves nothing
+/// (a worker), and waits until it printed a line holding `ready`. Its `addr` is
+/// unspecified. Panics with what it printed when it exits or stays silent for
+/// [`STARTUP`].
+pub(crate) fn spawn_until(
+    name: &str,
+    features: &[&str],
+    env: &[(&str, &str)],
+    ready: &str,
+) -> Proc {
+    let mut proc = launch(&build(name, features), env);
+    if !proc.wait_for_line(ready, STARTUP) {
+        proc.startup_failed(name, &format!("printed no {ready:?} line"));
+    }
+    proc
+}
+
+/// Starts the executable at `path` with `MCP_ADDR=127.0.0.1:0` and `env`, its
+/// output collected.
+fn launch(path: &Path, env: &[(&str, &str)]) -> Proc {
     let mut command = Command::new(path);
     command.env("MCP_ADDR", "127.0.0.1:0");
     for (key, value) in env {
@@ -272,27 +302,36 @@ pub(crate) fn start(path: &Path, name: &str, env: &[(&str, &str)]) -> Proc {
     let output = Arc::new(Output::default());
     collect(child.stdout.take().expect("piped stdout"), output.clone());
     collect(child.stderr.take().expect("piped stderr"), output.clone());
-    let mut proc = Proc {
+    Proc {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         url: String::new(),
         child,
         output,
-    };
-    let addr = proc.output.wait_for(STARTUP, listening_addr);
-    let Some(addr) = addr else {
-        let status = proc.child.try_wait().ok().flatten();
-        proc.kill();
-        panic!(
-            "{name} printed no address within {STARTUP:?} (exit: {status:?}):\n{}",
-            proc.output().join("\n")
-        );
-    };
-    proc.addr = addr;
-    proc.url = format!("http://{addr}/mcp");
-    proc
+    }
 }
 
 impl Proc {
+    /// Waits until it printed its bound address, and keeps it; panics as
+    /// [`Proc::startup_failed`] when it does not within [`STARTUP`].
+    fn await_address(&mut self, name: &str) {
+        let Some(addr) = self.output.wait_for(STARTUP, listening_addr) else {
+            self.startup_failed(name, "printed no address");
+        };
+        self.addr = addr;
+        self.url = format!("http://{addr}/mcp");
+    }
+
+    /// Kills a process that did not start as it should, and panics with what it
+    /// printed.
+    fn startup_failed(&mut self, name: &str, what: &str) -> ! {
+        let status = self.child.try_wait().ok().flatten();
+        self.kill();
+        panic!(
+            "{name} {what} within {STARTUP:?} (exit: {status:?}):\n{}",
+            self.output().join("\n")
+        );
+    }
+
     /// Its process id.
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
@@ -314,6 +353,15 @@ impl Proc {
             .status()
             .expect("kill could not be started");
         assert!(sent.success(), "kill -TERM {} failed", self.pid());
+    }
+
+    /// Sends the signal `name` (`STOP`, `CONT`, …) through `kill`.
+    pub(crate) fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.pid().to_string()])
+            .status()
+            .expect("kill could not be started");
+        assert!(sent.success(), "kill -{name} {} failed", self.pid());
     }
 
     /// Waits up to `timeout` for the process to exit on its own; its status, or

@@ -1,7 +1,8 @@
 //! A TCP proxy on loopback that a test puts between its nodes and a store, to make
 //! the store unreachable or slow on demand: it passes bytes, refuses new
 //! connections, stalls (holds every byte, the connections open), cuts the
-//! connections it carries, and delays the store's replies.
+//! connections it carries, delays the store's replies, and closes connections
+//! left idle (as a NAT or a load balancer with an idle timeout does).
 
 use std::net::SocketAddr;
 
@@ -28,6 +29,8 @@ struct State {
     cuts: u64,
     /// How long each reply from the store is held before it is passed on.
     delay: std::time::Duration,
+    /// Connections with no byte either way for this long are closed.
+    idle: Option<std::time::Duration>,
 }
 
 /// A proxy from 127.0.0.1, port 0, to `target`; it stops when dropped (the
@@ -38,6 +41,8 @@ pub(crate) struct Proxy {
     pub(crate) addr: SocketAddr,
     state: watch::Sender<State>,
     accept: JoinHandle<()>,
+    /// How many connections the proxy closed for being idle.
+    idle_closed: watch::Receiver<u64>,
 }
 
 impl Proxy {
@@ -51,7 +56,10 @@ impl Proxy {
             mode: Mode::Pass,
             cuts: 0,
             delay: std::time::Duration::ZERO,
+            idle: None,
         });
+        let (closed, idle_closed) = watch::channel(0u64);
+        let closed = std::sync::Arc::new(closed);
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -62,14 +70,32 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
-                tokio::spawn(carry(client, target, watching.clone(), now.cuts));
+                tokio::spawn(carry(
+                    client,
+                    target,
+                    watching.clone(),
+                    now.cuts,
+                    closed.clone(),
+                ));
             }
         });
         Proxy {
             addr,
             state,
             accept,
+            idle_closed,
         }
+    }
+
+    /// Closes, from now on, every connection idle for `idle` (no byte either way).
+    pub(crate) fn close_idle_after(&self, idle: std::time::Duration) {
+        self.state.send_modify(|state| state.idle = Some(idle));
+    }
+
+    /// Waits until the proxy has closed `count` idle connections in all.
+    pub(crate) async fn idle_closed(&self, count: u64) {
+        let mut closed = self.idle_closed.clone();
+        let _ = closed.wait_for(|closed| *closed >= count).await;
     }
 
     /// Switches what the proxy does with traffic.
@@ -103,8 +129,15 @@ impl Drop for Proxy {
     }
 }
 
-/// Carries one connection until either side closes it or the proxy cuts it.
-async fn carry(client: TcpStream, target: SocketAddr, state: watch::Receiver<State>, cuts: u64) {
+/// Carries one connection until either side closes it, the proxy cuts it, or it
+/// stays idle past the proxy's idle limit (counted in `closed`).
+async fn carry(
+    client: TcpStream,
+    target: SocketAddr,
+    state: watch::Receiver<State>,
+    cuts: u64,
+    closed: std::sync::Arc<watch::Sender<u64>>,
+) {
     let Ok(server) = TcpStream::connect(target).await else {
         return;
     };
@@ -112,9 +145,33 @@ async fn carry(client: TcpStream, target: SocketAddr, state: watch::Receiver<Sta
     let _ = server.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
+    let (active, activity) = watch::channel(());
     tokio::select! {
-        () = pump(client_read, server_write, state.clone(), cuts, false) => {}
-        () = pump(server_read, client_write, state, cuts, true) => {}
+        () = pump(client_read, server_write, state.clone(), cuts, false, &active) => {}
+        () = pump(server_read, client_write, state.clone(), cuts, true, &active) => {}
+        () = idle_out(state, activity) => closed.send_modify(|closed| *closed += 1),
+    }
+}
+
+/// Returns once the connection has carried no byte for the proxy's idle limit.
+async fn idle_out(mut state: watch::Receiver<State>, mut activity: watch::Receiver<()>) {
+    loop {
+        let idle = state.borrow().idle;
+        let Some(idle) = idle else {
+            if state.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            continue;
+        };
+        tokio::select! {
+            () = tokio::time::sleep(idle) => return,
+            changed = activity.changed() => {
+                if changed.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+            _ = state.changed() => {}
+        }
     }
 }
 
@@ -127,6 +184,7 @@ async fn pump(
     mut state: watch::Receiver<State>,
     cuts: u64,
     replies: bool,
+    active: &watch::Sender<()>,
 ) {
     let mut buffer = vec![0u8; 16 * 1024];
     loop {
@@ -156,6 +214,7 @@ async fn pump(
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
         }
+        active.send_replace(());
     }
 }
 

@@ -113,7 +113,7 @@ pub(crate) mod postgres {
         fn drop(&mut self) {
             let url = self.url.clone();
             let statement = format!(
-                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_leases\", \"{0}_lease_holds\", \"{0}_feed\", \"{0}_counts\"; \
+                "SET lock_timeout = '5s'; DROP TABLE IF EXISTS \"{0}\", \"{0}_leases\", \"{0}_lease_holds\", \"{0}_feed\", \"{0}_counts\", \"{0}_jobs\"; \
                  DROP FUNCTION IF EXISTS \"{0}_feed_fn\"()",
                 self.table
             );

@@ -84,7 +84,7 @@ where
                 envelope,
                 ..
             } = call;
-            forward(inner, parts, bytes.clone(), envelope.id.as_ref()).await
+            forward(inner, parts, bytes.clone(), envelope.reply_id()).await
         }
     }
 }

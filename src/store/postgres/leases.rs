@@ -1,21 +1,31 @@
 //! Worker leases next to a `PostgresStore`'s table `T`: `T_leases` keeps each
 //! lease's renewal count, lease length and claim, `T_lease_holds` the tasks each
-//! lease holds. No clock is read: other nodes watch the counts.
+//! lease holds (a task under its last holder only: a renewal that takes a task
+//! deletes the other leases' rows for it). No clock is read: other nodes watch
+//! the counts.
 //!
 //! The leases run on a small pool of their own (two connections, opened on first
 //! use with the store pool's settings), so renewals never wait behind request
-//! traffic for a connection.
+//! traffic for a connection. A renewal is one transaction whose statements are
+//! cancelled past a quarter of the lease (the time a renewal is given:
+//! `statement_timeout`), so that a slow one never holds the lease row while the
+//! next renewal waits behind it. It carries at most [`RENEW_BATCH`] ids in one
+//! statement; a larger one (or one that replaces the holds) runs as several.
+//! Every hold change is driven by the ids sent, each matched on the primary key
+//! (never `NOT … ANY`, nor `= ANY` beside other conditions), so that no plan,
+//! generic or not, costs more than the holds of the lease once per statement.
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, SqlStr};
+use sqlx::{PgConnection, PgPool, SqlStr};
 
 use super::statements::{all, one};
 use tokio::sync::OnceCell;
 
-use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
+use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, RENEW_BATCH, Renewal, Renewed};
 use crate::store::{BoxFuture, StoreError};
 use crate::task::TaskId;
 
@@ -25,6 +35,9 @@ const LEASE_CONNECTIONS: u32 = 2;
 /// The statements of one table's leases, built once.
 pub(super) struct LeaseStatements {
     renew: SqlStr,
+    hold: SqlStr,
+    unhold: SqlStr,
+    clear: SqlStr,
     leases: SqlStr,
     claim: SqlStr,
     forget: SqlStr,
@@ -40,6 +53,9 @@ impl LeaseStatements {
     pub(super) fn new(table: &str) -> Self {
         LeaseStatements {
             renew: one(include_str!("sql/lease_renew.sql"), table),
+            hold: one(include_str!("sql/lease_hold.sql"), table),
+            unhold: one(include_str!("sql/lease_unhold.sql"), table),
+            clear: one(include_str!("sql/lease_clear.sql"), table),
             leases: one(include_str!("sql/lease_list.sql"), table),
             claim: one(include_str!("sql/lease_claim.sql"), table),
             forget: one(include_str!("sql/lease_forget.sql"), table),
@@ -79,6 +95,63 @@ impl PgLeases {
             })
             .await
     }
+
+    /// One renewal statement on `conn`, with `hold` and `release` (at most
+    /// [`RENEW_BATCH`] ids together).
+    async fn renew_on(
+        &self,
+        conn: &mut PgConnection,
+        renewal: &Renewal<'_>,
+        hold: &[TaskId],
+        release: &[TaskId],
+    ) -> Result<Renewed, StoreError> {
+        let bound_ms = i64::try_from(renewal.bound.as_millis()).unwrap_or(i64::MAX);
+        type Row = (bool, bool, Option<Vec<Vec<u8>>>, i64, i64);
+        let (renewed, known, claimed, _, _): Row = sqlx::query_as(self.sql.renew.clone())
+            .bind(renewal.lease.node.as_str())
+            .bind(column(renewal.lease.incarnation))
+            .bind(bound_ms)
+            .bind(renewal.first)
+            .bind(keys(hold))
+            .bind(keys(release))
+            .fetch_one(conn)
+            .await
+            .map_err(StoreError::backend)?;
+        Ok(match (renewed, known) {
+            (true, true) => Renewed::Renewed,
+            (true, false) => Renewed::New,
+            (false, _) => Renewed::Lost {
+                tasks: claimed.map(task_ids),
+            },
+        })
+    }
+
+    /// Runs `statement` (a batch of hold changes of `lease`) with each batch of
+    /// `ids` on `conn`.
+    async fn batches(
+        &self,
+        conn: &mut PgConnection,
+        statement: &SqlStr,
+        lease: &LeaseId,
+        ids: &[TaskId],
+    ) -> Result<(), StoreError> {
+        for batch in ids.chunks(RENEW_BATCH) {
+            sqlx::query(statement.clone())
+                .bind(lease.node.as_str())
+                .bind(column(lease.incarnation))
+                .bind(keys(batch))
+                .execute(&mut *conn)
+                .await
+                .map_err(StoreError::backend)?;
+        }
+        Ok(())
+    }
+}
+
+/// The `statement_timeout` of a renewal's statements for a lease of length
+/// `bound`: the time the layer gives the renewal.
+fn statement_timeout(bound: Duration) -> String {
+    format!("{}ms", (bound / 4).as_millis().max(1))
 }
 
 impl fmt::Debug for PgLeases {
@@ -109,26 +182,50 @@ fn column(incarnation: u64) -> i64 {
 impl LeaseStore for PgLeases {
     fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
         Box::pin(async move {
-            let bound_ms = i64::try_from(renewal.bound.as_millis()).unwrap_or(i64::MAX);
-            type Row = (bool, bool, Option<Vec<Vec<u8>>>, i64, i64);
-            let (renewed, known, claimed, _, _): Row = sqlx::query_as(self.sql.renew.clone())
-                .bind(renewal.lease.node.as_str())
-                .bind(column(renewal.lease.incarnation))
-                .bind(bound_ms)
-                .bind(renewal.first)
-                .bind(keys(renewal.hold))
-                .bind(keys(renewal.release))
-                .bind(renewal.replace)
-                .fetch_one(self.pool().await)
+            // One transaction: its statements end within a quarter of the lease
+            // (so an abandoned one never holds the lease row while the next
+            // renewal waits), and the lease row, renewed first, stays locked until
+            // the commit, so a claim waits for the whole change and finds it whole.
+            let mut tx = self
+                .pool()
+                .await
+                .begin()
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(match (renewed, known) {
-                (true, true) => Renewed::Renewed,
-                (true, false) => Renewed::New,
-                (false, _) => Renewed::Lost {
-                    tasks: claimed.map(task_ids),
-                },
-            })
+            sqlx::query("SELECT set_config('statement_timeout', $1, true)")
+                .bind(statement_timeout(renewal.bound))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+            let ids = renewal.hold.len() + renewal.release.len();
+            let whole = !renewal.replace && ids <= RENEW_BATCH;
+            let renewed = match whole {
+                true => {
+                    let (hold, release) = (renewal.hold, renewal.release);
+                    self.renew_on(&mut tx, &renewal, hold, release).await?
+                }
+                false => self.renew_on(&mut tx, &renewal, &[], &[]).await?,
+            };
+            if let Renewed::Lost { .. } = renewed {
+                return Ok(renewed);
+            }
+            if !whole {
+                let lease = renewal.lease;
+                if renewal.replace {
+                    sqlx::query(self.sql.clear.clone())
+                        .bind(lease.node.as_str())
+                        .bind(column(lease.incarnation))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(StoreError::backend)?;
+                }
+                self.batches(&mut tx, &self.sql.unhold, lease, renewal.release)
+                    .await?;
+                self.batches(&mut tx, &self.sql.hold, lease, renewal.hold)
+                    .await?;
+            }
+            tx.commit().await.map_err(StoreError::backend)?;
+            Ok(renewed)
         })
     }
 
@@ -211,6 +308,9 @@ mod tests {
         let sql = LeaseStatements::new("mcp_tasks");
         let mut texts: Vec<String> = [
             &sql.renew,
+            &sql.hold,
+            &sql.unhold,
+            &sql.clear,
             &sql.leases,
             &sql.claim,
             &sql.forget,

@@ -557,7 +557,7 @@ fn shown_url(options: &PgConnectOptions, has_password: bool) -> String {
     )
 }
 
-fn validate_table(table: &str) -> Result<(), ConfigError> {
+pub(crate) fn validate_table(table: &str) -> Result<(), ConfigError> {
     let mut chars = table.chars();
     let starts_well = chars
         .next()
@@ -573,7 +573,7 @@ fn validate_table(table: &str) -> Result<(), ConfigError> {
 }
 
 /// 32-bit FNV-1a: a stable hash for advisory lock keys.
-fn fnv1a(bytes: &[u8]) -> i32 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> i32 {
     let hash = bytes.iter().fold(0x811c_9dc5_u32, |hash, &b| {
         (hash ^ u32::from(b)).wrapping_mul(0x0100_0193)
     });

@@ -81,6 +81,16 @@ impl PostgresStore {
         if !counted {
             upgrades.push(&statements.create_counts);
             upgrades.extend(&statements.fill_counts);
+        } else {
+            // A counts table of an earlier layout counts no bytes yet.
+            let bytes: Vec<(String, String)> = sqlx::query_as(statements.columns.clone())
+                .bind(&counts)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::backend)?;
+            if !bytes.iter().any(|(column, _)| column == "bytes") {
+                upgrades.extend(&statements.upgrade_bytes);
+            }
         }
         if type_of("created_at").is_none() {
             upgrades.extend(&statements.upgrade_created);

@@ -59,6 +59,8 @@ pub(super) struct Statements {
     pub(super) fill_counts: Vec<SqlStr>,
     pub(super) upgrade_created: Vec<SqlStr>,
     pub(super) list_index: SqlStr,
+    pub(super) owner_bytes: SqlStr,
+    pub(super) upgrade_bytes: Vec<SqlStr>,
 }
 
 impl Statements {
@@ -111,6 +113,8 @@ impl Statements {
             fill_counts: all(include_str!("sql/fill_counts.sql"), table),
             upgrade_created: all(include_str!("sql/upgrade_created.sql"), table),
             list_index: one(include_str!("sql/list_index.sql"), table),
+            owner_bytes: one(include_str!("sql/owner_bytes.sql"), table),
+            upgrade_bytes: all(include_str!("sql/upgrade_bytes.sql"), table),
         }
     }
 }

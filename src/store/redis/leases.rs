@@ -1,11 +1,17 @@
 //! Worker leases beside a `RedisStore`'s keys, under its prefix `P`: `P leases`, the
 //! set of lease members (`<incarnation hex>:<node>`), `P lease:<member>`, a hash of
 //! each lease's renewal count, lease length and claim, and `P holds:<member>`, the
-//! set of task ids it holds. No clock is read: other nodes watch the counts.
+//! set of task ids it holds. A task has one holder, the lease that took it last: a
+//! renewal that newly holds a task removes it from every other lease's holds. No
+//! clock is read: other nodes watch the counts.
 //!
 //! When the store has a client (its change feed's), the leases run on a connection
 //! of their own, opened on first use, so renewals never queue behind request
 //! traffic on the store's connection.
+//!
+//! No script touches more than [`RENEW_BATCH`] holds: a larger renewal runs as
+//! several scripts, the first renewing the lease, and the holds of a claimed lease
+//! (which no renewal changes any more) are read with `SSCAN`, a page at a time.
 
 use std::fmt;
 use std::time::Duration;
@@ -14,7 +20,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 use tokio::sync::OnceCell;
 
-use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, Renewal, Renewed};
+use crate::store::lease::{LeaseId, LeaseState, LeaseStore, NodeId, RENEW_BATCH, Renewal, Renewed};
 use crate::store::{BoxFuture, StoreError};
 use crate::task::TaskId;
 
@@ -29,31 +35,65 @@ local function batched(command, key, from, to)
     i = last + 1
   end
 end
+-- The lease `me` (its holds: `mine`) holds ARGV[from..to] from now on. Those it
+-- did not hold yet leave every other lease's holds (`index` lists the leases,
+-- `holds` completes a member into its holds key), so that only the last holder's
+-- claim lists a task.
+local function take(index, mine, me, holds, from, to)
+  local i = from
+  while i <= to do
+    local last = math.min(i + 999, to)
+    local batch = {unpack(ARGV, i, last)}
+    local present = redis.call('SMISMEMBER', mine, unpack(batch))
+    local new = {}
+    for j, is in ipairs(present) do
+      if is == 0 then new[#new + 1] = batch[j] end
+    end
+    if #new > 0 then
+      for _, other in ipairs(redis.call('SMEMBERS', index)) do
+        if other ~= me then redis.call('SREM', holds .. other, unpack(new)) end
+      end
+      redis.call('SADD', mine, unpack(new))
+    end
+    i = last + 1
+  end
+end
 "#;
 
 /// KEYS: the lease index, the lease, its holds.
 /// ARGV: member, bound (ms), first (1 or 0), replace (1 or 0), how many held ids
-/// follow, the held ids, then the released ids.
-/// Returns {'new'} or {'renewed'}; {'lost', ids...} when claimed; {'gone'} when
-/// there is no lease and this is not a first renewal.
+/// follow, the prefix of a lease's holds key, the held ids, then the released ids
+/// (at most `RENEW_BATCH` in all).
+/// Returns 'new' or 'renewed'; 'lost' when claimed (its holds are read apart,
+/// page by page); 'gone' when there is no lease and this is not a first renewal.
 const RENEW: &str = r#"
 local claimed = redis.call('HGET', KEYS[2], 'claimed')
-if claimed == '1' then
-  local out = redis.call('SMEMBERS', KEYS[3])
-  table.insert(out, 1, 'lost')
-  return out
-end
-if not claimed and ARGV[3] ~= '1' then return {'gone'} end
+if claimed == '1' then return 'lost' end
+if not claimed and ARGV[3] ~= '1' then return 'gone' end
 redis.call('HINCRBY', KEYS[2], 'renewals', 1)
 redis.call('HSET', KEYS[2], 'bound', ARGV[2], 'claimed', '0')
 redis.call('SADD', KEYS[1], ARGV[1])
 if ARGV[4] == '1' then
-  redis.call('DEL', KEYS[3])
+  redis.call('UNLINK', KEYS[3])
 end
 local held = tonumber(ARGV[5])
-batched('SADD', KEYS[3], 6, 5 + held)
-batched('SREM', KEYS[3], 6 + held, #ARGV)
-if claimed then return {'renewed'} else return {'new'} end
+take(KEYS[1], KEYS[3], ARGV[1], ARGV[6], 7, 6 + held)
+batched('SREM', KEYS[3], 7 + held, #ARGV)
+if claimed then return 'renewed' else return 'new' end
+"#;
+
+/// The rest of a renewal too large for one call: a further batch of its changes.
+/// KEYS: the lease, its holds, the lease index. ARGV: how many held ids follow, the
+/// prefix of a lease's holds key, the lease's member, the held ids, then the
+/// released ids. Returns 'ok', or 'lost' / 'gone' as [`RENEW`].
+const CHANGE: &str = r#"
+local claimed = redis.call('HGET', KEYS[1], 'claimed')
+if claimed == '1' then return 'lost' end
+if not claimed then return 'gone' end
+local held = tonumber(ARGV[1])
+take(KEYS[3], KEYS[2], ARGV[3], ARGV[2], 4, 3 + held)
+batched('SREM', KEYS[2], 4 + held, #ARGV)
+return 'ok'
 "#;
 
 /// KEYS: the lease index. ARGV: the lease key prefix.
@@ -72,22 +112,21 @@ end
 return out
 "#;
 
-/// KEYS: the lease, its holds. ARGV: the renewal count seen.
-/// Returns {'1', ids...} when claimed, {'0'} otherwise.
+/// KEYS: the lease. ARGV: the renewal count seen. Returns 1 when claimed (its
+/// holds, which no renewal changes any more, are read apart, page by page), 0
+/// otherwise.
 const CLAIM: &str = r#"
 local lease = redis.call('HMGET', KEYS[1], 'renewals', 'claimed')
-if not lease[1] then return {'0'} end
-if lease[2] ~= '1' and lease[1] ~= ARGV[1] then return {'0'} end
+if not lease[1] then return 0 end
+if lease[2] ~= '1' and lease[1] ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'claimed', '1')
-local out = redis.call('SMEMBERS', KEYS[2])
-table.insert(out, 1, '1')
-return out
+return 1
 "#;
 
 /// KEYS: the lease index, the lease, its holds. ARGV: member.
 const FORGET: &str = r#"
 if redis.call('HGET', KEYS[2], 'claimed') == '1' then
-  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('UNLINK', KEYS[2], KEYS[3])
   redis.call('SREM', KEYS[1], ARGV[1])
 end
 return 0
@@ -96,7 +135,7 @@ return 0
 /// KEYS: the lease index, the lease, its holds. ARGV: member.
 const RELEASE: &str = r#"
 if redis.call('HGET', KEYS[2], 'claimed') == '0' then
-  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('UNLINK', KEYS[2], KEYS[3])
   redis.call('SREM', KEYS[1], ARGV[1])
 end
 return 0
@@ -104,6 +143,7 @@ return 0
 
 struct Scripts {
     renew: Script,
+    change: Script,
     leases: Script,
     claim: Script,
     forget: Script,
@@ -112,6 +152,7 @@ struct Scripts {
 
 static SCRIPTS: std::sync::LazyLock<Scripts> = std::sync::LazyLock::new(|| Scripts {
     renew: Script::new(&[BATCH_FN, RENEW].concat()),
+    change: Script::new(&[BATCH_FN, CHANGE].concat()),
     leases: Script::new(LEASES),
     claim: Script::new(CLAIM),
     forget: Script::new(FORGET),
@@ -150,13 +191,60 @@ fn parse_member(member: &str) -> Option<LeaseId> {
     })
 }
 
-fn task_ids<'a>(items: impl Iterator<Item = &'a Vec<u8>>) -> Vec<TaskId> {
-    let mut ids: Vec<TaskId> = items
-        .filter_map(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes.as_slice()).ok())
-        .map(TaskId::from_bytes)
-        .collect();
+/// Every task id in the set `key`, read [`RENEW_BATCH`] at a time (`SSCAN`), so
+/// that no one command walks a large set: sorted, each once.
+async fn members(conn: &mut ConnectionManager, key: &str) -> Result<Vec<TaskId>, StoreError> {
+    let mut ids = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, page): (u64, Vec<Vec<u8>>) = redis::cmd("SSCAN")
+            .arg(key)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(RENEW_BATCH)
+            .query_async(conn)
+            .await
+            .map_err(StoreError::backend)?;
+        ids.extend(
+            page.iter()
+                .filter_map(|bytes| <[u8; TaskId::BYTES]>::try_from(bytes.as_slice()).ok())
+                .map(TaskId::from_bytes),
+        );
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
     ids.sort_unstable();
-    ids
+    ids.dedup();
+    Ok(ids)
+}
+
+/// The ids of a renewal, [`RENEW_BATCH`] at a time: releases first, then holds.
+struct Batches<'a> {
+    hold: &'a [TaskId],
+    release: &'a [TaskId],
+}
+
+impl<'a> Batches<'a> {
+    fn new(hold: &'a [TaskId], release: &'a [TaskId]) -> Self {
+        Batches { hold, release }
+    }
+
+    fn is_done(&self) -> bool {
+        self.hold.is_empty() && self.release.is_empty()
+    }
+
+    /// The next batch, as (held, released).
+    fn next_batch(&mut self) -> (&'a [TaskId], &'a [TaskId]) {
+        let released = self.release.len().min(RENEW_BATCH);
+        let (release, rest) = self.release.split_at(released);
+        self.release = rest;
+        let held = self.hold.len().min(RENEW_BATCH - released);
+        let (hold, rest) = self.hold.split_at(held);
+        self.hold = rest;
+        (hold, release)
+    }
 }
 
 impl RedisLeases {
@@ -205,32 +293,64 @@ impl LeaseStore for RedisLeases {
     fn renew<'a>(&'a self, renewal: Renewal<'a>) -> BoxFuture<'a, Result<Renewed, StoreError>> {
         Box::pin(async move {
             let member = member(renewal.lease);
+            let holds = format!("{}{member}", self.holds);
+            let lease = format!("{}{member}", self.lease);
+            // The first batch goes with the renewal; any further one after it,
+            // each a script of its own, so that none takes more than a batch.
+            let mut batches = Batches::new(renewal.hold, renewal.release);
+            let (hold, release) = batches.next_batch();
             let mut invocation = SCRIPTS.renew.prepare_invoke();
             invocation
                 .key(&self.index)
-                .key(format!("{}{member}", self.lease))
-                .key(format!("{}{member}", self.holds))
+                .key(&lease)
+                .key(&holds)
                 .arg(&member)
                 .arg(u64::try_from(renewal.bound.as_millis()).unwrap_or(u64::MAX))
                 .arg(u8::from(renewal.first))
                 .arg(u8::from(renewal.replace))
-                .arg(renewal.hold.len());
-            for id in renewal.hold.iter().chain(renewal.release) {
+                .arg(hold.len())
+                .arg(&self.holds);
+            for id in hold.iter().chain(release) {
                 invocation.arg(&id.as_bytes()[..]);
             }
             let mut conn = self.conn().await;
-            let reply: Vec<Vec<u8>> = invocation
+            let reply: String = invocation
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok(match reply.first().map(Vec::as_slice) {
-                Some(b"new") => Renewed::New,
-                Some(b"renewed") => Renewed::Renewed,
-                Some(b"lost") => Renewed::Lost {
-                    tasks: Some(task_ids(reply[1..].iter())),
-                },
-                _ => Renewed::Lost { tasks: None },
-            })
+            let mut renewed = match reply.as_str() {
+                "new" => Renewed::New,
+                "renewed" => Renewed::Renewed,
+                "lost" => return self.lost(&mut conn, &holds).await,
+                _ => return Ok(Renewed::Lost { tasks: None }),
+            };
+            while !batches.is_done() {
+                let (hold, release) = batches.next_batch();
+                let mut invocation = SCRIPTS.change.prepare_invoke();
+                invocation
+                    .key(&lease)
+                    .key(&holds)
+                    .key(&self.index)
+                    .arg(hold.len())
+                    .arg(&self.holds)
+                    .arg(&member);
+                for id in hold.iter().chain(release) {
+                    invocation.arg(&id.as_bytes()[..]);
+                }
+                let reply: String = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(StoreError::backend)?;
+                match reply.as_str() {
+                    "ok" => {}
+                    "lost" => return self.lost(&mut conn, &holds).await,
+                    _ => {
+                        renewed = Renewed::Lost { tasks: None };
+                        break;
+                    }
+                }
+            }
+            Ok(renewed)
         })
     }
 
@@ -274,16 +394,18 @@ impl LeaseStore for RedisLeases {
         Box::pin(async move {
             let member = member(lease);
             let mut conn = self.conn().await;
-            let reply: Vec<Vec<u8>> = SCRIPTS
+            let claimed: i64 = SCRIPTS
                 .claim
                 .key(format!("{}{member}", self.lease))
-                .key(format!("{}{member}", self.holds))
                 .arg(renewals)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(StoreError::backend)?;
-            Ok((reply.first().map(Vec::as_slice) == Some(b"1"))
-                .then(|| task_ids(reply[1..].iter())))
+            if claimed != 1 {
+                return Ok(None);
+            }
+            let holds = format!("{}{member}", self.holds);
+            members(&mut conn, &holds).await.map(Some)
         })
     }
 
@@ -297,6 +419,12 @@ impl LeaseStore for RedisLeases {
 }
 
 impl RedisLeases {
+    /// What a renewal that found its lease claimed answers: the claimed holds.
+    async fn lost(&self, conn: &mut ConnectionManager, holds: &str) -> Result<Renewed, StoreError> {
+        let tasks = members(conn, holds).await?;
+        Ok(Renewed::Lost { tasks: Some(tasks) })
+    }
+
     /// Runs `script`, which removes `lease` (if claimed, or if not) and its holds.
     fn remove<'a>(
         &'a self,
@@ -321,13 +449,13 @@ impl RedisLeases {
 
 #[cfg(test)]
 mod tests {
-    use super::{BATCH_FN, CLAIM, FORGET, LEASES, RELEASE, RENEW};
+    use super::{BATCH_FN, CHANGE, CLAIM, FORGET, LEASES, RELEASE, RENEW};
 
     /// The lease scripts judge nothing by time: a step of the Redis server's clock,
     /// however large, must have nothing to act on (no `TIME`, no key expiry).
     #[test]
     fn no_lease_script_reads_a_clock_or_expires_a_key() {
-        for script in [BATCH_FN, RENEW, LEASES, CLAIM, FORGET, RELEASE] {
+        for script in [BATCH_FN, RENEW, CHANGE, LEASES, CLAIM, FORGET, RELEASE] {
             let upper = script.to_ascii_uppercase();
             for clock in ["'TIME'", "\"TIME\"", "EXPIRE", "PX", "EX'"] {
                 assert!(

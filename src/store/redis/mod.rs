@@ -10,6 +10,8 @@
 //! | `P task:<id>` | hash | `rec`: the record as JSON; `rev`: its revision, the CAS token; `own`: the owner tag, so owner-scoped reads compare it on the server and never fetch a foreign record. Expires natively `ttl` after the create (`PEXPIRE`). |
 //! | `P owners` | hash | one field per stored record: id → owner tag. Its length is the row count. |
 //! | `P counts` | hash | owner tag → how many records that owner holds. |
+//! | `P sizes` | hash | one field per stored record: id → the length of its `rec`, as last written. |
+//! | `P bytes` | hash | owner tag → the sum of that owner's records' sizes: what [`TaskStore::owner_bytes`](crate::store::TaskStore::owner_bytes) reads. |
 //! | `P expiry` | sorted set | ids of records with a TTL, scored by expiry time. |
 //! | `P retired` | sorted set | ids of terminal records without a TTL, scored by when they finished. |
 //! | `P owner-expiry:<tag>`, `P owner-retired:<tag>` | sorted sets | the same two indexes for one owner, so an owner at its cap prunes its own expired and retired records. |
@@ -20,7 +22,7 @@
 //! | `P holds:<lease>` | set | the task ids one lease holds. |
 //!
 //! Native expiry deletes a record's key but not its index entries, so the row and
-//! per-owner counts keep counting a record until `cleanup` (or a `create` that finds
+//! per-owner counts (and bytes) keep counting a record until `cleanup` (or a `create` that finds
 //! the store full, which first prunes records whose TTL ran out and records retired
 //! past [`CreateLimits::retention`](crate::store::CreateLimits::retention)) removes its index entries. The counts and the data only ever change inside the scripts below, so
 //! they always agree.
@@ -132,6 +134,8 @@ struct Keys {
     task: String,
     owners: String,
     counts: String,
+    sizes: String,
+    bytes: String,
     expiry: String,
     retired: String,
     /// Prefixes of the per-owner indexes, completed by the owner tag.
@@ -148,6 +152,8 @@ impl Keys {
             task: format!("{prefix}task:"),
             owners: format!("{prefix}owners"),
             counts: format!("{prefix}counts"),
+            sizes: format!("{prefix}sizes"),
+            bytes: format!("{prefix}bytes"),
             expiry: format!("{prefix}expiry"),
             retired: format!("{prefix}retired"),
             owner_expiry: format!("{prefix}owner-expiry:"),

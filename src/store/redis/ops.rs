@@ -8,6 +8,7 @@ use super::leases::RedisLeases;
 use super::scripts::{CAS_GONE, CAS_WRITTEN, SCRIPTS};
 use super::{RedisStore, decode, encode, optional, owner_tag, retention_ms, unexpected};
 use crate::error::{Limit, StoreError};
+use crate::store::retry::{retry_create, retry_once};
 use crate::store::rules::{CompareAndSwap, Written, compare_and_swap};
 use crate::store::{
     BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, ListFrom, ListPage, TaskStore,
@@ -116,60 +117,72 @@ impl TaskStore for RedisStore {
         limits: CreateLimits,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let id = record.id.to_string();
-            let json = encode(&record)?;
-            let ttl = record.ttl_ms;
-            // Redis refuses expiries past year 9999; later ones are left to `cleanup`.
-            let native_ttl = ttl.filter(|&ttl| {
-                record
-                    .created_at
-                    .as_millis()
-                    .checked_add(ttl)
-                    .is_some_and(|at| at <= NATIVE_EXPIRY_MAX)
-            });
-            let retired = record.retired_at().map(|_| "1");
-            let keys = &self.keys;
-            let tag = owner_tag(record.owner.as_ref());
-            let mut conn = self.conn.clone();
-            let reply: String = SCRIPTS
-                .create
-                .key(keys.task(&id))
-                .key(&keys.owners)
-                .key(&keys.counts)
-                .key(&keys.expiry)
-                .key(&keys.retired)
-                .key(format!("{}{tag}", keys.owner_expiry))
-                .key(format!("{}{tag}", keys.owner_retired))
-                .key(format!("{}{tag}", keys.owner_list))
-                .arg(&id)
-                .arg(&tag)
-                .arg(record.revision)
-                .arg(json)
-                .arg(optional(ttl))
-                .arg(optional(native_ttl))
-                .arg(optional(retired))
-                .arg(optional(limits.max_rows))
-                .arg(optional(limits.max_per_owner))
-                .arg(self.clock_arg(record.created_at))
-                .arg(&keys.task)
-                .arg(PRUNE_BATCH)
-                .arg(&keys.channel)
-                .arg(self.payload(&record.id))
-                .arg(optional(limits.retention.map(retention_ms)))
-                .arg(&keys.owner_expiry)
-                .arg(&keys.owner_retired)
-                .arg(&keys.owner_list)
-                .arg(record.created_at.as_millis())
-                .invoke_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
-            match reply.as_str() {
-                "ok" => Ok(()),
-                "duplicate" => Err(StoreError::Duplicate),
-                "limit_rows" => Err(StoreError::LimitReached(Limit::Rows)),
-                "limit_owner" => Err(StoreError::LimitReached(Limit::PerOwner)),
-                _ => Err(unexpected("an unknown answer from the create script")),
-            }
+            let record = &record;
+            retry_create(
+                record,
+                move || {
+                    Box::pin(async move {
+                        let id = record.id.to_string();
+                        let json = encode(&record)?;
+                        let ttl = record.ttl_ms;
+                        // Redis refuses expiries past year 9999; later ones are left to `cleanup`.
+                        let native_ttl = ttl.filter(|&ttl| {
+                            record
+                                .created_at
+                                .as_millis()
+                                .checked_add(ttl)
+                                .is_some_and(|at| at <= NATIVE_EXPIRY_MAX)
+                        });
+                        let retired = record.retired_at().map(|_| "1");
+                        let keys = &self.keys;
+                        let tag = owner_tag(record.owner.as_ref());
+                        let mut conn = self.conn.clone();
+                        let reply: String = SCRIPTS
+                            .create
+                            .key(keys.task(&id))
+                            .key(&keys.owners)
+                            .key(&keys.counts)
+                            .key(&keys.expiry)
+                            .key(&keys.retired)
+                            .key(format!("{}{tag}", keys.owner_expiry))
+                            .key(format!("{}{tag}", keys.owner_retired))
+                            .key(format!("{}{tag}", keys.owner_list))
+                            .key(&keys.sizes)
+                            .key(&keys.bytes)
+                            .arg(&id)
+                            .arg(&tag)
+                            .arg(record.revision)
+                            .arg(json)
+                            .arg(optional(ttl))
+                            .arg(optional(native_ttl))
+                            .arg(optional(retired))
+                            .arg(optional(limits.max_rows))
+                            .arg(optional(limits.max_per_owner))
+                            .arg(self.clock_arg(record.created_at))
+                            .arg(&keys.task)
+                            .arg(PRUNE_BATCH)
+                            .arg(&keys.channel)
+                            .arg(self.payload(&record.id))
+                            .arg(optional(limits.retention.map(retention_ms)))
+                            .arg(&keys.owner_expiry)
+                            .arg(&keys.owner_retired)
+                            .arg(&keys.owner_list)
+                            .arg(record.created_at.as_millis())
+                            .invoke_async(&mut conn)
+                            .await
+                            .map_err(StoreError::backend)?;
+                        match reply.as_str() {
+                            "ok" => Ok(()),
+                            "duplicate" => Err(StoreError::Duplicate),
+                            "limit_rows" => Err(StoreError::LimitReached(Limit::Rows)),
+                            "limit_owner" => Err(StoreError::LimitReached(Limit::PerOwner)),
+                            _ => Err(unexpected("an unknown answer from the create script")),
+                        }
+                    })
+                },
+                move || CompareAndSwap::read(self, &record.id, Scope::Any, record.created_at),
+            )
+            .await
         })
     }
 
@@ -193,30 +206,32 @@ impl TaskStore for RedisStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
-        Box::pin(async move {
-            let unique = unique(ids);
-            if unique.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut invocation = self.scoped(&SCRIPTS.existing, &unique, scope, now);
-            for id in &unique {
-                invocation.arg(id.to_string());
-            }
-            let mut conn = self.conn.clone();
-            let exists: Vec<i64> = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
-            if exists.len() != unique.len() {
-                return Err(unexpected(
-                    "the script answered the wrong number of replies",
-                ));
-            }
-            Ok(unique
-                .into_iter()
-                .zip(exists)
-                .filter_map(|(id, found)| (found == 1).then_some(id))
-                .collect())
+        retry_once(move || {
+            Box::pin(async move {
+                let unique = unique(ids);
+                if unique.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut invocation = self.scoped(&SCRIPTS.existing, &unique, scope, now);
+                for id in &unique {
+                    invocation.arg(id.to_string());
+                }
+                let mut conn = self.conn.clone();
+                let exists: Vec<i64> = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(StoreError::backend)?;
+                if exists.len() != unique.len() {
+                    return Err(unexpected(
+                        "the script answered the wrong number of replies",
+                    ));
+                }
+                Ok(unique
+                    .into_iter()
+                    .zip(exists)
+                    .filter_map(|(id, found)| (found == 1).then_some(id))
+                    .collect())
+            })
         })
     }
 
@@ -229,27 +244,29 @@ impl TaskStore for RedisStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            let unique = unique(ids);
-            if unique.is_empty() {
-                return Ok(Vec::new());
-            }
-            let stored = match scope {
-                Scope::Any => {
-                    let mut pipe = redis::pipe();
-                    for id in &unique {
-                        pipe.cmd("HGET")
-                            .arg(self.keys.task(&id.to_string()))
-                            .arg("rec");
-                    }
-                    let mut conn = self.conn.clone();
-                    pipe.query_async(&mut conn)
-                        .await
-                        .map_err(StoreError::backend)?
+        retry_once(move || {
+            Box::pin(async move {
+                let unique = unique(ids);
+                if unique.is_empty() {
+                    return Ok(Vec::new());
                 }
-                Scope::Owner(owner) => self.owned(&unique, owner).await?,
-            };
-            self.found(unique, stored, scope, now)
+                let stored = match scope {
+                    Scope::Any => {
+                        let mut pipe = redis::pipe();
+                        for id in &unique {
+                            pipe.cmd("HGET")
+                                .arg(self.keys.task(&id.to_string()))
+                                .arg("rec");
+                        }
+                        let mut conn = self.conn.clone();
+                        pipe.query_async(&mut conn)
+                            .await
+                            .map_err(StoreError::backend)?
+                    }
+                    Scope::Owner(owner) => self.owned(&unique, owner).await?,
+                };
+                self.found(unique, stored, scope, now)
+            })
         })
     }
 
@@ -262,29 +279,31 @@ impl TaskStore for RedisStore {
         now: Timestamp,
         budget: usize,
     ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
-        Box::pin(async move {
-            let unique = unique(ids);
-            if unique.is_empty() {
-                return Ok(Budgeted::Within(Vec::new()));
-            }
-            let mut invocation = self.scoped(&SCRIPTS.get_within, &unique, scope, now);
-            // Lua counts in doubles: exact up to 2^53.
-            invocation.arg(budget.min(1 << 53));
-            for id in &unique {
-                invocation.arg(id.to_string());
-            }
-            let mut conn = self.conn.clone();
-            let answer: redis::Value = invocation
-                .invoke_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
-            let stored: Vec<Option<String>> = match answer {
-                redis::Value::Array(_) => {
-                    redis::from_redis_value(answer).map_err(StoreError::backend)?
+        retry_once(move || {
+            Box::pin(async move {
+                let unique = unique(ids);
+                if unique.is_empty() {
+                    return Ok(Budgeted::Within(Vec::new()));
                 }
-                _ => return Ok(Budgeted::OverBudget),
-            };
-            self.found(unique, stored, scope, now).map(Budgeted::Within)
+                let mut invocation = self.scoped(&SCRIPTS.get_within, &unique, scope, now);
+                // Lua counts in doubles: exact up to 2^53.
+                invocation.arg(budget.min(1 << 53));
+                for id in &unique {
+                    invocation.arg(id.to_string());
+                }
+                let mut conn = self.conn.clone();
+                let answer: redis::Value = invocation
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(StoreError::backend)?;
+                let stored: Vec<Option<String>> = match answer {
+                    redis::Value::Array(_) => {
+                        redis::from_redis_value(answer).map_err(StoreError::backend)?
+                    }
+                    _ => return Ok(Budgeted::OverBudget),
+                };
+                self.found(unique, stored, scope, now).map(Budgeted::Within)
+            })
         })
     }
 
@@ -307,32 +326,56 @@ impl TaskStore for RedisStore {
         now: Timestamp,
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
-        Box::pin(async move {
-            let keys = &self.keys;
-            let mut conn = self.conn.clone();
-            let mut total = 0usize;
-            loop {
-                let (removed, more): (u64, i64) = SCRIPTS
-                    .cleanup
-                    .key(&keys.expiry)
-                    .key(&keys.retired)
-                    .key(&keys.owners)
-                    .key(&keys.counts)
-                    .arg(self.clock_arg(now))
-                    .arg(retention_ms(retention))
-                    .arg(&keys.task)
-                    .arg(CLEANUP_BATCH)
-                    .arg(&keys.owner_expiry)
-                    .arg(&keys.owner_retired)
-                    .arg(&keys.owner_list)
-                    .invoke_async(&mut conn)
+        retry_once(move || {
+            Box::pin(async move {
+                let keys = &self.keys;
+                let mut conn = self.conn.clone();
+                let mut total = 0usize;
+                loop {
+                    let (removed, more): (u64, i64) = SCRIPTS
+                        .cleanup
+                        .key(&keys.expiry)
+                        .key(&keys.retired)
+                        .key(&keys.owners)
+                        .key(&keys.counts)
+                        .key(&keys.sizes)
+                        .key(&keys.bytes)
+                        .arg(self.clock_arg(now))
+                        .arg(retention_ms(retention))
+                        .arg(&keys.task)
+                        .arg(CLEANUP_BATCH)
+                        .arg(&keys.owner_expiry)
+                        .arg(&keys.owner_retired)
+                        .arg(&keys.owner_list)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(StoreError::backend)?;
+                    total = total.saturating_add(usize::try_from(removed).unwrap_or(usize::MAX));
+                    if more == 0 {
+                        return Ok(total);
+                    }
+                }
+            })
+        })
+    }
+
+    /// One `HGET` of the owner's field in `P bytes`, which the create, write and
+    /// removal scripts change by each record's size.
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        retry_once(move || {
+            Box::pin(async move {
+                let mut conn = self.conn.clone();
+                let bytes: Option<u64> = redis::cmd("HGET")
+                    .arg(&self.keys.bytes)
+                    .arg(owner_tag(owner))
+                    .query_async(&mut conn)
                     .await
                     .map_err(StoreError::backend)?;
-                total = total.saturating_add(usize::try_from(removed).unwrap_or(usize::MAX));
-                if more == 0 {
-                    return Ok(total);
-                }
-            }
+                Ok(bytes.unwrap_or(0))
+            })
         })
     }
 
@@ -347,37 +390,39 @@ impl TaskStore for RedisStore {
         limit: usize,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
-        Box::pin(async move {
-            if limit == 0 {
-                return Ok(ListPage::default());
-            }
-            let keys = &self.keys;
-            let tag = owner_tag(owner);
-            let mut conn = self.conn.clone();
-            let (more, stored): (i64, Vec<String>) = SCRIPTS
-                .list
-                .key(format!("{}{tag}", keys.owner_list))
-                .key(&keys.owners)
-                .key(&keys.expiry)
-                .arg(&tag)
-                .arg(self.clock_arg(now))
-                .arg(&keys.task)
-                // Lua counts in doubles: exact up to 2^53.
-                .arg(limit.min(1 << 53))
-                .arg(optional(from.map(|from| from.created_at.as_millis())))
-                .arg(optional(from.map(|from| from.id)))
-                .invoke_async(&mut conn)
-                .await
-                .map_err(StoreError::backend)?;
-            let scope = Scope::Owner(owner);
-            let mut records = Vec::with_capacity(stored.len());
-            for json in stored {
-                let record = decode(&json)?;
-                if self.sees(&record, scope, now) {
-                    records.push(record);
+        retry_once(move || {
+            Box::pin(async move {
+                if limit == 0 {
+                    return Ok(ListPage::default());
                 }
-            }
-            Ok(ListPage::of(records, more == 1))
+                let keys = &self.keys;
+                let tag = owner_tag(owner);
+                let mut conn = self.conn.clone();
+                let (more, stored): (i64, Vec<String>) = SCRIPTS
+                    .list
+                    .key(format!("{}{tag}", keys.owner_list))
+                    .key(&keys.owners)
+                    .key(&keys.expiry)
+                    .arg(&tag)
+                    .arg(self.clock_arg(now))
+                    .arg(&keys.task)
+                    // Lua counts in doubles: exact up to 2^53.
+                    .arg(limit.min(1 << 53))
+                    .arg(optional(from.map(|from| from.created_at.as_millis())))
+                    .arg(optional(from.map(|from| from.id)))
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(StoreError::backend)?;
+                let scope = Scope::Owner(owner);
+                let mut records = Vec::with_capacity(stored.len());
+                for json in stored {
+                    let record = decode(&json)?;
+                    if self.sees(&record, scope, now) {
+                        records.push(record);
+                    }
+                }
+                Ok(ListPage::of(records, more == 1))
+            })
         })
     }
 
@@ -414,24 +459,26 @@ impl CompareAndSwap for RedisStore {
         scope: Scope<'a>,
         _now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            let stored: Option<String> = match scope {
-                Scope::Any => {
-                    let mut conn = self.conn.clone();
-                    redis::cmd("HGET")
-                        .arg(self.keys.task(&id.to_string()))
-                        .arg("rec")
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(StoreError::backend)?
-                }
-                Scope::Owner(owner) => self
-                    .owned(std::slice::from_ref(id), owner)
-                    .await?
-                    .pop()
-                    .flatten(),
-            };
-            stored.as_deref().map(decode).transpose()
+        retry_once(move || {
+            Box::pin(async move {
+                let stored: Option<String> = match scope {
+                    Scope::Any => {
+                        let mut conn = self.conn.clone();
+                        redis::cmd("HGET")
+                            .arg(self.keys.task(&id.to_string()))
+                            .arg("rec")
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(StoreError::backend)?
+                    }
+                    Scope::Owner(owner) => self
+                        .owned(std::slice::from_ref(id), owner)
+                        .await?
+                        .pop()
+                        .flatten(),
+                };
+                stored.as_deref().map(decode).transpose()
+            })
         })
     }
 
@@ -450,6 +497,8 @@ impl CompareAndSwap for RedisStore {
                 .key(self.keys.task(&id_text))
                 .key(&self.keys.retired)
                 .key(&self.keys.owners)
+                .key(&self.keys.sizes)
+                .key(&self.keys.bytes)
                 .arg(expected)
                 .arg(record.revision)
                 .arg(encode(record)?)

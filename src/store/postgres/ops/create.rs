@@ -259,7 +259,7 @@ impl PostgresStore {
         if let PruneGroup::Owner(Some(owner)) = group {
             query = query.bind(owner);
         }
-        let gone: Vec<(Vec<u8>, i16, i64)> = query
+        let gone: Vec<(Vec<u8>, i16, i64, i64)> = query
             .fetch_all(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
@@ -268,16 +268,18 @@ impl PostgresStore {
         }
         let removed = gone
             .iter()
-            .filter(|(scope, _, _)| scope.as_slice() == ROWS_SCOPE)
-            .map(|&(_, _, n)| usize::try_from(n).unwrap_or(0))
+            .filter(|(scope, _, _, _)| scope.as_slice() == ROWS_SCOPE)
+            .map(|&(_, _, n, _)| usize::try_from(n).unwrap_or(0))
             .sum();
         let mut scopes = Vec::with_capacity(gone.len());
         let mut shards = Vec::with_capacity(gone.len());
         let mut counts = Vec::with_capacity(gone.len());
-        for (scope, shard, n) in gone {
+        let mut bytes = Vec::with_capacity(gone.len());
+        for (scope, shard, n, size) in gone {
             scopes.push(scope);
             shards.push(shard);
             counts.push(n);
+            bytes.push(size);
         }
         // The counter rows in (scope, shard) order, the order creates take them in.
         sqlx::query(inner.sql.lock_counts.clone())
@@ -290,6 +292,7 @@ impl PostgresStore {
             .bind(&scopes)
             .bind(&shards)
             .bind(&counts)
+            .bind(&bytes)
             .execute(&mut *tx)
             .await
             .map_err(StoreError::backend)?;
@@ -305,7 +308,7 @@ impl PostgresStore {
 
 /// The counter scope of one owner's cap: `[1]` for the anonymous owner, `[2]` and
 /// the principal's bytes otherwise (never the row cap's `[0]`).
-fn owner_scope(owner: Option<&[u8]>) -> Vec<u8> {
+pub(super) fn owner_scope(owner: Option<&[u8]>) -> Vec<u8> {
     match owner {
         None => vec![1],
         Some(owner) => {

@@ -9,8 +9,9 @@ use sqlx::{Row, SqlStr};
 use super::super::leases::PgLeases;
 use super::super::statements::{Columns, FEED_RETENTION, millis};
 use super::super::{Failure, PostgresStore};
-use super::create::PruneGroup;
+use super::create::{PruneGroup, owner_scope};
 use crate::error::StoreError;
+use crate::store::retry::{retry_create, retry_once};
 use crate::store::rules::{CompareAndSwap, Written, compare_and_swap};
 use crate::store::{
     BoxFuture, Budgeted, ChangeFeed, CreateLimits, LeaseStore, ListFrom, ListPage, TaskStore,
@@ -96,7 +97,7 @@ impl CompareAndSwap for PostgresStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
-        Box::pin(PostgresStore::read(self, id, scope, now))
+        retry_once(move || Box::pin(PostgresStore::read(self, id, scope, now)))
     }
 
     fn write_if<'a>(
@@ -151,7 +152,15 @@ impl TaskStore for PostgresStore {
         record: TaskRecord,
         limits: CreateLimits,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { self.insert(&record, limits).await })
+        Box::pin(async move {
+            let record = &record;
+            retry_create(
+                record,
+                move || Box::pin(self.insert(record, limits)),
+                move || CompareAndSwap::read(self, &record.id, Scope::Any, record.created_at),
+            )
+            .await
+        })
     }
 
     fn get<'a>(
@@ -162,8 +171,7 @@ impl TaskStore for PostgresStore {
     ) -> BoxFuture<'a, Result<Option<TaskRecord>, StoreError>> {
         Box::pin(async move {
             // The expiry was decided in the `SELECT`, by the store's clock.
-            Ok(self
-                .read(id, scope, now)
+            Ok(CompareAndSwap::read(self, id, scope, now)
                 .await?
                 .filter(|r| scope.permits(r.owner.as_ref())))
         })
@@ -177,16 +185,18 @@ impl TaskStore for PostgresStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskRecord>, StoreError>> {
-        Box::pin(async move {
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let rows: Vec<String> = self
-                .batch(&self.inner.sql.select_many, ids, scope, now)
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            in_order(ids, scope, rows)
+        retry_once(move || {
+            Box::pin(async move {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let rows: Vec<String> = self
+                    .batch(&self.inner.sql.select_many, ids, scope, now)
+                    .fetch_all(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                in_order(ids, scope, rows)
+            })
         })
     }
 
@@ -200,20 +210,22 @@ impl TaskStore for PostgresStore {
         now: Timestamp,
         budget: usize,
     ) -> BoxFuture<'a, Result<Budgeted, StoreError>> {
-        Box::pin(async move {
-            if ids.is_empty() {
-                return Ok(Budgeted::Within(Vec::new()));
-            }
-            let rows: Vec<Option<String>> = self
-                .batch(&self.inner.sql.select_within, ids, scope, now)
-                .bind(i64::try_from(budget).unwrap_or(i64::MAX))
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            match rows.into_iter().collect::<Option<Vec<String>>>() {
-                Some(rows) => in_order(ids, scope, rows).map(Budgeted::Within),
-                None => Ok(Budgeted::OverBudget),
-            }
+        retry_once(move || {
+            Box::pin(async move {
+                if ids.is_empty() {
+                    return Ok(Budgeted::Within(Vec::new()));
+                }
+                let rows: Vec<Option<String>> = self
+                    .batch(&self.inner.sql.select_within, ids, scope, now)
+                    .bind(i64::try_from(budget).unwrap_or(i64::MAX))
+                    .fetch_all(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                match rows.into_iter().collect::<Option<Vec<String>>>() {
+                    Some(rows) => in_order(ids, scope, rows).map(Budgeted::Within),
+                    None => Ok(Budgeted::OverBudget),
+                }
+            })
         })
     }
 
@@ -223,23 +235,25 @@ impl TaskStore for PostgresStore {
         scope: Scope<'a>,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
-        Box::pin(async move {
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let found: Vec<Vec<u8>> = self
-                .batch(&self.inner.sql.visible, ids, scope, now)
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            let found: std::collections::HashSet<Vec<u8>> = found.into_iter().collect();
-            // In the order asked, each id once.
-            let mut seen = std::collections::HashSet::with_capacity(found.len());
-            Ok(ids
-                .iter()
-                .filter(|id| found.contains(&id.as_bytes()[..]) && seen.insert(**id))
-                .copied()
-                .collect())
+        retry_once(move || {
+            Box::pin(async move {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let found: Vec<Vec<u8>> = self
+                    .batch(&self.inner.sql.visible, ids, scope, now)
+                    .fetch_all(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                let found: std::collections::HashSet<Vec<u8>> = found.into_iter().collect();
+                // In the order asked, each id once.
+                let mut seen = std::collections::HashSet::with_capacity(found.len());
+                Ok(ids
+                    .iter()
+                    .filter(|id| found.contains(&id.as_bytes()[..]) && seen.insert(**id))
+                    .copied()
+                    .collect())
+            })
         })
     }
 
@@ -270,42 +284,64 @@ impl TaskStore for PostgresStore {
         limit: usize,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<ListPage, StoreError>> {
-        Box::pin(async move {
-            if limit == 0 {
-                return Ok(ListPage::default());
-            }
-            let (created_at, id): (i64, &[u8]) = match &from {
-                Some(from) => (millis(from.created_at.as_millis()), from.id.as_bytes()),
-                None => (BEFORE_ALL.0, &BEFORE_ALL.1),
-            };
-            let sql = &self.inner.sql;
-            let statement = match owner {
-                Some(_) => &sql.list_owned,
-                None => &sql.list_unowned,
-            };
-            let mut query = sqlx::query_scalar(statement.clone())
-                .bind(self.clock_arg(now))
-                .bind(created_at)
-                .bind(id)
-                .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
-            if let Some(owner) = owner {
-                query = query.bind(owner.as_str().as_bytes());
-            }
-            let rows: Vec<String> = query
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            let more = rows.len() > limit;
-            let mut records = Vec::with_capacity(rows.len().min(limit));
-            for text in rows.into_iter().take(limit) {
-                let record: TaskRecord =
-                    serde_json::from_str(&text).map_err(StoreError::backend)?;
-                // The row's owner matched; a record saying otherwise is never shown.
-                if record.owner.as_ref() == owner {
-                    records.push(record);
+        retry_once(move || {
+            Box::pin(async move {
+                if limit == 0 {
+                    return Ok(ListPage::default());
                 }
-            }
-            Ok(ListPage::of(records, more))
+                let (created_at, id): (i64, &[u8]) = match &from {
+                    Some(from) => (millis(from.created_at.as_millis()), from.id.as_bytes()),
+                    None => (BEFORE_ALL.0, &BEFORE_ALL.1),
+                };
+                let sql = &self.inner.sql;
+                let statement = match owner {
+                    Some(_) => &sql.list_owned,
+                    None => &sql.list_unowned,
+                };
+                let mut query = sqlx::query_scalar(statement.clone())
+                    .bind(self.clock_arg(now))
+                    .bind(created_at)
+                    .bind(id)
+                    .bind(i64::try_from(limit.saturating_add(1)).unwrap_or(i64::MAX));
+                if let Some(owner) = owner {
+                    query = query.bind(owner.as_str().as_bytes());
+                }
+                let rows: Vec<String> = query
+                    .fetch_all(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                let more = rows.len() > limit;
+                let mut records = Vec::with_capacity(rows.len().min(limit));
+                for text in rows.into_iter().take(limit) {
+                    let record: TaskRecord =
+                        serde_json::from_str(&text).map_err(StoreError::backend)?;
+                    // The row's owner matched; a record saying otherwise is never shown.
+                    if record.owner.as_ref() == owner {
+                        records.push(record);
+                    }
+                }
+                Ok(ListPage::of(records, more))
+            })
+        })
+    }
+
+    /// One `SELECT` of the owner's counter rows (one per shard at most): each
+    /// create, write and removal changes the row it counts in by the record's
+    /// size, `octet_length(record::text)`.
+    fn owner_bytes<'a>(
+        &'a self,
+        owner: Option<&'a Principal>,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        retry_once(move || {
+            Box::pin(async move {
+                let scope = owner_scope(owner.map(|p| p.as_str().as_bytes()));
+                let bytes: i64 = sqlx::query_scalar(self.inner.sql.owner_bytes.clone())
+                    .bind(scope)
+                    .fetch_one(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                Ok(u64::try_from(bytes).unwrap_or(0))
+            })
         })
     }
 
@@ -314,24 +350,26 @@ impl TaskStore for PostgresStore {
         now: Timestamp,
         retention: Duration,
     ) -> BoxFuture<'a, Result<usize, StoreError>> {
-        Box::pin(async move {
-            let retention_ms = i64::try_from(FEED_RETENTION.as_millis()).unwrap_or(i64::MAX);
-            sqlx::query(self.inner.log.prune.clone())
-                .bind(retention_ms)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(StoreError::backend)?;
-            let now = self.clock_arg(now);
-            let mut total = 0;
-            loop {
-                let removed = self
-                    .prune(PruneGroup::All, now, Some(retention), CLEANUP_BATCH)
-                    .await?;
-                total += removed;
-                if removed < CLEANUP_BATCH as usize {
-                    return Ok(total);
+        retry_once(move || {
+            Box::pin(async move {
+                let retention_ms = i64::try_from(FEED_RETENTION.as_millis()).unwrap_or(i64::MAX);
+                sqlx::query(self.inner.log.prune.clone())
+                    .bind(retention_ms)
+                    .execute(&self.inner.pool)
+                    .await
+                    .map_err(StoreError::backend)?;
+                let now = self.clock_arg(now);
+                let mut total = 0;
+                loop {
+                    let removed = self
+                        .prune(PruneGroup::All, now, Some(retention), CLEANUP_BATCH)
+                        .await?;
+                    total += removed;
+                    if removed < CLEANUP_BATCH as usize {
+                        return Ok(total);
+                    }
                 }
-            }
+            })
         })
     }
 

@@ -3,7 +3,8 @@
 -- runs only on the one before's row, so a full counter writes nothing
 -- after it (the caller rolls back what came before). A shard over its
 -- share (rows created without the cap, or under a larger one) sends the
--- create to the exact path.
+-- create to the exact path. The owner's counter row also counts the
+-- record's bytes (its JSON as stored).
 WITH clock AS (SELECT COALESCE($11::bigint,
     floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS now),
 rows_counted AS (
@@ -14,10 +15,12 @@ rows_counted AS (
             AND other.n > $2::bigint + (other.shard < $14::smallint)::int)))
     RETURNING 1),
 owner_counted AS (
-    INSERT INTO "{table}_counts" (scope, shard, n) SELECT $3, $4, 1 FROM rows_counted
+    INSERT INTO "{table}_counts" (scope, shard, n, bytes)
+    SELECT $3, $4, 1, octet_length($13::text) FROM rows_counted
     WHERE $5::bigint IS NULL OR NOT EXISTS (SELECT 1 FROM "{table}_counts" other
         WHERE other.scope = $3 AND other.n > $5::bigint + (other.shard < $15::smallint)::int)
-    ON CONFLICT (scope, shard) DO UPDATE SET n = "{table}_counts".n + 1
+    ON CONFLICT (scope, shard) DO UPDATE
+    SET n = "{table}_counts".n + 1, bytes = "{table}_counts".bytes + EXCLUDED.bytes
     WHERE $5::bigint IS NULL OR "{table}_counts".n < $5::bigint + ("{table}_counts".shard < $15::smallint)::int
     RETURNING 1),
 inserted AS (

@@ -11,3 +11,5 @@ CREATE TABLE IF NOT EXISTS "{table}_lease_holds" (
     incarnation bigint NOT NULL,
     task bytea NOT NULL,
     PRIMARY KEY (node, incarnation, task))
+
+CREATE INDEX IF NOT EXISTS "{table}_lease_holds_task" ON "{table}_lease_holds" (task)

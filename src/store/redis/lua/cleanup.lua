@@ -7,7 +7,7 @@ local function sweep(set, bound)
   end
   for _, id in ipairs(ids) do
     if redis.call('ZREM', set, id) == 1 then
-      drop(id, ARGV[3], KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7])
+      drop(id, ARGV[3], KEYS[3], KEYS[4], ARGV[5], ARGV[6], ARGV[7], KEYS[5], KEYS[6])
       removed = removed + 1
     end
   end

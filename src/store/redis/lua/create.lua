@@ -22,7 +22,7 @@ local function prune(set, global, bound)
   for _, id in ipairs(ids) do
     redis.call('ZREM', set, id)
     redis.call('ZREM', global, id)
-    drop(id, ARGV[11], KEYS[2], KEYS[3], ARGV[16], ARGV[17], ARGV[18])
+    drop(id, ARGV[11], KEYS[2], KEYS[3], ARGV[16], ARGV[17], ARGV[18], KEYS[9], KEYS[10])
   end
 end
 local limit = full()
@@ -57,6 +57,9 @@ elseif ARGV[7] ~= '' then
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
 redis.call('HINCRBY', KEYS[3], ARGV[2], 1)
+-- The record's size, kept until it is dropped, and its owner's bytes.
+redis.call('HSET', KEYS[9], ARGV[1], string.len(ARGV[4]))
+redis.call('HINCRBY', KEYS[10], ARGV[2], string.len(ARGV[4]))
 redis.call('ZADD', KEYS[8], ARGV[19], listed(ARGV[1]))
 redis.call('XADD', ARGV[13], 'MAXLEN', '~', '{maxlen}', '*', 'c', ARGV[14])
 return 'ok'
