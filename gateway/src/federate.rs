@@ -63,63 +63,56 @@ pub(crate) const PEEK_BYTES: usize = 64 * 1024;
 /// as it is.
 const MAX_REWRITE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Whether and how the upstream's own tasks are carried.
+/// Whether the upstream's own tasks are carried, and the key of their handles
+/// (`--upstream-tasks`, `--task-handle-key`).
 #[derive(Clone)]
 pub(crate) struct FederationConfig {
-    /// Carry the upstream's own tasks (`MCP_UPSTREAM_TASKS=on`, the default).
-    /// Off, an upstream task is no task to the gateway: its `tools/call` answer
-    /// reaches the client as it is, but no `tasks/*` request reaches the upstream.
+    /// Carry the upstream's own tasks (on by default). Off, an upstream task is no
+    /// task to the gateway: its `tools/call` answer reaches the client as it is,
+    /// but no `tasks/*` request reaches the upstream.
     pub(crate) upstream_tasks: bool,
-    /// The key of the task handles (`MCP_TASK_HANDLE_KEY`).
-    pub(crate) handle_key: Vec<u8>,
+    /// The key of the task handles, at least [`MIN_KEY_BYTES`]; `None`: a random
+    /// key of this process.
+    pub(crate) handle_key: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for FederationConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FederationConfig")
             .field("upstream_tasks", &self.upstream_tasks)
-            .finish_non_exhaustive()
+            .field(
+                "handle_key",
+                &self.handle_key.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+impl Default for FederationConfig {
+    fn default() -> Self {
+        FederationConfig {
+            upstream_tasks: true,
+            handle_key: None,
+        }
     }
 }
 
 impl FederationConfig {
-    /// `MCP_UPSTREAM_TASKS` (`on` or `off`, default `on`) and `MCP_TASK_HANDLE_KEY`
-    /// (at least [`MIN_KEY_BYTES`] bytes). Without a key, a random key of this
-    /// process, and a warning: another replica cannot reverse its handles, nor can
-    /// this one after a restart.
-    pub(crate) fn from_env() -> Result<FederationConfig, String> {
-        let upstream_tasks = match std::env::var("MCP_UPSTREAM_TASKS") {
-            Err(_) => true,
-            Ok(value) => match value.trim() {
-                "on" => true,
-                "off" => false,
-                _ => {
-                    return Err(format!(
-                        "MCP_UPSTREAM_TASKS must be on or off, not {value:?}"
-                    ));
-                }
-            },
-        };
-        let handle_key = match std::env::var("MCP_TASK_HANDLE_KEY") {
-            Ok(key) if key.len() >= MIN_KEY_BYTES => key.into_bytes(),
-            Ok(_) => {
-                return Err(format!(
-                    "MCP_TASK_HANDLE_KEY must be at least {MIN_KEY_BYTES} bytes (e.g. `openssl rand -base64 48`)"
-                ));
-            }
-            Err(_) => {
-                if upstream_tasks {
+    /// The handle key, or (with a warning when tasks are carried) a random key of
+    /// this process: another replica cannot reverse its handles, nor can this one
+    /// after a restart.
+    pub(crate) fn key(&self) -> Vec<u8> {
+        match &self.handle_key {
+            Some(key) => key.clone(),
+            None => {
+                if self.upstream_tasks {
                     tracing::warn!(
-                        "MCP_TASK_HANDLE_KEY is not set: upstream task handles use a random key of this process, so other replicas (and this one after a restart) cannot reverse them"
+                        "--task-handle-key (MCP_TASK_HANDLE_KEY) is not set: upstream task handles use a random key of this process, so other replicas (and this one after a restart) cannot reverse them"
                     );
                 }
                 random_key()
             }
-        };
-        Ok(FederationConfig {
-            upstream_tasks,
-            handle_key,
-        })
+        }
     }
 }
 
@@ -824,19 +817,34 @@ mod tests {
 
     type Seen = Arc<std::sync::Mutex<Vec<(http::HeaderMap, Value)>>>;
 
-    /// A service below the federation that records what reaches it and answers
-    /// `answer` (as JSON).
-    fn upstream(
-        answer: Value,
-    ) -> (
-        impl Service<
+    /// A service the federation may sit on in these tests.
+    trait Below:
+        Service<
             Request<FederatedBody<Full<Bytes>>>,
             Response = Response<ProxyBody>,
             Error = Infallible,
             Future = BoxFuture,
-        > + Clone,
-        Seen,
-    ) {
+        > + Clone
+        + Send
+        + 'static
+    {
+    }
+
+    impl<S> Below for S where
+        S: Service<
+                Request<FederatedBody<Full<Bytes>>>,
+                Response = Response<ProxyBody>,
+                Error = Infallible,
+                Future = BoxFuture,
+            > + Clone
+            + Send
+            + 'static
+    {
+    }
+
+    /// A service below the federation that records what reaches it and answers
+    /// `answer` (as JSON).
+    fn upstream(answer: Value) -> (impl Below, Seen) {
         let seen = Seen::default();
         let record = seen.clone();
         let service = tower::service_fn(move |request: Request<FederatedBody<Full<Bytes>>>| {
@@ -874,17 +882,10 @@ mod tests {
         request
     }
 
-    async fn send<S>(service: &mut Federate<S>, request: Request<Full<Bytes>>) -> (Value, Bytes)
-    where
-        S: Service<
-                Request<FederatedBody<Full<Bytes>>>,
-                Response = Response<ProxyBody>,
-                Error = Infallible,
-                Future = BoxFuture,
-            > + Clone
-            + Send
-            + 'static,
-    {
+    async fn send<S: Below>(
+        service: &mut Federate<S>,
+        request: Request<Full<Bytes>>,
+    ) -> (Value, Bytes) {
         let response = service.call(request).await.unwrap();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (serde_json::from_slice(&bytes).unwrap(), bytes)

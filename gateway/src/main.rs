@@ -64,7 +64,7 @@ use auth::PrincipalLayer;
 use bridge::Bridge;
 use config::{Config, Parsed};
 use edge::EdgeLayer;
-use federate::{Federate, FederationConfig, Handles};
+use federate::{Federate, Handles};
 use metrics::Metrics;
 use proxy::Proxy;
 use serve::Readiness;
@@ -121,14 +121,11 @@ fn main() -> ExitCode {
 async fn run(config: Config) -> Result<(), BoxError> {
     let metrics = Metrics::install()?;
     let store = store::open(&config.store).await?;
-    // A 2026-07-28 upstream's own tasks, carried under handles (`federate.rs`).
-    let federation = FederationConfig::from_env()?;
     let tasks = tasks_layer(
         &config,
-        &federation,
         store::with_node(TasksLayer::builder(store), &config.store),
     )?;
-    let service = service_stack(&config, &federation, tasks.clone());
+    let service = service_stack(&config, tasks.clone());
 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
@@ -154,7 +151,6 @@ async fn run(config: Config) -> Result<(), BoxError> {
 /// `AutoRequired`, the task tools if asked for.
 fn tasks_layer(
     config: &Config,
-    federation: &FederationConfig,
     builder: mcp_tasks::TasksLayerBuilder,
 ) -> Result<TasksLayer, BoxError> {
     let mut builder = builder
@@ -177,7 +173,7 @@ fn tasks_layer(
     if config.task_tools {
         builder = builder.with_task_tools();
     }
-    if federation.upstream_tasks {
+    if config.federation.upstream_tasks {
         builder = builder.with_inner_tasks(federate::HANDLE_PREFIX);
     }
     Ok(builder.build()?)
@@ -195,15 +191,13 @@ where
 /// The gateway's service at `/mcp`, outermost first: the principal, the strict
 /// edge, the bridge's marks around the layer, the layer, the era bridge over the
 /// proxy to the upstream.
-fn service_stack(
-    config: &Config,
-    federation: &FederationConfig,
-    tasks: TasksLayer,
-) -> GatewayService {
+fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
     let proxy = Proxy::with_config(config.upstream.clone(), config.proxy.clone());
+    // A 2026-07-28 upstream's own tasks, carried under handles (`federate.rs`).
+    let federation = &config.federation;
     let handles = federation
         .upstream_tasks
-        .then(|| Handles::new(&federation.handle_key, &config.upstream.to_string()));
+        .then(|| Handles::new(&federation.key(), &config.upstream.to_string()));
     let service = ServiceBuilder::new()
         .map_response(boxed)
         // A missing or refused token goes no further.

@@ -91,6 +91,13 @@ pub(crate) const FLAGS: &[Flag] = &[
     flag("task-tools", "on|off", "MCP_TASK_TOOLS", "off",
         "Adds the tools task_status, task_answer and task_cancel for clients without the \
          tasks extension (the variable also takes 1 or 0)."),
+    flag("upstream-tasks", "on|off", "MCP_UPSTREAM_TASKS", "on",
+        "Carry the upstream's own tasks (a 2026-07-28 upstream with the tasks extension): \
+         their ids reach clients as handles that any gateway with the same key reverses. \
+         Off, the upstream's task answers pass as they are and no tasks/* reaches it."),
+    flag("task-handle-key", "KEY", "MCP_TASK_HANDLE_KEY", "random",
+        "The key (at least 32 bytes) that signs upstream task handles; the same on every \
+         replica. Without it, a random key: handles die with the process."),
     many("forward-header", "NAME", "MCP_FORWARD_HEADERS", "none",
         "A request header to pass upstream besides Mcp-*, Content-Type, Accept, User-Agent, \
          Last-Event-ID, traceparent and tracestate (Authorization and Cookie only if named \

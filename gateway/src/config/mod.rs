@@ -15,6 +15,7 @@ use mcp_tasks::store::NodeId;
 
 use crate::auth::{Hs256, PrincipalSource};
 use crate::bridge::BridgeConfig;
+use crate::federate::{FederationConfig, MIN_KEY_BYTES};
 use crate::proxy::ProxyConfig;
 use flags::{Raw, Read};
 
@@ -53,6 +54,8 @@ pub(crate) struct Config {
     pub(crate) auto_after_tools: Vec<(String, Duration)>,
     pub(crate) task_required: Vec<String>,
     pub(crate) task_tools: bool,
+    /// The upstream's own tasks, carried under handles.
+    pub(crate) federation: FederationConfig,
     pub(crate) proxy: ProxyConfig,
     pub(crate) bridge: BridgeConfig,
     pub(crate) drain_grace: Duration,
@@ -133,11 +136,19 @@ fn config(raw: &Raw) -> Result<Config, String> {
         .all("task-required")
         .map(|(tool, _)| tool.to_owned())
         .collect();
-    let task_tools = raw.read("task-tools", false, |value| match value {
-        "on" | "1" | "true" => Ok(true),
-        "off" | "0" | "false" => Ok(false),
-        other => Err(format!("{other:?} is neither on nor off")),
-    })?;
+    let task_tools = raw.read("task-tools", false, on_off)?;
+
+    let federation = FederationConfig {
+        upstream_tasks: raw.read("upstream-tasks", true, on_off)?,
+        handle_key: raw.read("task-handle-key", None, |key| {
+            if key.len() < MIN_KEY_BYTES {
+                return Err(format!(
+                    "the key must be at least {MIN_KEY_BYTES} bytes (e.g. `openssl rand -base64 48`)"
+                ));
+            }
+            Ok(Some(key.as_bytes().to_vec()))
+        })?,
+    };
 
     let mut proxy = ProxyConfig::default();
     for (name, from) in raw.all("forward-header") {
@@ -187,12 +198,22 @@ fn config(raw: &Raw) -> Result<Config, String> {
         auto_after_tools,
         task_required,
         task_tools,
+        federation,
         proxy,
         bridge,
         drain_grace,
         log_format,
         log_filter,
     })
+}
+
+/// A switch: on or off (also 1 or 0, true or false).
+fn on_off(value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "1" | "true" => Ok(true),
+        "off" | "0" | "false" => Ok(false),
+        other => Err(format!("{other:?} is neither on nor off")),
+    }
 }
 
 /// An `http://` URL with a host.

@@ -118,3 +118,32 @@ fn the_help_lists_every_flag_with_its_variable() {
         );
     }
 }
+
+#[test]
+fn upstream_tasks_are_carried_by_default_under_a_key_of_length() {
+    let config = run(&BASE, &[]).unwrap();
+    assert!(config.federation.upstream_tasks);
+    assert!(config.federation.handle_key.is_none());
+    let key = "k".repeat(MIN_KEY_BYTES);
+    let config = run(
+        &BASE,
+        &[("MCP_UPSTREAM_TASKS", "off"), ("MCP_TASK_HANDLE_KEY", &key)],
+    )
+    .unwrap();
+    assert!(!config.federation.upstream_tasks);
+    assert_eq!(
+        config.federation.handle_key.as_deref(),
+        Some(key.as_bytes())
+    );
+    assert!(!format!("{:?}", config.federation).contains(&key));
+    refused(
+        &base_and(&["--task-handle-key", "short"]),
+        &[],
+        "--task-handle-key: the key must be at least 32 bytes",
+    );
+    refused(
+        &base_and(&["--upstream-tasks", "maybe"]),
+        &[],
+        "--upstream-tasks: \"maybe\" is neither on nor off",
+    );
+}

@@ -123,7 +123,7 @@ impl TaskStore for RedisStore {
                 move || {
                     Box::pin(async move {
                         let id = record.id.to_string();
-                        let json = encode(&record)?;
+                        let json = encode(record)?;
                         let ttl = record.ttl_ms;
                         // Redis refuses expiries past year 9999; later ones are left to `cleanup`.
                         let native_ttl = ttl.filter(|&ttl| {
