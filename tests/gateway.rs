@@ -48,7 +48,11 @@ impl Stack {
     /// The stack with more environment for the gateway.
     fn start_with(env: &[(&str, &str)]) -> Stack {
         let upstream = procs::spawn("retrofit", &[], &[("RUST_LOG", "warn")]);
+        // The retrofit server has tasks of its own; these tests are of the
+        // gateway's own tasks, so the gateway does not carry the upstream's
+        // (tests/gateway_federation.rs does).
         let mut gateway_env = vec![
+            ("MCP_UPSTREAM_TASKS", "off"),
             ("MCP_UPSTREAM", upstream.url.as_str()),
             ("MCP_AUTO_AFTER_MS", BUDGET_MS),
             ("RUST_LOG", "warn"),

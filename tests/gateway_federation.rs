@@ -197,6 +197,14 @@ async fn a_foreign_or_forged_handle_answers_like_a_missing_task() {
         );
         assert_eq!(missing(&client.cancel(handle, None).await), unknown);
     }
+    // Another caller of the same gateway: the upstream sees every caller as one
+    // (the credential is not forwarded), and the handle keeps the task its owner's.
+    let home_client = Client::new(home.addr);
+    for caller in ["bob", "mallory"] {
+        let unknown = missing(&home_client.get(&TaskId::random().to_string(), Some(caller)).await);
+        assert_eq!(missing(&home_client.get(&handle, Some(caller)).await), unknown);
+        assert_eq!(missing(&home_client.cancel(&handle, Some(caller)).await), unknown);
+    }
     // None of them reached the task.
     let got = Client::new(home.addr).get(&handle, None).await;
     assert_eq!(got.ok()["status"], "working", "{}", got.text());

@@ -6,13 +6,14 @@
 //! every upstream task id leaving the gateway is wrapped in a handle, and every
 //! handle arriving is unwrapped before the request goes upstream. A handle is
 //! `up.<base64url(upstream id)>.<tag>`, the tag the first 128 bits of
-//! HMAC-SHA256 under the gateway's key over the backend (the upstream URL) and the
-//! upstream id. It holds no state: a replica with the same key and upstream reverses
-//! it, and one made under another key or for another upstream is refused. A
-//! refused handle (forged, foreign or malformed) answers as a missing task does,
-//! -32602 "Failed to retrieve task: Task not found", and never reaches the
-//! upstream. Upstream task ids are unguessable; holding a handle is holding the id,
-//! and the upstream's own checks of the caller still apply.
+//! HMAC-SHA256 under the gateway's key over the backend (the upstream URL), the
+//! caller's principal (or its absence) and the upstream id. It holds no state: a
+//! replica with the same key and upstream reverses it for the same caller, and one
+//! made under another key, for another upstream or for another caller is refused.
+//! So tasks stay their owner's even when the upstream sees every caller as one (the
+//! credential that names the principal is not forwarded). A refused handle
+//! (forged, foreign or malformed) answers as a missing task does, -32602 "Failed to
+//! retrieve task: Task not found", and never reaches the upstream.
 //!
 //! Wrapped on the way out: `result.taskId` of the answers to `tools/call`
 //! (`CreateTaskResult`) and `tasks/*` (a JSON body, or the response event of an SSE
@@ -39,6 +40,7 @@ use hmac::{Hmac, KeyInit as _, Mac as _};
 use http::{HeaderValue, Request, Response, header};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt as _, Either, Full};
+use mcp_tasks::Principal;
 use mcp_tasks::error::BoxError;
 use mcp_tasks::wire::{MCP_METHOD, MCP_NAME, RpcError};
 use serde_json::Value;
@@ -144,6 +146,22 @@ impl Handles {
         let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes a key of any length");
         mac.update(&(backend.len() as u64).to_be_bytes());
         mac.update(backend.as_bytes());
+        Handles { mac }
+    }
+
+    /// The handles of one caller: a handle made for one principal (or for
+    /// anonymous callers) is refused to every other, whatever the upstream knows
+    /// of its callers (it may see them all as one).
+    pub(crate) fn for_caller(&self, principal: Option<&Principal>) -> Handles {
+        let mut mac = self.mac.clone();
+        match principal {
+            None => mac.update(&[0]),
+            Some(principal) => {
+                mac.update(&[1]);
+                mac.update(&(principal.as_str().len() as u64).to_be_bytes());
+                mac.update(principal.as_str().as_bytes());
+            }
+        }
         Handles { mac }
     }
 
@@ -320,6 +338,7 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<BoxError>,
 {
+    let handles = Arc::new(handles.for_caller(request.extensions().get::<Principal>()));
     let request = match kind {
         Kind::Call => request.map(Either::Left),
         Kind::Task | Kind::Listen => match unwrap_request(&handles, kind, request).await {
@@ -919,7 +938,7 @@ mod tests {
             "taskId": "tsk A", "status": "working"}});
         let (inner, seen) = upstream(answer);
         let handles = Handles::new(KEY, BACKEND);
-        let handle = handles.wrap("tsk A");
+        let handle = handles.for_caller(None).wrap("tsk A");
         let mut service = Federate::new(inner, Some(handles.clone()));
         let (answer, _) = send(
             &mut service,
@@ -942,7 +961,10 @@ mod tests {
         let mut service = Federate::new(inner, Some(handles.clone()));
         let call = || request("tools/call", json!({"name": "t"}));
         let (answer, _) = send(&mut service, call()).await;
-        assert_eq!(answer["result"]["taskId"], handles.wrap("u1"));
+        assert_eq!(
+            answer["result"]["taskId"],
+            handles.for_caller(None).wrap("u1")
+        );
         let plain = r#"{ "jsonrpc":"2.0","id":5, "result":{"content":[]} }"#;
         let (inner, _) = upstream(serde_json::from_str(plain).unwrap());
         let mut service = Federate::new(inner, Some(handles));
@@ -959,10 +981,36 @@ mod tests {
         let handles = Handles::new(KEY, BACKEND);
         let foreign = Handles::new(b"another key of thirty-two bytes!", BACKEND).wrap("b");
         let mut service = Federate::new(inner, Some(handles.clone()));
-        let ids = json!({"notifications": {"taskIds": [handles.wrap("a"), foreign, 7]}});
+        let ids =
+            json!({"notifications": {"taskIds": [handles.for_caller(None).wrap("a"), foreign, 7]}});
         send(&mut service, request("subscriptions/listen", ids)).await;
         let (_, message) = seen.lock().unwrap().pop().unwrap();
         assert_eq!(message["params"]["notifications"]["taskIds"], json!(["a"]));
+    }
+
+    #[tokio::test]
+    async fn a_handle_made_for_one_caller_is_missing_to_every_other() {
+        let (inner, seen) = upstream(json!({"jsonrpc": "2.0", "id": 5, "result": {}}));
+        let handles = Handles::new(KEY, BACKEND);
+        let alice = Principal::from("alice");
+        let handle = handles.for_caller(Some(&alice)).wrap("tsk_A");
+        let mut service = Federate::new(inner, Some(handles));
+        for caller in [None, Some("bob"), Some("alice ")] {
+            let mut asked = request("tasks/get", json!({"taskId": handle}));
+            if let Some(name) = caller {
+                asked.extensions_mut().insert(Principal::from(name));
+            }
+            let (answer, _) = send(&mut service, asked).await;
+            assert_eq!(answer["error"]["code"], -32602, "{caller:?}");
+        }
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "nothing reached the upstream"
+        );
+        let mut asked = request("tasks/get", json!({"taskId": handle}));
+        asked.extensions_mut().insert(alice);
+        send(&mut service, asked).await;
+        assert_eq!(seen.lock().unwrap()[0].1["params"]["taskId"], "tsk_A");
     }
 
     #[tokio::test]
