@@ -204,6 +204,8 @@ fn service_stack(
     let handles = federation
         .upstream_tasks
         .then(|| Handles::new(&federation.handle_key, &config.upstream.to_string()));
+    let mut bridging = config.bridge.clone();
+    bridging.upstream_tasks = federation.upstream_tasks;
     let service = ServiceBuilder::new()
         .map_response(boxed)
         // A missing or refused token goes no further.
@@ -213,9 +215,6 @@ fn service_stack(
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)
         .layer(tasks)
-        .service(Federate::new(
-            Bridge::new(proxy, config.bridge.clone()),
-            handles,
-        ));
+        .service(Federate::new(Bridge::new(proxy, bridging), handles));
     BoxCloneService::new(service)
 }
