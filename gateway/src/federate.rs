@@ -826,6 +826,7 @@ mod tests {
 
     /// A service below the federation that records what reaches it and answers
     /// `answer` (as JSON).
+    #[allow(clippy::type_complexity)] // the service's type, spelt out once
     fn upstream(
         answer: Value,
     ) -> (

@@ -74,7 +74,7 @@ where
         Err(refused) => return Ok(reply(refused, id)),
     };
     let inner_refs: Vec<&Value> = inner_ids.iter().collect();
-    let bytes = with_task_ids(&bytes, &inner_refs).unwrap_or_else(|| bytes.clone());
+    let bytes = with_task_ids(bytes, &inner_refs).unwrap_or_else(|| bytes.clone());
     if parts.headers.contains_key(header::CONTENT_LENGTH) {
         parts
             .headers

@@ -78,8 +78,14 @@ pub(crate) struct Tasks {
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     /// Each tool's `execution.taskSupport`, per principal and declared capabilities
     /// (the session that listed them), and when it was learnt.
-    tools: Mutex<HashMap<(Principal, Capabilities), (Instant, HashMap<String, String>)>>,
+    tools: Mutex<HashMap<SessionKey, Listed>>,
 }
+
+/// A session's principal and declared capabilities.
+type SessionKey = (Principal, Capabilities);
+
+/// When the tools were listed, and each one's `execution.taskSupport`.
+type Listed = (Instant, HashMap<String, String>);
 
 impl std::fmt::Debug for Tasks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -387,7 +393,7 @@ async fn task_support(
     shared: &Shared,
     lease: &mut Lease,
     base: &HeaderMap,
-    key: &(Principal, Capabilities),
+    key: &SessionKey,
     tool: &str,
 ) -> Result<Option<String>, Answered> {
     if let Some((at, tools)) = lock(&shared.tasks.tools).get(key)
