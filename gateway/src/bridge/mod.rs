@@ -23,6 +23,9 @@
 //!   `input_required` result, and the answer in the client's retry goes upstream
 //!   on the same session while the request is still open ([`relay`]). `ping` is
 //!   answered; any other server-to-client request gets a JSON-RPC error;
+//! - a `tools/call` of a tool the upstream runs only as a task goes upstream as
+//!   one, and `tasks/get`, `tasks/update` and `tasks/cancel` of that task are
+//!   served from the upstream's own ([`tasks`]);
 //! - a client that leaves (or a task cancelled) sends `notifications/cancelled`
 //!   upstream for the request; a client's own `notifications/cancelled` reaches
 //!   only its principal's request, under the bridge's id ([`cancel`]).
