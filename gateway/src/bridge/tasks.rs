@@ -425,7 +425,9 @@ async fn task_support(
         }
     }
     let support = tools.get(tool).cloned();
-    lock(&shared.tasks.tools).insert(key.clone(), (Instant::now(), tools));
+    let mut known = lock(&shared.tasks.tools);
+    known.retain(|_, (at, _)| at.elapsed() < TOOLS_KNOWN_FOR);
+    known.insert(key.clone(), (Instant::now(), tools));
     Ok(support)
 }
 
@@ -444,33 +446,39 @@ fn remember(
         .map_or(LONGEST_KEPT, |ttl| {
             Duration::from_millis(ttl).min(LONGEST_KEPT)
         });
+    let until = Instant::now() + kept;
     let state = Arc::new(Mutex::new(State::default()));
     let driver = tokio::spawn(follow(
         shared.upstream.clone(),
         lease.session.headers(base),
         task_id.clone(),
         state.clone(),
+        until,
     ));
     let entry = Arc::new(Entry {
         owner,
         lease,
-        until: Instant::now() + kept,
+        until,
         state,
         driver,
     });
-    lock(&shared.tasks.entries).insert(task_id, entry);
+    let mut entries = lock(&shared.tasks.entries);
+    let now = Instant::now();
+    entries.retain(|_, entry| entry.until > now);
+    entries.insert(task_id, entry);
 }
 
 /// Holds the upstream's `tasks/result` open for the task's questions and outcome,
 /// asking again when its stream ends before the outcome, until the upstream no
-/// longer knows the task (or the task is forgotten, which aborts this).
+/// longer knows the task, or `until` (the task forgotten aborts it too).
 async fn follow(
     upstream: Arc<Upstream>,
     headers: HeaderMap,
     task_id: String,
     state: Arc<Mutex<State>>,
+    until: Instant,
 ) {
-    loop {
+    while Instant::now() < until {
         let (id, message) = request(&upstream, "tasks/result", json!({"taskId": task_id}));
         let response = upstream.post(headers.clone(), &message).await;
         let status = response.status();
