@@ -156,3 +156,36 @@ async fn a_cancelled_upstream_task_ends_cancelled() {
     let ended = client.wait_for_end(&handle, ALICE).await;
     assert_eq!(ended["status"], "cancelled", "{ended}");
 }
+
+#[tokio::test]
+async fn an_upstream_restarted_forgets_its_tasks_and_makes_new_ones() {
+    let Some((node, server)) = everything::installed("gateway_research") else {
+        return;
+    };
+    let mut upstream = Everything::start(node, server);
+    let gateway = gateway(&upstream.url());
+    let client = Client::new(gateway.addr);
+    let research = async |topic: &str| {
+        let reply = client
+            .request("tools/call")
+            .params(json!({"name": "simulate-research-query", "arguments": {"topic": topic}}))
+            .meta(eliciting_meta())
+            .principal("alice")
+            .send()
+            .await;
+        assert_eq!(reply.ok()["resultType"], "task", "{}", reply.text());
+        reply.ok()["taskId"].as_str().unwrap().to_owned()
+    };
+
+    let before = research("before").await;
+    upstream.restart();
+    // The new upstream knows neither the session nor the task.
+    let unknown = missing(&client.get(&TaskId::random().to_string(), ALICE).await);
+    assert_eq!(missing(&client.get(&before, ALICE).await), unknown);
+    // A session opened again, a task made again.
+    let after = research("after").await;
+    let done = client.wait_for_end(&after, ALICE).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let report = done["result"]["content"][0]["text"].as_str().unwrap_or("");
+    assert!(report.contains("# Research Report: after"), "{done}");
+}

@@ -47,7 +47,7 @@ use serde_json::{Map, Value, json};
 use tokio::task::JoinHandle;
 
 use super::relay::{error_reply, json_reply, session_error};
-use super::session::{Capabilities, Lease, Owner};
+use super::session::{Capabilities, Lease, Owner, SessionError};
 use super::upstream::{self, Exchanged, MAX_MESSAGE_BYTES, Upstream, params};
 use super::wire::{self, Event, Events, Kind};
 use super::{Legacy, Shared};
@@ -271,10 +271,14 @@ fn request(upstream: &Upstream, method: &str, params: Value) -> (u64, Value) {
 
 /// Sends `message` on a session and reads its response: `Err` with the answer for
 /// the client when the upstream gave none (the proxy's failure, a 401/403, a
-/// server not serving, or an HTTP error without a JSON-RPC response).
+/// server not serving, or an HTTP error without a JSON-RPC response), and
+/// `Err(Status(404))` when the session is gone (HTTP 404, or a 400 that says so).
 async fn ask(upstream: &Upstream, headers: HeaderMap, message: &Value) -> Result<Value, Answered> {
     match upstream.exchange(headers, message).await {
         Exchanged::Refused(response) => Err(Answered::Refused(response)),
+        Exchanged::Answered {
+            status, message, ..
+        } if session_gone(status, message.as_ref()) => Err(Answered::Status(StatusCode::NOT_FOUND)),
         Exchanged::Answered {
             message: Some(answer),
             ..
@@ -283,10 +287,36 @@ async fn ask(upstream: &Upstream, headers: HeaderMap, message: &Value) -> Result
     }
 }
 
+/// Whether an answer says that the session is gone.
+fn session_gone(status: StatusCode, message: Option<&Value>) -> bool {
+    let body = message.map(Value::to_string).unwrap_or_default();
+    wire::is_session_gone(status.as_u16(), body.as_bytes())
+}
+
+/// [`ask`] on `lease`'s session, opened again once if the upstream forgot it.
+async fn ask_renewing(
+    shared: &Shared,
+    lease: &mut Lease,
+    base: &HeaderMap,
+    message: &Value,
+) -> Result<Value, Answered> {
+    match ask(&shared.upstream, lease.session.headers(base), message).await {
+        Err(Answered::Status(StatusCode::NOT_FOUND)) => {
+            if let Err(e) = shared.sessions.renew(lease, base).await {
+                return Err(Answered::Session(e));
+            }
+            ask(&shared.upstream, lease.session.headers(base), message).await
+        }
+        asked => asked,
+    }
+}
+
 /// Why [`ask`] had no response.
 enum Answered {
     Refused(Response<ProxyBody>),
     Status(StatusCode),
+    /// No session could be opened again.
+    Session(SessionError),
 }
 
 impl Answered {
@@ -296,6 +326,7 @@ impl Answered {
     fn reply(self, reply: &Reply<'_>, about_task: bool) -> Response<ProxyBody> {
         match self {
             Answered::Refused(response) => response,
+            Answered::Session(e) => session_error(e, &reply.id),
             Answered::Status(StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST) if about_task => {
                 reply.error(&not_found())
             }
@@ -351,18 +382,9 @@ async fn call(
         params.insert("task".into(), json!({}));
     }
     let legacy = Value::Object(legacy);
-    let mut renewed = false;
-    let answer = loop {
-        match ask(&shared.upstream, lease.session.headers(base), &legacy).await {
-            Ok(answer) => break answer,
-            Err(Answered::Status(StatusCode::NOT_FOUND)) if !renewed => {
-                renewed = true;
-                if let Err(e) = shared.sessions.renew(&mut lease, base).await {
-                    return Ok(session_error(e, &reply.id));
-                }
-            }
-            Err(answered) => return Ok(answered.reply(reply, false)),
-        }
+    let answer = match ask_renewing(shared, &mut lease, base, &legacy).await {
+        Ok(answer) => answer,
+        Err(answered) => return Ok(answered.reply(reply, false)),
     };
     if let Some(error) = answer.get("error") {
         return Ok(reply.upstream_error(error));
@@ -409,7 +431,11 @@ async fn task_support(
             None => json!({}),
         };
         let (_, list) = request(&shared.upstream, "tools/list", params);
-        let answer = ask(&shared.upstream, lease.session.headers(base), &list).await?;
+        let answer = ask_renewing(shared, lease, base, &list).await?;
+        if answer.get("error").is_some() {
+            // Nothing learnt: the call goes as any other, and the next one asks again.
+            return Ok(None);
+        }
         let result = &answer["result"];
         for listed in result["tools"].as_array().into_iter().flatten() {
             if let (Some(name), Some(support)) = (
