@@ -9,6 +9,9 @@
 # Each run lists tools, resources and prompts, reads a resource, gets a prompt, calls a
 # tool with progress, and answers an elicitation and a sampling request through the
 # client's handlers; the client checks every message against its 2026-07-28 schemas.
+# The everything run then runs scripts/interop/gateway-research.mjs too: the SDK v2
+# requester with @modelcontextprotocol/ext-tasks follows server-everything's own task
+# (simulate-research-query, which asks a clarification) as a 2026-07-28 task.
 # Every run goes ahead; the script fails if any failed. Servers listen on 127.0.0.1
 # only and are stopped by PID. Logs: target/interop-gateway/.
 #
@@ -71,10 +74,19 @@ client() {
   wait "$!"
 }
 
+# The upstream's own task through the gateway (server-everything only).
+research() {
+  MCP_URL="$url" "$NODE" "$ROOT/scripts/interop/gateway-research.mjs" &
+  pids+=("$!")
+  wait "$!"
+}
+
 run_everything() {
   start_everything upstream || return 1
   start_gateway everything || return 1
-  client everything
+  client everything || return 1
+  log "everything: the upstream's own task (gateway-research.mjs)"
+  research
 }
 
 run_conformance() {

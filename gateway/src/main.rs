@@ -11,12 +11,13 @@
 //! nothing of tasks. One that speaks protocol 2026-07-28 is proxied as it is; one
 //! that speaks only 2025-11-25, 2025-06-18 or 2025-03-26 is bridged for
 //! 2026-07-28 clients (`bridge/`: a session per principal, requests and results
-//! translated, its `elicitation/create` relayed as task input). Every tool is
-//! `TaskMode::Auto`: a call that answers within its deadline reaches the client
-//! unchanged, a slower one becomes a task that the gateway stores and answers
-//! `tasks/*` for, an MRTR `input_required` round of the upstream becomes the task's
-//! input requests, and `tasks/cancel` drops the proxied request, which closes its
-//! upstream connection (the upstream sees the client go away).
+//! translated, its `elicitation/create` relayed as task input, its own tasks of
+//! task-only tools carried as 2026-07-28 tasks). Every tool is `TaskMode::Auto`: a
+//! call that answers within its deadline reaches the client unchanged, a slower one
+//! becomes a task that the gateway stores and answers `tasks/*` for, an MRTR
+//! `input_required` round of the upstream becomes the task's input requests, and
+//! `tasks/cancel` drops the proxied request, which closes its upstream connection
+//! (the upstream sees the client go away).
 //!
 //! The service, outermost first ([`service_stack`]): the principal (`auth.rs`),
 //! the strict edge (`edge.rs`: a 2026-07-28 request whose `Mcp-Method` or
@@ -198,6 +199,8 @@ fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
     let handles = federation
         .upstream_tasks
         .then(|| Handles::new(&federation.key(), &config.upstream.to_string()));
+    let mut bridging = config.bridge.clone();
+    bridging.upstream_tasks = federation.upstream_tasks;
     let service = ServiceBuilder::new()
         .map_response(boxed)
         // A missing or refused token goes no further.
@@ -207,9 +210,6 @@ fn service_stack(config: &Config, tasks: TasksLayer) -> GatewayService {
         .map_request(bridge::mark_call)
         .map_response(bridge::note_delivery)
         .layer(tasks)
-        .service(Federate::new(
-            Bridge::new(proxy, config.bridge.clone()),
-            handles,
-        ));
+        .service(Federate::new(Bridge::new(proxy, bridging), handles));
     BoxCloneService::new(service)
 }

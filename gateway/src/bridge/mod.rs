@@ -23,6 +23,9 @@
 //!   `input_required` result, and the answer in the client's retry goes upstream
 //!   on the same session while the request is still open ([`relay`]). `ping` is
 //!   answered; any other server-to-client request gets a JSON-RPC error;
+//! - a `tools/call` of a tool the upstream runs only as a task goes upstream as
+//!   one, and `tasks/get`, `tasks/update` and `tasks/cancel` of that task are
+//!   served from the upstream's own ([`tasks`]);
 //! - a client that leaves (or a task cancelled) sends `notifications/cancelled`
 //!   upstream for the request; a client's own `notifications/cancelled` reaches
 //!   only its principal's request, under the bridge's id ([`cancel`]).
@@ -39,6 +42,7 @@
 mod cancel;
 mod relay;
 mod session;
+mod tasks;
 mod upstream;
 pub(crate) mod wire;
 
@@ -93,6 +97,9 @@ pub(crate) struct BridgeConfig {
     /// How long a question put to a client as a bare MRTR round (not a task's)
     /// waits for the client's retry.
     pub(crate) input_timeout: Duration,
+    /// Whether a tool the upstream runs only as a task is called as one, and its
+    /// task carried ([`tasks`]): set when the upstream's tasks are federated.
+    pub(crate) upstream_tasks: bool,
 }
 
 impl Default for BridgeConfig {
@@ -101,6 +108,7 @@ impl Default for BridgeConfig {
             max_sessions: 1000,
             session_idle: Duration::from_secs(600),
             input_timeout: relay::default_input_timeout(),
+            upstream_tasks: true,
         }
     }
 }
@@ -235,6 +243,9 @@ pub(crate) struct Shared {
     /// Requests held open for an answer, by `requestState`.
     parked: Mutex<HashMap<String, Parked>>,
     input_timeout: Duration,
+    /// The upstream's own tasks, carried for 2026-07-28 clients.
+    tasks: tasks::Tasks,
+    upstream_tasks: bool,
 }
 
 impl Shared {
@@ -494,7 +505,10 @@ impl Shared {
             }
         };
         let refusals = self.upstream.refusals();
-        let response = relay::bridge(&self, base.clone(), message, legacy, owner, life).await;
+        let response = match tasks::route(&self, &base, message, legacy, &owner).await {
+            Ok(response) => response,
+            Err(message) => relay::bridge(&self, base.clone(), message, legacy, owner, life).await,
+        };
         if self.upstream.refusals() != refusals {
             return self.recheck(&era, &base, response).await;
         }
@@ -556,6 +570,8 @@ impl Bridge {
             detecting: tokio::sync::Mutex::new(Retry::new()),
             parked: Mutex::default(),
             input_timeout: config.input_timeout,
+            tasks: tasks::Tasks::default(),
+            upstream_tasks: config.upstream_tasks,
         });
         let weak = Arc::downgrade(&shared);
         let period =
