@@ -201,9 +201,19 @@ async fn a_foreign_or_forged_handle_answers_like_a_missing_task() {
     // (the credential is not forwarded), and the handle keeps the task its owner's.
     let home_client = Client::new(home.addr);
     for caller in ["bob", "mallory"] {
-        let unknown = missing(&home_client.get(&TaskId::random().to_string(), Some(caller)).await);
-        assert_eq!(missing(&home_client.get(&handle, Some(caller)).await), unknown);
-        assert_eq!(missing(&home_client.cancel(&handle, Some(caller)).await), unknown);
+        let unknown = missing(
+            &home_client
+                .get(&TaskId::random().to_string(), Some(caller))
+                .await,
+        );
+        assert_eq!(
+            missing(&home_client.get(&handle, Some(caller)).await),
+            unknown
+        );
+        assert_eq!(
+            missing(&home_client.cancel(&handle, Some(caller)).await),
+            unknown
+        );
     }
     // None of them reached the task.
     let got = Client::new(home.addr).get(&handle, None).await;
