@@ -38,8 +38,9 @@
 //! live tasks, plus those ended and kept) and a `with_max_tasks_per_owner` above
 //! the busiest principal's share (`without_max_rows` and
 //! `without_max_tasks_per_owner` lift them). Worker leases need no setting for it:
-//! a renewal costs what changed, never what is held (RELIABILITY.md has 100 000
-//! tasks on one node through a stall and an outage, BENCHMARKS.md the renewal times).
+//! a renewal's cost follows what changed and never grows faster than what is held
+//! (RELIABILITY.md has 100 000 tasks on one node through a stall and an outage,
+//! BENCHMARKS.md the renewal times).
 //!
 //! A setting out of range (a zero cap or duration, a TTL over 10 years, an empty server
 //! name) is a [`ConfigError`](crate::error::ConfigError) from `build()`, never a

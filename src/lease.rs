@@ -1286,6 +1286,36 @@ mod tests {
         assert!(leases.stored.lock().unwrap().contains(&made.id));
     }
 
+    /// Work handed over to a durable queue outlives the node: its create waits for
+    /// no lease (so a node whose lease is down still takes it) and holds none.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_handed_over_to_a_queue_waits_for_no_lease_and_holds_none() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Faulty::default();
+        leases.down.store(true, Ordering::Release);
+        let a = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        let handed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = handed.clone();
+        let spec = crate::TaskSpec::new().with_hand_over(move |id| {
+            record.lock().unwrap().push(id);
+            Box::pin(async { Ok(()) })
+        });
+        let started = tokio::time::Instant::now();
+        let made = crate::routes::create_task(&a.engine, alice(), spec)
+            .await
+            .expect("a hand-over needs no lease");
+        assert_eq!(started.elapsed(), Duration::ZERO, "it waited for a renewal");
+        assert_eq!(*handed.lock().unwrap(), vec![made.id]);
+        leases.down.store(false, Ordering::Release);
+        tokio::time::sleep(BOUND).await;
+        assert!(
+            !leases.stored.lock().unwrap().contains(&made.id),
+            "a handed-over task was held"
+        );
+        assert_eq!(a.engine.node().work_count(), 0, "no work runs here");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_node_whose_lease_was_claimed_while_its_renewal_was_on_its_way_stops_its_work() {
         let store = Arc::new(MemoryStore::new());

@@ -33,6 +33,17 @@ pub(crate) use relay::relay_remote_changes;
 pub(crate) use render::json_len_within;
 pub use wait::Ended;
 
+/// Whether a new task is held under this node's worker lease while it is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Its work runs on this node (or is not started yet): held before it is
+    /// stored, so that a survivor fails it should this node die.
+    Leased,
+    /// Its work is handed over to something durable (a job queue) that outlives
+    /// the node: no lease covers it, and its create waits for none.
+    Durable,
+}
+
 /// What a new task starts with: the settings of a
 /// [`TaskSpec`](crate::TaskSpec) that end up in its record.
 #[derive(Clone, Debug, Default)]
@@ -489,7 +500,8 @@ impl Engine {
         owner: Option<Principal>,
         spec: &NewTask,
     ) -> Result<(TaskRecord, Creating<'_>), RpcError> {
-        self.create_task_as(TaskId::random(), owner, spec).await
+        self.create_task_as(TaskId::random(), owner, spec, Hold::Leased)
+            .await
     }
 
     /// [`create_task`](Self::create_task) under an id the caller drew, so that it
@@ -504,6 +516,7 @@ impl Engine {
         id: TaskId,
         owner: Option<Principal>,
         spec: &NewTask,
+        hold: Hold,
     ) -> Result<(TaskRecord, Creating<'_>), RpcError> {
         let ttl = match spec.ttl {
             Some(ttl) => ttl,
@@ -528,7 +541,11 @@ impl Engine {
             None => self.config.default_poll_interval.and_then(duration_ms),
         };
         let creating = Creating { engine: self, id };
-        if let Some(seq) = self.node.hold_creating(id) {
+        let seq = match hold {
+            Hold::Leased => self.node.hold_creating(id),
+            Hold::Durable => None,
+        };
+        if let Some(seq) = seq {
             let within = self.node.lease_bound() / 2;
             if !self.node.hold_stored(seq, within).await {
                 observe::task_refused("no_worker_lease");

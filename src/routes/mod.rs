@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::body::{ReadOutcome, RequestBody, ResponseBody, read_up_to};
 use crate::context::TaskSpec;
-use crate::engine::{Engine, Interrupted, retryable};
+use crate::engine::{Engine, Hold, Interrupted, retryable};
 use crate::error::BoxError;
 use crate::observe::{self, Outcome};
 use crate::task::{Principal, TaskId, TaskRecord};
@@ -225,13 +225,17 @@ pub(crate) async fn create_task(
     spec: TaskSpec,
 ) -> Result<TaskRecord, RpcError> {
     let start = spec.take_start();
+    let hold = match start {
+        Some(worker::Start::HandOver(_)) => Hold::Durable,
+        _ => Hold::Leased,
+    };
     engine.admit_owner(owner.as_ref())?;
     let id = TaskId::random();
     let mut pending = Unstarted {
         engine,
         id: Some(id),
     };
-    let created = engine.create_task_as(id, owner, &spec.task).await;
+    let created = engine.create_task_as(id, owner, &spec.task, hold).await;
     // An error is settled already: refused, or made up for by the engine.
     pending.id = None;
     let (record, creating) = created?;
