@@ -237,13 +237,7 @@ impl Leasing {
             drop(strong);
             tokio::select! {
                 _ = tokio::time::sleep(next) => {}
-                _ = poked => {
-                    // A create waits for its hold: no gathering.
-                    let waited = engine.upgrade().is_some_and(|e| e.node().has_creating());
-                    if !waited {
-                        tokio::time::sleep(GATHER).await;
-                    }
-                }
+                _ = poked => gather(&engine, &changes).await,
             }
         }
     }
@@ -469,6 +463,20 @@ impl Leasing {
             "mcp-tasks: a node stopped renewing its worker lease; its unfinished tasks are failed"
         );
         failed
+    }
+}
+
+/// After a change, waits up to [`GATHER`] for more, so that they share one
+/// renewal; not at all, or no longer, once a create waits for its hold.
+async fn gather(engine: &Weak<Engine>, changes: &tokio::sync::Notify) {
+    let creating = || engine.upgrade().is_none_or(|e| e.node().has_creating());
+    let gathered = tokio::time::sleep(GATHER);
+    tokio::pin!(gathered);
+    while !creating() {
+        tokio::select! {
+            _ = &mut gathered => return,
+            _ = changes.notified() => {}
+        }
     }
 }
 
@@ -1284,6 +1292,31 @@ mod tests {
             .await
             .expect("created once the lease is back");
         assert!(leases.stored.lock().unwrap().contains(&made.id));
+    }
+
+    /// Changes gather for a moment to share a renewal, but a create that waits for
+    /// its hold ends the gathering: it is never kept waiting for other changes.
+    #[tokio::test(start_paused = true)]
+    async fn a_create_during_a_gathering_is_not_kept_waiting() {
+        let store = Arc::new(MemoryStore::new());
+        let leases = Faulty::default();
+        let a = node(&store, leases.clone());
+        tokio::time::sleep(BOUND).await;
+        // A hold of work without a create: the keeper gathers more for GATHER.
+        let other = working_task(&store).await;
+        a.engine.node().hold(other);
+        tokio::time::sleep(GATHER / 4).await;
+        let started = tokio::time::Instant::now();
+        let made = crate::routes::create_task(&a.engine, alice(), endless())
+            .await
+            .expect("created");
+        assert!(
+            started.elapsed() < GATHER / 2,
+            "the create waited {:?} for the gathering",
+            started.elapsed()
+        );
+        let stored_holds = leases.stored.lock().unwrap().clone();
+        assert!(stored_holds.contains(&made.id) && stored_holds.contains(&other));
     }
 
     /// Work handed over to a durable queue outlives the node: its create waits for
