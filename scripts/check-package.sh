@@ -20,8 +20,8 @@ status=0
 err="$(mktemp)"
 trap 'rm -f "$err"' EXIT
 # --offline keeps this off the network; retry online only if cargo needs the index.
-if ! listing="$(cargo package --list --allow-dirty --offline 2>"$err")" &&
-  ! listing="$(cargo package --list --allow-dirty 2>"$err")"; then
+if ! listing="$(cargo package --list --allow-dirty --offline -p mcp-tasks 2>"$err")" &&
+  ! listing="$(cargo package --list --allow-dirty -p mcp-tasks 2>"$err")"; then
   cat "$err" >&2
   echo "check-package: cargo package --list failed" >&2
   exit 1

@@ -3,7 +3,7 @@
 
 The listing is read from rustdoc's JSON output, built with every feature on:
 
-    RUSTC_BOOTSTRAP=1 cargo rustdoc --lib --all-features -- \
+    RUSTC_BOOTSTRAP=1 cargo rustdoc -p mcp-tasks --lib --all-features -- \
         -Z unstable-options --output-format json --document-hidden-items
 
 (the stable toolchain produces it with RUSTC_BOOTSTRAP; hidden items are included,
@@ -58,7 +58,7 @@ def build_json():
     """Runs rustdoc with JSON output and returns the path of the file it wrote."""
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     command = [
-        "cargo", "rustdoc", "--lib", "--all-features", "--",
+        "cargo", "rustdoc", "-p", "mcp-tasks", "--lib", "--all-features", "--",
         "-Z", "unstable-options", "--output-format", "json", "--document-hidden-items",
     ]
     if subprocess.run(command, cwd=ROOT, env=env).returncode != 0:
